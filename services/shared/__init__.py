@@ -1,0 +1,1 @@
+"""What every service shares: contracts, bus, config, database, logging, runtime."""

@@ -1,0 +1,439 @@
+"""The AMQP bus: RabbitMQ through aio-pika, with nameko's exchange and queue conventions.
+
+Topology (re-declared by `connect_robust` after a broker restart):
+- `<source>.events`: durable topic exchange per publishing service; routing key = event type.
+- `evt-<source>-<pattern>--<service>.<handler>`: durable queue per consumer, dead-lettering
+  to the direct exchange `warden.dead-letter` with the queue's name as routing key, where
+  `<queue>.dead-letter` collects what could not be handled.
+- `warden.rpc`: durable topic exchange for requests, routing key `<service>.<method>`; each
+  service consumes the auto-delete queue `rpc-<service>` (replicas compete on it). A request
+  to a service with no replica running is returned at once (mandatory publish) and a request
+  that waits longer than its deadline expires in the queue, so a caller never hangs.
+- Replies come back on the caller's own exclusive queue, matched by correlation id.
+
+Messages are JSON, persistent, published with confirms. A handler's message is acked after the
+handler succeeds; when it raises, the message is published again to the same queue with its
+delivery count in a header, up to `max_deliveries`, then rejected into the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aio_pika
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+from aio_pika.exceptions import AMQPError, DeliveryError
+
+from services.shared.bus.base import (
+    Bus,
+    BusSettings,
+    EventHandler,
+    RpcHandler,
+    Teardown,
+    dead_letter_queue_name,
+    encode_rpc_reply,
+    events_exchange,
+    queue_name,
+)
+from services.shared.contracts import Envelope, parse_envelope
+from services.shared.errors import (
+    ContractError,
+    InvalidRequest,
+    NotFound,
+    RemoteError,
+    ServiceUnavailable,
+    WardenError,
+    error_from_dict,
+)
+
+log = logging.getLogger("warden.bus")
+
+DEAD_LETTER_EXCHANGE = "warden.dead-letter"
+RPC_EXCHANGE = "warden.rpc"
+DELIVERIES_HEADER = "x-warden-deliveries"
+JSON = "application/json"
+
+
+def rpc_queue_name(service: str) -> str:
+    return f"rpc-{service}"
+
+
+class AmqpBus(Bus):
+    def __init__(self, url: str, settings: BusSettings | None = None, *, name: str = "warden"):
+        self.url = url
+        self.settings = settings or BusSettings()
+        self.name = name
+        self._connection: AbstractRobustConnection | None = None
+        self._publish_channel: AbstractChannel | None = None
+        self._exchanges: dict[str, AbstractExchange] = {}
+        self._consumer_channels: set[AbstractChannel] = set()
+        self._in_flight: set[asyncio.Task[Any]] = set()
+        self._rpc_channel: AbstractChannel | None = None
+        self._rpc_exchange: AbstractExchange | None = None
+        self._reply_queue: AbstractQueue | None = None
+        self._pending: dict[str, asyncio.Future[bytes]] = {}
+        self._lock = asyncio.Lock()
+
+    # --- connection -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._connection is not None:
+            return
+        try:
+            self._connection = await aio_pika.connect_robust(
+                self.url, client_properties={"connection_name": self.name}
+            )
+        except (OSError, AMQPError) as err:
+            raise ServiceUnavailable(
+                f"cannot connect to RabbitMQ at {_redact(self.url)}: {err}",
+                {"amqp_url": _redact(self.url)},
+            ) from err
+        self._publish_channel = await self._connection.channel(publisher_confirms=True)
+        log.info("connected to RabbitMQ at %s", _redact(self.url))
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        # Stop taking new messages, let handlers that run finish (unacked ones are requeued
+        # by the broker when the channel closes).
+        for channel in list(self._consumer_channels):
+            await _quietly(channel.close())
+        self._consumer_channels.clear()
+        if self._in_flight:
+            await asyncio.wait(self._in_flight, timeout=10)
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        self._exchanges.clear()
+        self._rpc_channel = self._rpc_exchange = self._reply_queue = None
+        self._publish_channel = None
+        await _quietly(connection.close())
+
+    def _require_connection(self) -> AbstractRobustConnection:
+        if self._connection is None:
+            raise RuntimeError("AmqpBus.start() was not awaited")
+        return self._connection
+
+    async def _exchange(self, channel: AbstractChannel, name: str) -> AbstractExchange:
+        # Same declaration as nameko's: durable topic exchange, not auto-deleted.
+        return await channel.declare_exchange(name, aio_pika.ExchangeType.TOPIC, durable=True)
+
+    async def _publish_exchange(self, source: str) -> AbstractExchange:
+        name = events_exchange(source)
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            assert self._publish_channel is not None
+            exchange = self._exchanges[name] = await self._exchange(self._publish_channel, name)
+        return exchange
+
+    # --- events -----------------------------------------------------------------------------
+
+    async def publish(self, envelope: Envelope) -> None:
+        await self._publish(envelope.source, envelope.type, envelope.to_json(), envelope.id)
+
+    async def publish_raw(self, source: str, routing_key: str, body: bytes) -> None:
+        await self._publish(source, routing_key, body, None)
+
+    async def _publish(
+        self, source: str, routing_key: str, body: bytes, message_id: str | None
+    ) -> None:
+        self._require_connection()
+        exchange = await self._publish_exchange(source)
+        message = aio_pika.Message(
+            body,
+            content_type=JSON,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=message_id,
+            type=routing_key,
+        )
+        try:
+            await exchange.publish(message, routing_key=routing_key)
+        except (AMQPError, ConnectionError, RuntimeError) as err:
+            raise ServiceUnavailable(
+                f"publishing {routing_key} failed: the message bus is unavailable ({err!r})",
+                {"routing_key": routing_key},
+            ) from err
+
+    async def _declare_consumer_queue(
+        self, channel: AbstractChannel, source: str, pattern: str, name: str
+    ) -> AbstractQueue:
+        dlx = await channel.declare_exchange(
+            DEAD_LETTER_EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True
+        )
+        dead = await channel.declare_queue(dead_letter_queue_name(name), durable=True)
+        await dead.bind(dlx, routing_key=name)
+        exchange = await self._exchange(channel, events_exchange(source))
+        queue = await channel.declare_queue(
+            name,
+            durable=True,
+            arguments={
+                "x-dead-letter-exchange": DEAD_LETTER_EXCHANGE,
+                "x-dead-letter-routing-key": name,
+            },
+        )
+        await queue.bind(exchange, routing_key=pattern)
+        return queue
+
+    async def subscribe(
+        self,
+        source: str,
+        pattern: str,
+        consumer: str,
+        handler: EventHandler,
+        *,
+        concurrency: int = 1,
+    ) -> Teardown:
+        connection = self._require_connection()
+        name = queue_name(source, pattern, consumer)
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=self.settings.prefetch)
+        queue = await self._declare_consumer_queue(channel, source, pattern, name)
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        async def on_message(message: AbstractIncomingMessage) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._in_flight.add(task)
+            try:
+                async with gate:
+                    await self._handle(name, message, handler)
+            finally:
+                if task is not None:
+                    self._in_flight.discard(task)
+
+        tag = await queue.consume(on_message)
+        self._consumer_channels.add(channel)
+
+        async def teardown() -> None:
+            self._consumer_channels.discard(channel)
+            if not channel.is_closed:
+                await _quietly(queue.cancel(tag))
+                await _quietly(channel.close())
+
+        return teardown
+
+    async def _handle(
+        self, queue: str, message: AbstractIncomingMessage, handler: EventHandler
+    ) -> None:
+        deliveries = int((message.headers or {}).get(DELIVERIES_HEADER, 0) or 0) + 1
+        if message.redelivered:
+            deliveries += 1  # the broker gave it again after a consumer died holding it
+        try:
+            envelope = parse_envelope(message.body)
+        except ContractError as err:
+            log.warning("dead-lettered message on %s: invalid message: %s", queue, err.message)
+            await message.reject(requeue=False)
+            return
+        try:
+            await handler(envelope)
+        except asyncio.CancelledError:
+            await _quietly(message.nack(requeue=True))
+            raise
+        except Exception as err:
+            if deliveries >= self.settings.max_deliveries:
+                log.warning(
+                    "dead-lettered %s %s on %s after %d deliveries: handler failed: %r",
+                    envelope.type,
+                    envelope.id,
+                    queue,
+                    deliveries,
+                    err,
+                )
+                await message.reject(requeue=False)
+                return
+            log.debug("handler of %s failed (%r); delivery %d", queue, err, deliveries)
+            await self._retry(queue, message, deliveries)
+            return
+        await message.ack()
+
+    async def _retry(self, queue: str, message: AbstractIncomingMessage, deliveries: int) -> None:
+        """Publish the message again to the back of its queue, then ack the original."""
+        assert self._publish_channel is not None
+        headers = dict(message.headers or {})
+        headers[DELIVERIES_HEADER] = deliveries
+        again = aio_pika.Message(
+            message.body,
+            headers=headers,
+            content_type=message.content_type or JSON,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=message.message_id,
+            type=message.type,
+        )
+        await self._publish_channel.default_exchange.publish(again, routing_key=queue)
+        await message.ack()
+
+    async def dead_letters(self, queue: str) -> list[bytes]:
+        connection = self._require_connection()
+        channel = await connection.channel()
+        try:
+            dead = await channel.declare_queue(dead_letter_queue_name(queue), durable=True)
+            bodies = []
+            while (message := await dead.get(fail=False, no_ack=True)) is not None:
+                bodies.append(message.body)
+            return bodies
+        finally:
+            await _quietly(channel.close())
+
+    # --- RPC --------------------------------------------------------------------------------
+
+    async def serve(self, service: str, methods: Mapping[str, RpcHandler]) -> Teardown:
+        connection = self._require_connection()
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=self.settings.prefetch)
+        exchange = await self._exchange(channel, RPC_EXCHANGE)
+        queue = await channel.declare_queue(
+            rpc_queue_name(service), durable=False, auto_delete=True
+        )
+        await queue.bind(exchange, routing_key=f"{service}.*")
+        table = dict(methods)
+
+        async def on_request(message: AbstractIncomingMessage) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._in_flight.add(task)
+            try:
+                reply = await self._answer(service, table, message)
+                if message.reply_to:
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(
+                            reply, content_type=JSON, correlation_id=message.correlation_id
+                        ),
+                        routing_key=message.reply_to,
+                    )
+                await message.ack()
+            finally:
+                if task is not None:
+                    self._in_flight.discard(task)
+
+        tag = await queue.consume(on_request)
+        self._consumer_channels.add(channel)
+
+        async def teardown() -> None:
+            self._consumer_channels.discard(channel)
+            if not channel.is_closed:
+                await _quietly(queue.cancel(tag))
+                await _quietly(channel.close())
+
+        return teardown
+
+    async def _answer(
+        self, service: str, table: Mapping[str, RpcHandler], message: AbstractIncomingMessage
+    ) -> bytes:
+        method = (message.routing_key or "").partition(".")[2]
+        handler = table.get(method)
+        if handler is None:
+            return encode_rpc_reply(
+                error=NotFound(
+                    f"service {service!r} has no RPC method {method!r}",
+                    {"service": service, "method": method},
+                )
+            )
+        try:
+            args = json.loads(message.body)
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as err:
+            return encode_rpc_reply(error=InvalidRequest(f"bad RPC request: {err}"))
+        try:
+            return encode_rpc_reply(await handler(args))
+        except WardenError as err:
+            return encode_rpc_reply(error=err)
+        except Exception as err:
+            log.exception("RPC %s.%s failed", service, method)
+            return encode_rpc_reply(error=RemoteError(f"{service}.{method} failed: {err!r}"))
+
+    async def _ensure_rpc_client(self) -> tuple[AbstractExchange, AbstractQueue]:
+        async with self._lock:
+            if self._rpc_exchange is None or self._reply_queue is None:
+                connection = self._require_connection()
+                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+                exchange = await self._exchange(channel, RPC_EXCHANGE)
+                reply_queue = await channel.declare_queue(
+                    f"rpc-reply-{self.name}-{uuid.uuid4().hex}", exclusive=True, auto_delete=True
+                )
+                await reply_queue.consume(self._on_reply, no_ack=True, exclusive=True)
+                self._rpc_channel, self._rpc_exchange = channel, exchange
+                self._reply_queue = reply_queue
+            return self._rpc_exchange, self._reply_queue
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        future = self._pending.pop(message.correlation_id or "", None)
+        if future is not None and not future.done():
+            future.set_result(message.body)
+
+    async def call(
+        self,
+        service: str,
+        method: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        deadline = self.settings.rpc_timeout_s if timeout is None else timeout
+        where = {"service": service, "method": method}
+        try:
+            async with asyncio.timeout(deadline):
+                exchange, reply_queue = await self._ensure_rpc_client()
+                correlation_id = uuid.uuid4().hex
+                future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+                self._pending[correlation_id] = future
+                try:
+                    await exchange.publish(
+                        aio_pika.Message(
+                            json.dumps(dict(args or {})).encode(),
+                            content_type=JSON,
+                            correlation_id=correlation_id,
+                            reply_to=reply_queue.name,
+                            expiration=deadline,
+                        ),
+                        routing_key=f"{service}.{method}",
+                        mandatory=True,
+                    )
+                    body = await future
+                finally:
+                    self._pending.pop(correlation_id, None)
+        except DeliveryError as err:
+            raise ServiceUnavailable(f"service {service!r} is not running", where) from err
+        except TimeoutError as err:
+            raise ServiceUnavailable(
+                f"{service}.{method} did not answer within {deadline:g}s",
+                {**where, "timeout_s": deadline},
+            ) from err
+        except (AMQPError, ConnectionError) as err:
+            raise ServiceUnavailable(
+                f"calling {service}.{method} failed: the message bus is unavailable ({err!r})",
+                where,
+            ) from err
+        reply = json.loads(body)
+        if not reply.get("ok"):
+            raise error_from_dict(reply.get("error") or {})
+        return reply.get("result")
+
+
+async def _quietly(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception as err:  # closing something that is already gone
+        log.debug("ignored while closing: %r", err)
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

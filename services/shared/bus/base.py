@@ -1,0 +1,141 @@
+"""The bus interface every service talks through, and what both implementations share.
+
+Events: a service publishes on its own topic exchange `<source>.events` with the event type as
+routing key. A consumer binds a named durable queue `evt-<source>-<pattern>--<service>.<handler>`
+(nameko's naming) to that exchange; several consumers on one queue compete, several queues
+each get a copy. Delivery is at least once: a handler that raises is retried up to
+`max_deliveries` times, then the message goes to the queue's dead-letter queue with one log
+line. A message that does not fit its contract is dead-lettered at once.
+
+RPC: `call("reservations", "create", {...}, timeout=2)` reaches whichever replica serves
+`reservations`; an error raised there as a `WardenError` is raised again here; a service that is
+down or slow gives `ServiceUnavailable` within the deadline, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from services.shared.contracts import Envelope, make_envelope
+from services.shared.errors import WardenError
+
+log = logging.getLogger("warden.bus")
+
+EventHandler = Callable[[Envelope], Awaitable[None]]
+RpcHandler = Callable[[dict[str, Any]], Awaitable[Any]]
+Teardown = Callable[[], Awaitable[None]]
+
+DEAD_LETTER_SUFFIX = ".dead-letter"
+
+
+@dataclass(frozen=True)
+class BusSettings:
+    max_deliveries: int = 5
+    prefetch: int = 64
+    rpc_timeout_s: float = 5.0
+
+
+def events_exchange(source: str) -> str:
+    return f"{source}.events"
+
+
+def queue_name(source: str, pattern: str, consumer: str) -> str:
+    """nameko's queue name for a handler: `evt-<source>-<pattern>--<service>.<handler>`.
+
+    AMQP queue names may not hold `*`, so a one-word wildcard is spelt `any` there.
+    """
+    return f"evt-{source}-{pattern.replace('*', 'any')}--{consumer}"
+
+
+def dead_letter_queue_name(queue: str) -> str:
+    return queue + DEAD_LETTER_SUFFIX
+
+
+@lru_cache(maxsize=4096)
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """AMQP topic matching: `*` is exactly one word, `#` zero or more words."""
+    want, got = pattern.split("."), routing_key.split(".")
+
+    def match(i: int, j: int) -> bool:
+        if i == len(want):
+            return j == len(got)
+        if want[i] == "#":
+            return any(match(i + 1, k) for k in range(j, len(got) + 1))
+        return j < len(got) and want[i] in ("*", got[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def encode_rpc_reply(result: Any = None, error: WardenError | None = None) -> bytes:
+    if error is not None:
+        return json.dumps({"ok": False, "error": error.to_dict()}).encode()
+    return json.dumps({"ok": True, "result": result}).encode()
+
+
+class Bus(ABC):
+    """Events (publish / subscribe) and RPC (serve / call) behind one interface."""
+
+    settings: BusSettings
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect (AMQP) or get ready (in-process)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop consuming, let in-flight handlers finish or requeue, close connections."""
+
+    @abstractmethod
+    async def publish(self, envelope: Envelope) -> None:
+        """Publish a validated envelope on `<envelope.source>.events` (confirmed on AMQP)."""
+
+    @abstractmethod
+    async def publish_raw(self, source: str, routing_key: str, body: bytes) -> None:
+        """Publish bytes as a foreign publisher would (no validation). For tests and tools."""
+
+    @abstractmethod
+    async def subscribe(
+        self,
+        source: str,
+        pattern: str,
+        consumer: str,
+        handler: EventHandler,
+        *,
+        concurrency: int = 1,
+    ) -> Teardown:
+        """Consume events of `source` matching `pattern` on the durable queue of `consumer`.
+
+        `consumer` is `<service>.<handler>`. Returns the teardown that stops this consumer
+        (the queue and what waits in it stay).
+        """
+
+    @abstractmethod
+    async def serve(self, service: str, methods: Mapping[str, RpcHandler]) -> Teardown:
+        """Answer RPC calls to `service`; returns the teardown that stops serving."""
+
+    @abstractmethod
+    async def call(
+        self,
+        service: str,
+        method: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Call `service.method(args)`; raises the remote WardenError or ServiceUnavailable."""
+
+    @abstractmethod
+    async def dead_letters(self, queue: str) -> list[bytes]:
+        """Take the bodies waiting in the dead-letter queue of `queue` (for tools and tests)."""
+
+    async def emit(self, type_name: str, data: Mapping[str, Any], *, source: str) -> Envelope:
+        """Validate `data` against its contract, wrap it in an envelope and publish it."""
+        envelope = make_envelope(type_name, data, source=source)
+        await self.publish(envelope)
+        return envelope

@@ -1,0 +1,331 @@
+"""Typed settings from one TOML file plus `WARDEN_<SECTION>_<KEY>` environment overrides.
+
+Validated at start-up: an invalid value stops start-up with the key and the reason. Secrets
+that are missing or placeholders are refused unless `dev` is set. Settings are passed down
+from the composition root; nothing reads them from a global.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, post_load, validate
+
+from services.shared.errors import ConfigError
+
+ENV_PREFIX = "WARDEN_"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+PLACEHOLDER_SECRETS = {
+    "change-me",
+    "changeme",
+    "secret",
+    "placeholder",
+    "xxx",
+    "todo",
+    "jwt-secret",
+}
+MIN_SECRET_LENGTH = 32
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "warden" / "warden.toml"
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "warden"
+
+
+# --- typed settings --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: str = "info"
+    format: str = "text"
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    data_dir: Path = field(default_factory=default_data_dir)
+    # `{service}` is replaced by the service's name: each service owns its own database
+    # (its own SQLite file by default); on PostgreSQL they may share one database.
+    database_url: str = ""
+
+    def database_url_for(self, service: str) -> str:
+        url = self.database_url or f"sqlite+aiosqlite:///{self.data_dir}/{{service}}.db"
+        return url.replace("{service}", service)
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    prefetch: int = 64
+    max_deliveries: int = 5
+    rpc_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    health_timeout_s: float = 2.0
+    cors_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    jwt_secret: str = field(default="", repr=False)
+    access_token_ttl_s: int = 900
+    refresh_token_ttl_s: int = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Settings:
+    log: LogSettings = field(default_factory=LogSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    bus: BusConfig = field(default_factory=BusConfig)
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    dev: bool = False
+    source: str = "defaults"
+
+
+# --- schemas ---------------------------------------------------------------------------------
+
+
+class _Section(Schema):
+    class Meta:
+        unknown = RAISE
+
+
+class LogSchema(_Section):
+    level = fields.String(load_default="info", validate=validate.OneOf(LOG_LEVELS))
+    format = fields.String(load_default="text", validate=validate.OneOf(("text", "json")))
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> LogSettings:
+        return LogSettings(**data)
+
+
+class StorageSchema(_Section):
+    data_dir = fields.String(load_default=None, allow_none=True, validate=validate.Length(min=1))
+    database_url = fields.String(load_default="")
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> StorageSettings:
+        url = data["database_url"]
+        if url and not url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValidationError(
+                "must start with sqlite+aiosqlite:// or postgresql+asyncpg://", "database_url"
+            )
+        data_dir = Path(data["data_dir"]).expanduser() if data["data_dir"] else default_data_dir()
+        return StorageSettings(data_dir=data_dir, database_url=url)
+
+
+class BusSchema(_Section):
+    amqp_url = fields.String(load_default=BusConfig.amqp_url)
+    prefetch = fields.Integer(load_default=64, validate=validate.Range(min=1, max=65535))
+    max_deliveries = fields.Integer(load_default=5, validate=validate.Range(min=1, max=100))
+    rpc_timeout_s = fields.Float(load_default=5.0, validate=validate.Range(min=0.01, max=300))
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> BusConfig:
+        if not data["amqp_url"].startswith(("amqp://", "amqps://")):
+            raise ValidationError("must start with amqp:// or amqps://", "amqp_url")
+        return BusConfig(**data)
+
+
+class GatewaySchema(_Section):
+    host = fields.String(load_default="127.0.0.1", validate=validate.Length(min=1))
+    port = fields.Integer(load_default=8080, validate=validate.Range(min=0, max=65535))
+    health_timeout_s = fields.Float(load_default=2.0, validate=validate.Range(min=0.05, max=60))
+    cors_origins = fields.List(fields.String(), load_default=list)
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> GatewaySettings:
+        return GatewaySettings(**{**data, "cors_origins": tuple(data["cors_origins"])})
+
+
+class AuthSchema(_Section):
+    jwt_secret = fields.String(load_default="")
+    access_token_ttl_s = fields.Integer(load_default=900, validate=validate.Range(min=30))
+    refresh_token_ttl_s = fields.Integer(
+        load_default=7 * 24 * 3600, validate=validate.Range(min=60)
+    )
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> AuthSettings:
+        return AuthSettings(**data)
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    "log": LogSchema,
+    "storage": StorageSchema,
+    "bus": BusSchema,
+    "gateway": GatewaySchema,
+    "auth": AuthSchema,
+}
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """`WARDEN_BUS_AMQP_URL=...` → {"bus": {"amqp_url": "..."}}; lists are comma-separated."""
+    found: dict[str, dict[str, Any]] = {}
+    for section, schema in SECTIONS.items():
+        for key, schema_field in schema().fields.items():
+            value = environ.get(f"{ENV_PREFIX}{section}_{key}".upper())
+            if value is None:
+                continue
+            if isinstance(schema_field, fields.List):
+                found.setdefault(section, {})[key] = [v.strip() for v in value.split(",") if v]
+            else:
+                found.setdefault(section, {})[key] = value
+    return found
+
+
+def _flatten(errors: Any, prefix: str) -> dict[str, str]:
+    if isinstance(errors, dict):
+        flat: dict[str, str] = {}
+        for key, value in errors.items():
+            name = prefix if key == "_schema" else f"{prefix}.{key}" if prefix else str(key)
+            flat.update(_flatten(value, name))
+        return flat
+    if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
+        return {prefix: "; ".join(errors)}
+    return {prefix: str(errors)}
+
+
+def _is_placeholder(secret: str) -> bool:
+    lowered = secret.strip().lower()
+    return lowered in PLACEHOLDER_SECRETS or ("change" in lowered and "me" in lowered)
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    dev: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read, merge and validate the configuration; ConfigError names each bad key."""
+    environ = os.environ if environ is None else environ
+    explicit = path is not None or "WARDEN_CONFIG" in environ
+    config_path = Path(path or environ.get("WARDEN_CONFIG") or default_config_path()).expanduser()
+    raw: dict[str, Any] = {}
+    if config_path.exists():
+        try:
+            raw = tomllib.loads(config_path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{config_path}: not valid TOML: {err}", {"file": str(err)}) from err
+        source = str(config_path)
+    elif explicit:
+        raise ConfigError(
+            f"config file {config_path} does not exist (create one with `warden init`)",
+            {"file": "does not exist"},
+        )
+    else:
+        source = "defaults"
+
+    problems: dict[str, str] = {}
+    for key in raw:
+        if key not in SECTIONS:
+            problems[key] = f"unknown section (known: {', '.join(SECTIONS)})"
+    overrides = _env_overrides(environ)
+    loaded: dict[str, Any] = {}
+    for section, schema in SECTIONS.items():
+        values = raw.get(section, {})
+        if not isinstance(values, dict):
+            problems[section] = "must be a table"
+            continue
+        merged = {**values, **overrides.get(section, {})}
+        try:
+            loaded[section] = schema().load(merged)
+        except ValidationError as err:
+            problems.update(_flatten(err.messages, section))
+
+    dev = dev or environ.get("WARDEN_DEV", "").lower() in ("1", "true", "yes")
+    auth: AuthSettings | None = loaded.get("auth")
+    if auth is not None:
+        secret = auth.jwt_secret
+        if not secret or _is_placeholder(secret) or len(secret) < MIN_SECRET_LENGTH:
+            if not dev:
+                why = "is missing" if not secret else "is a placeholder or too short"
+                problems["auth.jwt_secret"] = (
+                    f"{why}: set a random value of at least {MIN_SECRET_LENGTH} characters "
+                    "(`warden init` writes one; WARDEN_AUTH_JWT_SECRET overrides it), "
+                    "or pass --dev"
+                )
+            else:
+                # Dev mode: an ephemeral secret; tokens do not survive a restart.
+                loaded["auth"] = AuthSettings(
+                    jwt_secret=secrets.token_urlsafe(48),
+                    access_token_ttl_s=auth.access_token_ttl_s,
+                    refresh_token_ttl_s=auth.refresh_token_ttl_s,
+                )
+
+    if problems:
+        lines = "\n".join(f"  {key}: {reason}" for key, reason in sorted(problems.items()))
+        raise ConfigError(f"invalid configuration ({source}):\n{lines}", problems)
+    return Settings(dev=dev, source=source, **loaded)
+
+
+# --- `warden init` ---------------------------------------------------------------------------
+
+CONFIG_TEMPLATE = """\
+# Warden configuration. Every option is shown with its default.
+# Any option can be overridden by an environment variable WARDEN_<SECTION>_<KEY>,
+# e.g. WARDEN_BUS_AMQP_URL or WARDEN_AUTH_JWT_SECRET.
+
+[log]
+# debug | info | warning | error
+level = "info"
+# text (one line per event, key=value) | json (one JSON object per line)
+format = "text"
+
+[storage]
+# Where Warden keeps its data (SQLite databases, the embedded metrics store).
+data_dir = "{data_dir}"
+# Empty: one SQLite file per service under data_dir. For PostgreSQL, for example:
+# database_url = "postgresql+asyncpg://warden@db.example/warden"
+# "{{service}}" in the URL is replaced by the service's name.
+database_url = ""
+
+[bus]
+# RabbitMQ, used by `warden run <service>`; `warden run all` uses an in-process bus.
+amqp_url = "amqp://guest:guest@127.0.0.1:5672/"
+# Messages a consumer may hold unacknowledged at once.
+prefetch = 64
+# A handler that fails this many times sends its message to the dead-letter queue.
+max_deliveries = 5
+# Default deadline of an RPC call, in seconds.
+rpc_timeout_s = 5.0
+
+[gateway]
+host = "127.0.0.1"
+port = 8080
+# How long GET /api/v1/health waits for each service, in seconds.
+health_timeout_s = 2.0
+# Origins allowed by CORS; empty means CORS is off.
+cors_origins = []
+
+[auth]
+# Signs access tokens. Keep it secret; a random value was generated for this file.
+jwt_secret = "{jwt_secret}"
+access_token_ttl_s = 900
+refresh_token_ttl_s = 604800
+"""
+
+
+def render_config_template(data_dir: Path | None = None) -> str:
+    return CONFIG_TEMPLATE.format(
+        data_dir=data_dir or default_data_dir(), jwt_secret=secrets.token_urlsafe(48)
+    )

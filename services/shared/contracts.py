@@ -1,0 +1,341 @@
+"""Every message Warden sends, declared once: event types, their versions and data schemas.
+
+Events travel in an envelope (DESIGN.md §3)::
+
+    {"id": uuid, "type": "violation.opened", "version": 1,
+     "occurred_at": ISO-8601 UTC, "source": "violations", "data": {...}}
+
+`data` is always in wire form (JSON values; times as ISO-8601 strings with offset) and is
+validated against the schema of its (type, version). A publisher that sends data not matching
+its schema has a bug: `make_envelope` raises `ContractError`. A consumer validates what
+arrives from the wire with `parse_envelope` and dead-letters what does not fit.
+
+A compatible change (a new optional field) keeps the version: consumers ignore fields they do
+not know. An incompatible change adds a new version beside the old one; consumers keep
+working on the old one until they move.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate
+
+from services.shared.errors import ContractError
+
+# --- schemas of event data -------------------------------------------------------------------
+
+_Str = fields.String
+_NonEmpty = validate.Length(min=1)
+
+
+class _Strict(Schema):
+    class Meta:
+        unknown = RAISE
+
+
+class HostRef(_Strict):
+    host = _Str(required=True, validate=_NonEmpty)
+
+
+class GpuDiscovered(HostRef):
+    uuid = _Str(required=True, validate=_NonEmpty)
+    index = fields.Integer(required=True, validate=validate.Range(min=0))
+    name = _Str(required=True)
+    memory_total_mib = fields.Float(required=True, allow_none=True)
+    mig_parent_uuid = _Str(load_default=None, allow_none=True)
+
+
+class GpuSample(_Strict):
+    """One GPU at one tick. A figure the GPU does not report is null, never 0."""
+
+    uuid = _Str(required=True, validate=_NonEmpty)
+    index = fields.Integer(required=True)
+    name = _Str(load_default=None, allow_none=True)
+    utilization_gpu_percent = fields.Float(allow_none=True, load_default=None)
+    utilization_memory_percent = fields.Float(allow_none=True, load_default=None)
+    memory_used_mib = fields.Float(allow_none=True, load_default=None)
+    memory_total_mib = fields.Float(allow_none=True, load_default=None)
+    temperature_c = fields.Float(allow_none=True, load_default=None)
+    power_draw_w = fields.Float(allow_none=True, load_default=None)
+    power_limit_w = fields.Float(allow_none=True, load_default=None)
+    fan_speed_percent = fields.Float(allow_none=True, load_default=None)
+    clock_sm_mhz = fields.Float(allow_none=True, load_default=None)
+    clock_memory_mhz = fields.Float(allow_none=True, load_default=None)
+
+
+class HostSampled(HostRef):
+    sampled_at = fields.AwareDateTime(required=True)
+    cpu_percent = fields.Float(allow_none=True, load_default=None)
+    load_1m = fields.Float(allow_none=True, load_default=None)
+    load_5m = fields.Float(allow_none=True, load_default=None)
+    load_15m = fields.Float(allow_none=True, load_default=None)
+    memory_used_mib = fields.Float(allow_none=True, load_default=None)
+    memory_total_mib = fields.Float(allow_none=True, load_default=None)
+    gpus = fields.List(fields.Nested(GpuSample), required=True)
+
+
+class GpuProcess(_Strict):
+    gpu_uuid = _Str(required=True, validate=_NonEmpty)
+    pid = fields.Integer(required=True, validate=validate.Range(min=0))
+    user = _Str(required=True, allow_none=True)
+    command = _Str(required=True)
+    used_memory_mib = fields.Float(allow_none=True, load_default=None)
+    started_at = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+class ProcessesObserved(HostRef):
+    """The whole truth about GPU processes on one host at one time (not a delta)."""
+
+    observed_at = fields.AwareDateTime(required=True)
+    processes = fields.List(fields.Nested(GpuProcess), required=True)
+
+
+class HostUnreachable(HostRef):
+    since = fields.AwareDateTime(required=True)
+    reason = _Str(required=True)
+
+
+class HostRecovered(HostRef):
+    at = fields.AwareDateTime(required=True)
+    down_since = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+class ViolationContext(_Strict):
+    """Full context of an incident, carried by every violation.* event."""
+
+    incident_id = _Str(required=True, validate=_NonEmpty)
+    host = _Str(required=True, validate=_NonEmpty)
+    gpu_uuid = _Str(required=True)
+    gpu_index = fields.Integer(required=True, allow_none=True)
+    offender = _Str(required=True)
+    pids = fields.List(fields.Integer(), required=True)
+    commands = fields.List(_Str(), required=True)
+    reservation_id = _Str(allow_none=True, load_default=None)
+    owner = _Str(allow_none=True, load_default=None)
+    reservation_start = fields.AwareDateTime(allow_none=True, load_default=None)
+    reservation_end = fields.AwareDateTime(allow_none=True, load_default=None)
+    since = fields.AwareDateTime(required=True)
+
+
+class ViolationEscalated(ViolationContext):
+    step = _Str(required=True)
+    step_index = fields.Integer(required=True, validate=validate.Range(min=0))
+
+
+class ViolationResolved(ViolationContext):
+    resolved_at = fields.AwareDateTime(required=True)
+    reason = _Str(required=True)
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventType:
+    name: str
+    version: int
+    source: str
+    schema: type[Schema]
+    description: str
+    _strict: Schema = field(init=False, repr=False, compare=False)
+    _lenient: Schema = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_strict", self.schema(unknown=RAISE))
+        object.__setattr__(self, "_lenient", self.schema(unknown=EXCLUDE))
+
+    def errors(self, data: Any, *, strict: bool) -> dict[str, Any]:
+        """Validation errors of `data` (empty when it fits the schema)."""
+        if not isinstance(data, Mapping):
+            return {"_schema": ["data must be an object"]}
+        schema = self._strict if strict else self._lenient
+        try:
+            schema.load(data)
+        except ValidationError as err:
+            return err.normalized_messages()  # type: ignore[return-value]
+        return {}
+
+
+EVENT_TYPES: tuple[EventType, ...] = (
+    EventType(
+        "gpu.discovered",
+        1,
+        "monitor",
+        GpuDiscovered,
+        "A GPU was seen for the first time, or its identity (index, name, memory) changed.",
+    ),
+    EventType(
+        "host.sampled",
+        1,
+        "monitor",
+        HostSampled,
+        "CPU and every GPU's figures of one host at one tick.",
+    ),
+    EventType(
+        "processes.observed",
+        1,
+        "monitor",
+        ProcessesObserved,
+        "The complete list of GPU processes of one host at one tick.",
+    ),
+    EventType(
+        "host.unreachable",
+        1,
+        "monitor",
+        HostUnreachable,
+        "A host stopped answering polls (sent once per outage).",
+    ),
+    EventType(
+        "host.recovered",
+        1,
+        "monitor",
+        HostRecovered,
+        "A host that was unreachable answers again (sent once per outage).",
+    ),
+    EventType(
+        "violation.opened",
+        1,
+        "violations",
+        ViolationContext,
+        "Someone uses a GPU another person reserved: a new incident.",
+    ),
+    EventType(
+        "violation.escalated",
+        1,
+        "violations",
+        ViolationEscalated,
+        "An escalation step of an open incident is due.",
+    ),
+    EventType(
+        "violation.resolved",
+        1,
+        "violations",
+        ViolationResolved,
+        "An incident ended: no offending process left, or the reservation ended.",
+    ),
+)
+
+_BY_KEY: dict[tuple[str, int], EventType] = {(t.name, t.version): t for t in EVENT_TYPES}
+_LATEST: dict[str, EventType] = {}
+for _t in sorted(EVENT_TYPES, key=lambda t: t.version):
+    _LATEST[_t.name] = _t
+
+
+def event_type(name: str, version: int | None = None) -> EventType:
+    """The declared type `name` at `version` (latest when omitted); ContractError if unknown."""
+    found = _LATEST.get(name) if version is None else _BY_KEY.get((name, version))
+    if found is None:
+        known = f"version {version} of " if version is not None and name in _LATEST else ""
+        raise ContractError(
+            f"unknown event type {known}{name!r}", {"type": name, "version": version}
+        )
+    return found
+
+
+# --- the envelope ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Envelope:
+    id: str
+    type: str
+    version: int
+    occurred_at: str
+    source: str
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "version": self.version,
+            "occurred_at": self.occurred_at,
+            "source": self.source,
+            "data": self.data,
+        }
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def make_envelope(
+    type_name: str,
+    data: Mapping[str, Any],
+    *,
+    version: int | None = None,
+    source: str | None = None,
+) -> Envelope:
+    """Build an envelope for publishing; invalid data is a programming error (ContractError)."""
+    etype = event_type(type_name, version)
+    if source is not None and source != etype.source:
+        raise ContractError(
+            f"{type_name!r} is published by {etype.source!r}, not {source!r}",
+            {"type": type_name, "source": source},
+        )
+    errors = etype.errors(data, strict=True)
+    if errors:
+        raise ContractError(
+            f"data of {type_name!r} v{etype.version} does not match its schema",
+            {"type": type_name, "version": etype.version, "errors": errors},
+        )
+    return Envelope(
+        id=str(uuid.uuid4()),
+        type=etype.name,
+        version=etype.version,
+        occurred_at=utc_now_iso(),
+        source=etype.source,
+        data=dict(data),
+    )
+
+
+_ENVELOPE_KEYS = ("id", "type", "version", "occurred_at", "source", "data")
+
+
+def parse_envelope(body: bytes | str | Mapping[str, Any]) -> Envelope:
+    """Validate a message from the wire; ContractError says what is wrong with it."""
+    if isinstance(body, bytes | str):
+        try:
+            raw = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ContractError(f"body is not JSON: {err}") from err
+    else:
+        raw = body
+    if not isinstance(raw, Mapping):
+        raise ContractError("envelope must be a JSON object")
+    missing = [k for k in _ENVELOPE_KEYS if k not in raw]
+    if missing:
+        raise ContractError(f"envelope lacks {', '.join(missing)}", {"missing": missing})
+    name, version = raw["type"], raw["version"]
+    if not isinstance(name, str) or not isinstance(version, int) or isinstance(version, bool):
+        raise ContractError("envelope type must be a string and version an integer")
+    etype = event_type(name, version)
+    errors = etype.errors(raw["data"], strict=False)
+    if errors:
+        raise ContractError(
+            f"data of {name!r} v{version} does not match its schema",
+            {"type": name, "version": version, "errors": errors},
+        )
+    return Envelope(
+        id=str(raw["id"]),
+        type=name,
+        version=version,
+        occurred_at=str(raw["occurred_at"]),
+        source=str(raw["source"]),
+        data=dict(raw["data"]),
+    )
+
+
+# --- RPC names ---------------------------------------------------------------------------------
+# RPC methods are verbs named `<service>.<method>`; every service answers `health`.
+
+HEALTH_METHOD = "health"

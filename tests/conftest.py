@@ -1,0 +1,75 @@
+"""Fixtures shared by every test: real servers, each test isolated in its own namespace.
+
+RabbitMQ: each test gets its own vhost (nameko's habit), created and deleted with rabbitmqctl.
+PostgreSQL: each test gets its own database. When a server cannot be reached the test fails
+with what to do; it never skips silently (set WARDEN_TEST_AMQP_URL / WARDEN_TEST_PG_URL to
+point at servers elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import pytest
+
+AMQP_URL = os.environ.get("WARDEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+PG_URL = os.environ.get("WARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _rabbitmqctl(*args: str) -> None:
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    done = subprocess.run([ctl, "-q", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.fail(
+            f"rabbitmqctl {' '.join(args)} failed ({done.stderr.strip() or done.stdout.strip()}).\n"
+            "The integration tests need a running RabbitMQ: start it with "
+            "`rabbitmq-server -detached` (or run .ci/run, which installs and starts it).",
+            pytrace=False,
+        )
+
+
+def _with_vhost(url: str, vhost: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + quote(vhost, safe="")))
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    """A fresh RabbitMQ vhost for this test; the URL points at it."""
+    vhost = f"warden-test-{uuid.uuid4().hex[:12]}"
+    user = urlsplit(AMQP_URL).username or "guest"
+    _rabbitmqctl("add_vhost", vhost)
+    try:
+        _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield _with_vhost(AMQP_URL, vhost)
+    finally:
+        _rabbitmqctl("delete_vhost", vhost)
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """A fresh PostgreSQL database for this test, as an asyncpg SQLAlchemy URL."""
+    import asyncpg
+
+    name = f"warden_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = await asyncpg.connect(PG_URL)
+    except (OSError, asyncpg.PostgresError) as err:
+        pytest.fail(
+            f"cannot reach PostgreSQL at {PG_URL} ({err}).\nThe integration tests need a "
+            "running PostgreSQL: start it with `pg_ctlcluster --skip-systemctl-redirect "
+            "$(ls /etc/postgresql) main start` (or run .ci/run).",
+            pytrace=False,
+        )
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        parts = urlsplit(PG_URL)
+        yield urlunsplit(parts._replace(scheme="postgresql+asyncpg", path="/" + name))
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
