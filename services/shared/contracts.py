@@ -158,7 +158,7 @@ class EventType:
         try:
             schema.load(data)
         except ValidationError as err:
-            return err.normalized_messages()  # type: ignore[return-value]
+            return err.normalized_messages()
         return {}
 
 

@@ -228,7 +228,8 @@ class AmqpBus(Bus):
     async def _handle(
         self, queue: str, message: AbstractIncomingMessage, handler: EventHandler
     ) -> None:
-        deliveries = int((message.headers or {}).get(DELIVERIES_HEADER, 0) or 0) + 1
+        previous = (message.headers or {}).get(DELIVERIES_HEADER, 0)
+        deliveries = (previous if isinstance(previous, int) else 0) + 1
         if message.redelivered:
             deliveries += 1  # the broker gave it again after a consumer died holding it
         try:

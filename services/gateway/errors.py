@@ -1,0 +1,53 @@
+"""One table from error codes to HTTP statuses, and the JSON error envelope.
+
+Every error response is `{"error": CODE, "message": ..., "details": ...}`. An error that is not
+one of ours is logged with its context and answered with a 500 that reveals nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from services.shared.errors import WardenError
+
+log = logging.getLogger("warden.gateway")
+
+STATUS_BY_CODE: dict[str, int] = {
+    "invalid_request": 400,
+    "contract_violation": 422,
+    "not_found": 404,
+    "service_unavailable": 503,
+    "remote_error": 502,
+}
+
+
+def error_response(status: int, code: str, message: str, details: Any = None) -> web.Response:
+    return web.json_response(
+        {"error": code, "message": message, "details": details or {}}, status=status
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except WardenError as err:
+        status = STATUS_BY_CODE.get(err.code, 500)
+        if status >= 500 and status != 503:
+            log.error("%s %s failed: %s", request.method, request.path, err.message)
+        return error_response(status, err.code, err.message, err.details)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        code = err.reason.lower().replace(" ", "_")
+        return error_response(err.status, code, err.reason)
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal_error", "internal error; see the gateway log")

@@ -1,0 +1,36 @@
+"""Composition root of the gateway: the HTTP server in front of the other services."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+
+from aiohttp import web
+
+from services.gateway.app import create_app
+from services.shared.bus import Teardown
+from services.shared.runtime import ServiceContext, start_service
+
+log = logging.getLogger("warden.gateway")
+
+
+async def start(ctx: ServiceContext) -> Teardown:
+    stack = AsyncExitStack()
+    try:
+        runner = web.AppRunner(create_app(ctx.settings, ctx.bus), access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        host, port = ctx.settings.gateway.host, ctx.settings.gateway.port
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        log.info("gateway listening on http://%s:%d", host, _bound_port(site) or port)
+        return await start_service(ctx, stack, {})
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+def _bound_port(site: web.TCPSite) -> int | None:
+    server = site._server  # aiohttp exposes the bound socket only here (port 0 = any)
+    sockets = getattr(server, "sockets", None) or []
+    return int(sockets[0].getsockname()[1]) if sockets else None

@@ -1,0 +1,120 @@
+"""Relational storage: one async SQLAlchemy engine per service, one Alembic history each.
+
+Each service owns its tables, its migrations (`services/<service>/migrations`) and its Alembic
+version table (`alembic_version_<service>`), so the services can share one PostgreSQL
+database or use one SQLite file each (the embedded default) without touching each other.
+A service refuses to start on a schema that is not at its latest revision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Column, DateTime, MetaData, String, Table, event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from services.shared.errors import SchemaNotMigrated
+
+# Services with tables of their own (the gateway keeps nothing durable).
+SERVICES_WITH_DATABASE = ("monitor", "reservations", "jobs", "violations")
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine; SQLite files get their folder, WAL, a busy timeout and foreign keys."""
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_async_engine(url, **kwargs)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def applied_events_table(metadata: MetaData, service: str) -> Table:
+    """Ids of the events a service applied: what makes its consumers idempotent."""
+    return Table(
+        f"{service}_applied_events",
+        metadata,
+        Column("event_id", String(64), primary_key=True),
+        Column("event_type", String(128), nullable=False),
+        Column("applied_at", DateTime(timezone=True), nullable=False),
+    )
+
+
+# --- migrations -------------------------------------------------------------------------------
+
+
+def version_table(service: str) -> str:
+    return f"alembic_version_{service}"
+
+
+def alembic_config(service: str) -> Config:
+    if service not in SERVICES_WITH_DATABASE:
+        raise ValueError(f"service {service!r} has no database")
+    config = Config()
+    config.set_main_option("script_location", str(_PACKAGE_ROOT / service / "migrations"))
+    config.attributes["service"] = service
+    return config
+
+
+def head_revision(service: str) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(service)).get_current_head()
+
+
+def _current_revision(connection: Connection, service: str) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": version_table(service)})
+    return context.get_current_revision()
+
+
+def _upgrade(connection: Connection, service: str, revision: str) -> None:
+    config = alembic_config(service)
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+async def upgrade(engine: AsyncEngine, service: str, revision: str = "head") -> str | None:
+    """Apply the service's migrations up to `revision`; returns the revision now current."""
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade, service, revision)
+    async with engine.connect() as conn:
+        return await conn.run_sync(_current_revision, service)
+
+
+async def current_revision(engine: AsyncEngine, service: str) -> str | None:
+    async with engine.connect() as conn:
+        return await conn.run_sync(_current_revision, service)
+
+
+async def ensure_migrated(engine: AsyncEngine, service: str) -> None:
+    """Refuse to run on a schema that is missing or behind (or ahead of) this code."""
+    current = await current_revision(engine, service)
+    head = head_revision(service)
+    if current != head:
+        state = "has no schema yet" if current is None else f"is at revision {current}"
+        raise SchemaNotMigrated(
+            f"the {service} database {state}; this version needs {head}: "
+            "run `warden db upgrade` first",
+            {"service": service, "current": current, "expected": head},
+        )

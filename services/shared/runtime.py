@@ -1,0 +1,163 @@
+"""Running services: one alone against RabbitMQ, or all five in one process on the in-process bus.
+
+Each service package has `service.py` with `async def start(ctx) -> Teardown`: its composition
+root, which builds its adapters from `ctx.settings`, serves its RPC methods and subscribes its
+event handlers, and returns the teardown that undoes all of it. Nothing connects at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from services import SERVICE_NAMES, __version__
+from services.shared.bus import Bus, BusSettings, EventHandler, RpcHandler, Teardown
+from services.shared.bus.amqp import AmqpBus
+from services.shared.bus.inproc import InProcessBus
+from services.shared.config import Settings
+from services.shared.contracts import HEALTH_METHOD, utc_now_iso
+from services.shared.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
+from services.shared.errors import ServiceUnavailable
+
+log = logging.getLogger("warden.runtime")
+
+# Backends start before the gateway and stop after it.
+START_ORDER = ("reservations", "monitor", "violations", "jobs", "gateway")
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    name: str
+    settings: Settings
+    bus: Bus
+
+
+Start = Callable[[ServiceContext], Awaitable[Teardown]]
+
+
+def service_entry(name: str) -> Start:
+    if name not in SERVICE_NAMES:
+        raise ValueError(f"unknown service {name!r} (known: {', '.join(SERVICE_NAMES)})")
+    module = importlib.import_module(f"services.{name}.service")
+    start: Start = module.start
+    return start
+
+
+def health_handler(name: str) -> RpcHandler:
+    started_at = utc_now_iso()
+
+    async def health(_args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "service": name,
+            "status": "ok",
+            "version": __version__,
+            "pid": os.getpid(),
+            "started_at": started_at,
+        }
+
+    return health
+
+
+async def start_service(
+    ctx: ServiceContext,
+    stack: AsyncExitStack,
+    methods: Mapping[str, RpcHandler],
+    event_handlers: Mapping[tuple[str, str, str], EventHandler] | None = None,
+) -> Teardown:
+    """What every service does last: subscribe its handlers, serve its RPC, return one teardown.
+
+    `stack` holds what the service set up before (its adapters); `event_handlers` maps
+    (source service, routing pattern, handler name) to a handler, each on its own queue.
+    """
+    for (source, pattern, handler_name), handler in (event_handlers or {}).items():
+        stack.push_async_callback(
+            await ctx.bus.subscribe(source, pattern, f"{ctx.name}.{handler_name}", handler)
+        )
+    stop_serving = await ctx.bus.serve(
+        ctx.name, {HEALTH_METHOD: health_handler(ctx.name), **methods}
+    )
+    stack.push_async_callback(stop_serving)
+    log.info("%s service started", ctx.name, extra={"fields": {"version": __version__}})
+    return stack.aclose
+
+
+async def open_database(ctx: ServiceContext, stack: AsyncExitStack) -> Any:
+    """The service's own engine, checked to be migrated; disposed by `stack`."""
+    assert ctx.name in SERVICES_WITH_DATABASE
+    engine = create_engine(ctx.settings.storage.database_url_for(ctx.name))
+    stack.push_async_callback(engine.dispose)
+    await ensure_migrated(engine, ctx.name)
+    return engine
+
+
+def make_bus(settings: Settings, kind: str, *, name: str) -> Bus:
+    bus_settings = BusSettings(
+        max_deliveries=settings.bus.max_deliveries,
+        prefetch=settings.bus.prefetch,
+        rpc_timeout_s=settings.bus.rpc_timeout_s,
+    )
+    if kind == "inproc":
+        return InProcessBus(bus_settings)
+    if kind == "amqp":
+        return AmqpBus(settings.bus.amqp_url, bus_settings, name=name)
+    raise ValueError(f"unknown bus {kind!r}")
+
+
+async def _connect(bus: Bus, wait_s: float) -> None:
+    """Connect, waiting up to `wait_s` for a broker that is still starting (one log line)."""
+    deadline = time.monotonic() + wait_s
+    delay, warned = 0.5, False
+    while True:
+        try:
+            await bus.start()
+            return
+        except ServiceUnavailable as err:
+            if time.monotonic() + delay > deadline:
+                raise
+            if not warned:
+                log.warning("%s; retrying for up to %gs", err.message, wait_s)
+                warned = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+async def run_services(
+    names: Sequence[str],
+    settings: Settings,
+    *,
+    bus_kind: str,
+    stop: asyncio.Event | None = None,
+    connect_wait_s: float = 30.0,
+) -> None:
+    """Start `names`, run until `stop` is set (or SIGINT/SIGTERM), then stop them in reverse."""
+    ordered = [name for name in START_ORDER if name in names]
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    bus = make_bus(settings, bus_kind, name=f"warden-{'+'.join(ordered)}-{os.getpid()}")
+    await _connect(bus, connect_wait_s)
+    teardowns: list[Teardown] = []
+    try:
+        for name in ordered:
+            start = service_entry(name)
+            teardowns.append(await start(ServiceContext(name, settings, bus)))
+        await stop.wait()
+        log.info("stopping %s", ", ".join(ordered))
+    finally:
+        for teardown in reversed(teardowns):
+            try:
+                await teardown()
+            except Exception:
+                log.exception("error while stopping a service")
+        await bus.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,4 @@
+from services.shared.migrations_env import run_migrations
+from services.violations.models import metadata
+
+run_migrations(metadata)
