@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,7 +90,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    path = Path(getattr(args, "config", None) or default_config_path()).expanduser()
+    chosen = getattr(args, "config", None) or os.environ.get("WARDEN_CONFIG")
+    path = Path(chosen or default_config_path()).expanduser()
     if path.exists() and not args.force:
         print(f"{path} exists; keeping it (use --force to overwrite)")
         return 0

@@ -47,7 +47,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if err.status < 400:
             raise
         code = err.reason.lower().replace(" ", "_")
-        return error_response(err.status, code, err.reason)
+        response = error_response(err.status, code, err.reason)
+        # Keep what the status needs, such as `Allow` on a 405.
+        for name, value in err.headers.items():
+            if name.lower() not in ("content-type", "content-length"):
+                response.headers[name] = value
+        return response
     except Exception:
         log.exception("%s %s failed", request.method, request.path)
         return error_response(500, "internal_error", "internal error; see the gateway log")

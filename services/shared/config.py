@@ -7,6 +7,7 @@ from the composition root; nothing reads them from a global.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import tomllib
@@ -33,13 +34,19 @@ PLACEHOLDER_SECRETS = {
 MIN_SECRET_LENGTH = 32
 
 
-def default_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+def _home(environ: Mapping[str, str]) -> Path:
+    return Path(environ["HOME"]) if environ.get("HOME") else Path.home()
+
+
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CONFIG_HOME") or str(_home(environ) / ".config")
     return Path(base) / "warden" / "warden.toml"
 
 
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_DATA_HOME") or str(_home(environ) / ".local" / "share")
     return Path(base) / "warden"
 
 
@@ -116,6 +123,8 @@ class LogSchema(_Section):
 
 
 class StorageSchema(_Section):
+    environ: Mapping[str, str] | None = None  # where the default data dir is looked up
+
     data_dir = fields.String(load_default=None, allow_none=True, validate=validate.Length(min=1))
     database_url = fields.String(load_default="")
 
@@ -126,7 +135,11 @@ class StorageSchema(_Section):
             raise ValidationError(
                 "must start with sqlite+aiosqlite:// or postgresql+asyncpg://", "database_url"
             )
-        data_dir = Path(data["data_dir"]).expanduser() if data["data_dir"] else default_data_dir()
+        data_dir = (
+            Path(data["data_dir"]).expanduser()
+            if data["data_dir"]
+            else default_data_dir(self.environ)
+        )
         return StorageSettings(data_dir=data_dir, database_url=url)
 
 
@@ -187,7 +200,8 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
             if value is None:
                 continue
             if isinstance(schema_field, fields.List):
-                found.setdefault(section, {})[key] = [v.strip() for v in value.split(",") if v]
+                items = (item.strip() for item in value.split(","))
+                found.setdefault(section, {})[key] = [item for item in items if item]
             else:
                 found.setdefault(section, {})[key] = value
     return found
@@ -219,7 +233,9 @@ def load_settings(
     """Read, merge and validate the configuration; ConfigError names each bad key."""
     environ = os.environ if environ is None else environ
     explicit = path is not None or "WARDEN_CONFIG" in environ
-    config_path = Path(path or environ.get("WARDEN_CONFIG") or default_config_path()).expanduser()
+    config_path = Path(
+        path or environ.get("WARDEN_CONFIG") or default_config_path(environ)
+    ).expanduser()
     raw: dict[str, Any] = {}
     if config_path.exists():
         try:
@@ -247,8 +263,11 @@ def load_settings(
             problems[section] = "must be a table"
             continue
         merged = {**values, **overrides.get(section, {})}
+        section_schema = schema()
+        if isinstance(section_schema, StorageSchema):
+            section_schema.environ = environ
         try:
-            loaded[section] = schema().load(merged)
+            loaded[section] = section_schema.load(merged)
         except ValidationError as err:
             problems.update(_flatten(err.messages, section))
 
@@ -293,7 +312,7 @@ format = "text"
 
 [storage]
 # Where Warden keeps its data (SQLite databases, the embedded metrics store).
-data_dir = "{data_dir}"
+data_dir = {data_dir}
 # Empty: one SQLite file per service under data_dir. For PostgreSQL, for example:
 # database_url = "postgresql+asyncpg://warden@db.example/warden"
 # "{{service}}" in the URL is replaced by the service's name.
@@ -319,13 +338,15 @@ cors_origins = []
 
 [auth]
 # Signs access tokens. Keep it secret; a random value was generated for this file.
-jwt_secret = "{jwt_secret}"
+jwt_secret = {jwt_secret}
 access_token_ttl_s = 900
 refresh_token_ttl_s = 604800
 """
 
 
 def render_config_template(data_dir: Path | None = None) -> str:
+    # JSON string literals are valid TOML basic strings: quotes and backslashes escaped.
     return CONFIG_TEMPLATE.format(
-        data_dir=data_dir or default_data_dir(), jwt_secret=secrets.token_urlsafe(48)
+        data_dir=json.dumps(str(data_dir or default_data_dir())),
+        jwt_secret=json.dumps(secrets.token_urlsafe(48)),
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, validate
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from services.shared.errors import ContractError
 
@@ -32,6 +32,20 @@ from services.shared.errors import ContractError
 
 _Str = fields.String
 _NonEmpty = validate.Length(min=1)
+
+
+class _Number(fields.Float):
+    """A JSON number: a string such as "12" is refused, not converted (data is wire form)."""
+
+    def _validated(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+class _Integer(fields.Integer):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(strict=True, **kwargs)
 
 
 class _Strict(Schema):
@@ -45,9 +59,9 @@ class HostRef(_Strict):
 
 class GpuDiscovered(HostRef):
     uuid = _Str(required=True, validate=_NonEmpty)
-    index = fields.Integer(required=True, validate=validate.Range(min=0))
+    index = _Integer(required=True, validate=validate.Range(min=0))
     name = _Str(required=True)
-    memory_total_mib = fields.Float(required=True, allow_none=True)
+    memory_total_mib = _Number(required=True, allow_none=True)
     mig_parent_uuid = _Str(load_default=None, allow_none=True)
 
 
@@ -55,37 +69,37 @@ class GpuSample(_Strict):
     """One GPU at one tick. A figure the GPU does not report is null, never 0."""
 
     uuid = _Str(required=True, validate=_NonEmpty)
-    index = fields.Integer(required=True)
+    index = _Integer(required=True)
     name = _Str(load_default=None, allow_none=True)
-    utilization_gpu_percent = fields.Float(allow_none=True, load_default=None)
-    utilization_memory_percent = fields.Float(allow_none=True, load_default=None)
-    memory_used_mib = fields.Float(allow_none=True, load_default=None)
-    memory_total_mib = fields.Float(allow_none=True, load_default=None)
-    temperature_c = fields.Float(allow_none=True, load_default=None)
-    power_draw_w = fields.Float(allow_none=True, load_default=None)
-    power_limit_w = fields.Float(allow_none=True, load_default=None)
-    fan_speed_percent = fields.Float(allow_none=True, load_default=None)
-    clock_sm_mhz = fields.Float(allow_none=True, load_default=None)
-    clock_memory_mhz = fields.Float(allow_none=True, load_default=None)
+    utilization_gpu_percent = _Number(allow_none=True, load_default=None)
+    utilization_memory_percent = _Number(allow_none=True, load_default=None)
+    memory_used_mib = _Number(allow_none=True, load_default=None)
+    memory_total_mib = _Number(allow_none=True, load_default=None)
+    temperature_c = _Number(allow_none=True, load_default=None)
+    power_draw_w = _Number(allow_none=True, load_default=None)
+    power_limit_w = _Number(allow_none=True, load_default=None)
+    fan_speed_percent = _Number(allow_none=True, load_default=None)
+    clock_sm_mhz = _Number(allow_none=True, load_default=None)
+    clock_memory_mhz = _Number(allow_none=True, load_default=None)
 
 
 class HostSampled(HostRef):
     sampled_at = fields.AwareDateTime(required=True)
-    cpu_percent = fields.Float(allow_none=True, load_default=None)
-    load_1m = fields.Float(allow_none=True, load_default=None)
-    load_5m = fields.Float(allow_none=True, load_default=None)
-    load_15m = fields.Float(allow_none=True, load_default=None)
-    memory_used_mib = fields.Float(allow_none=True, load_default=None)
-    memory_total_mib = fields.Float(allow_none=True, load_default=None)
+    cpu_percent = _Number(allow_none=True, load_default=None)
+    load_1m = _Number(allow_none=True, load_default=None)
+    load_5m = _Number(allow_none=True, load_default=None)
+    load_15m = _Number(allow_none=True, load_default=None)
+    memory_used_mib = _Number(allow_none=True, load_default=None)
+    memory_total_mib = _Number(allow_none=True, load_default=None)
     gpus = fields.List(fields.Nested(GpuSample), required=True)
 
 
 class GpuProcess(_Strict):
     gpu_uuid = _Str(required=True, validate=_NonEmpty)
-    pid = fields.Integer(required=True, validate=validate.Range(min=0))
+    pid = _Integer(required=True, validate=validate.Range(min=0))
     user = _Str(required=True, allow_none=True)
     command = _Str(required=True)
-    used_memory_mib = fields.Float(allow_none=True, load_default=None)
+    used_memory_mib = _Number(allow_none=True, load_default=None)
     started_at = fields.AwareDateTime(allow_none=True, load_default=None)
 
 
@@ -112,9 +126,9 @@ class ViolationContext(_Strict):
     incident_id = _Str(required=True, validate=_NonEmpty)
     host = _Str(required=True, validate=_NonEmpty)
     gpu_uuid = _Str(required=True)
-    gpu_index = fields.Integer(required=True, allow_none=True)
+    gpu_index = _Integer(required=True, allow_none=True)
     offender = _Str(required=True)
-    pids = fields.List(fields.Integer(), required=True)
+    pids = fields.List(_Integer(), required=True)
     commands = fields.List(_Str(), required=True)
     reservation_id = _Str(allow_none=True, load_default=None)
     owner = _Str(allow_none=True, load_default=None)
@@ -125,12 +139,31 @@ class ViolationContext(_Strict):
 
 class ViolationEscalated(ViolationContext):
     step = _Str(required=True)
-    step_index = fields.Integer(required=True, validate=validate.Range(min=0))
+    step_index = _Integer(required=True, validate=validate.Range(min=0))
 
 
 class ViolationResolved(ViolationContext):
     resolved_at = fields.AwareDateTime(required=True)
     reason = _Str(required=True)
+
+
+def _known_fields_only(schema: Schema, data: Any) -> Any:
+    """`data` without the keys `schema` does not declare, recursively through nested objects."""
+    if not isinstance(data, Mapping):
+        return data
+    kept: dict[str, Any] = {}
+    for key, value in data.items():
+        declared = schema.fields.get(key)
+        if declared is None:
+            continue
+        inner = declared.inner if isinstance(declared, fields.List) else declared
+        if isinstance(inner, fields.Nested) and isinstance(inner.schema, Schema):
+            if isinstance(declared, fields.List) and isinstance(value, list):
+                value = [_known_fields_only(inner.schema, item) for item in value]
+            else:
+                value = _known_fields_only(inner.schema, value)
+        kept[key] = value
+    return kept
 
 
 # --- the registry ----------------------------------------------------------------------------
@@ -143,20 +176,21 @@ class EventType:
     source: str
     schema: type[Schema]
     description: str
-    _strict: Schema = field(init=False, repr=False, compare=False)
-    _lenient: Schema = field(init=False, repr=False, compare=False)
+    _schema: Schema = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_strict", self.schema(unknown=RAISE))
-        object.__setattr__(self, "_lenient", self.schema(unknown=EXCLUDE))
+        object.__setattr__(self, "_schema", self.schema())
 
     def errors(self, data: Any, *, strict: bool) -> dict[str, Any]:
-        """Validation errors of `data` (empty when it fits the schema)."""
+        """Validation errors of `data` (empty when it fits the schema).
+
+        Not strict (a consumer reading the wire): fields it does not know are ignored at every
+        depth, since a compatible change may add optional fields anywhere.
+        """
         if not isinstance(data, Mapping):
             return {"_schema": ["data must be an object"]}
-        schema = self._strict if strict else self._lenient
         try:
-            schema.load(data)
+            self._schema.load(data if strict else _known_fields_only(self._schema, data))
         except ValidationError as err:
             return err.normalized_messages()
         return {}
@@ -288,6 +322,13 @@ def make_envelope(
             f"data of {type_name!r} v{etype.version} does not match its schema",
             {"type": type_name, "version": etype.version, "errors": errors},
         )
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError) as err:
+        raise ContractError(
+            f"data of {type_name!r} must be JSON values (times as ISO-8601 strings): {err}",
+            {"type": type_name},
+        ) from err
     return Envelope(
         id=str(uuid.uuid4()),
         type=etype.name,

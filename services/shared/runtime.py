@@ -8,12 +8,13 @@ event handlers, and returns the teardown that undoes all of it. Nothing connects
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -111,22 +112,42 @@ def make_bus(settings: Settings, kind: str, *, name: str) -> Bus:
     raise ValueError(f"unknown bus {kind!r}")
 
 
-async def _connect(bus: Bus, wait_s: float) -> None:
-    """Connect, waiting up to `wait_s` for a broker that is still starting (one log line)."""
+@contextlib.contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+async def _connect(bus: Bus, wait_s: float, stop: asyncio.Event) -> bool:
+    """Connect, waiting up to `wait_s` for a broker that is still starting (one log line).
+
+    Returns False when `stop` was set while waiting.
+    """
     deadline = time.monotonic() + wait_s
     delay, warned = 0.5, False
-    while True:
+    while not stop.is_set():
         try:
-            await bus.start()
-            return
+            # aiormq logs an error for every refused attempt; ours says it once.
+            with _quiet_loggers("aiormq", "aio_pika"):
+                await bus.start()
+            return True
         except ServiceUnavailable as err:
             if time.monotonic() + delay > deadline:
                 raise
             if not warned:
                 log.warning("%s; retrying for up to %gs", err.message, wait_s)
                 warned = True
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, 5.0)
+    return False
 
 
 async def run_services(
@@ -144,9 +165,10 @@ async def run_services(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     bus = make_bus(settings, bus_kind, name=f"warden-{'+'.join(ordered)}-{os.getpid()}")
-    await _connect(bus, connect_wait_s)
     teardowns: list[Teardown] = []
     try:
+        if not await _connect(bus, connect_wait_s, stop):
+            return
         for name in ordered:
             start = service_entry(name)
             teardowns.append(await start(ServiceContext(name, settings, bus)))

@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +34,7 @@ from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustConnection,
 )
-from aio_pika.exceptions import AMQPError, DeliveryError
+from aio_pika.exceptions import AMQPError, ChannelNotFoundEntity, DeliveryError
 
 from services.shared.bus.base import (
     Bus,
@@ -292,15 +292,37 @@ class AmqpBus(Bus):
 
     async def serve(self, service: str, methods: Mapping[str, RpcHandler]) -> Teardown:
         connection = self._require_connection()
-        channel = await connection.channel()
-        await channel.set_qos(prefetch_count=self.settings.prefetch)
-        exchange = await self._exchange(channel, RPC_EXCHANGE)
-        queue = await channel.declare_queue(
-            rpc_queue_name(service), durable=False, auto_delete=True
-        )
-        await queue.bind(exchange, routing_key=f"{service}.*")
         table = dict(methods)
+        for attempt in range(1, 4):
+            channel = await connection.channel()
+            try:
+                await channel.set_qos(prefetch_count=self.settings.prefetch)
+                exchange = await self._exchange(channel, RPC_EXCHANGE)
+                queue = await channel.declare_queue(
+                    rpc_queue_name(service), durable=False, auto_delete=True
+                )
+                await queue.bind(exchange, routing_key=f"{service}.#")
+                tag = await queue.consume(self._request_handler(service, table, channel))
+                break
+            except ChannelNotFoundEntity:
+                # The last other replica left while we declared, and the broker auto-deleted
+                # the queue under us: declare it again on a fresh channel.
+                await _quietly(channel.close())
+                if attempt == 3:
+                    raise
+        self._consumer_channels.add(channel)
 
+        async def teardown() -> None:
+            self._consumer_channels.discard(channel)
+            if not channel.is_closed:
+                await _quietly(queue.cancel(tag))
+                await _quietly(channel.close())
+
+        return teardown
+
+    def _request_handler(
+        self, service: str, table: Mapping[str, RpcHandler], channel: AbstractChannel
+    ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         async def on_request(message: AbstractIncomingMessage) -> None:
             task = asyncio.current_task()
             if task is not None:
@@ -319,16 +341,7 @@ class AmqpBus(Bus):
                 if task is not None:
                     self._in_flight.discard(task)
 
-        tag = await queue.consume(on_request)
-        self._consumer_channels.add(channel)
-
-        async def teardown() -> None:
-            self._consumer_channels.discard(channel)
-            if not channel.is_closed:
-                await _quietly(queue.cancel(tag))
-                await _quietly(channel.close())
-
-        return teardown
+        return on_request
 
     async def _answer(
         self, service: str, table: Mapping[str, RpcHandler], message: AbstractIncomingMessage

@@ -198,6 +198,7 @@ class InProcessBus(Bus):
         wire_args = json.loads(json.dumps(dict(args or {})))
         try:
             result = await asyncio.wait_for(handler(wire_args), deadline)
+            return json.loads(json.dumps(result))
         except TimeoutError as err:
             raise ServiceUnavailable(
                 f"{service}.{method} did not answer within {deadline:g}s",
@@ -211,4 +212,3 @@ class InProcessBus(Bus):
             raise error_from_dict(
                 {"code": "remote_error", "message": f"{service}.{method} failed: {err!r}"}
             ) from err
-        return json.loads(json.dumps(result))
