@@ -1,0 +1,1 @@
+"""End-to-end tests: the whole system as separate OS processes against real servers."""
