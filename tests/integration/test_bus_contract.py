@@ -4,7 +4,7 @@ The `bus_factory` fixture hands out "a connection to the bus". On RabbitMQ each 
 new AmqpBus connection (another process or replica) on the test's own vhost; in-process
 there is only one bus per process, so every call returns the same InProcessBus. A test that
 only makes sense across processes (a consumer that is down while the broker keeps its
-messages) skips the in-process variant and says why.
+messages) runs on RabbitMQ alone.
 
 Waiting is done by polling a condition with a generous deadline, never by sleeping a fixed
 time, and nothing asserts how long anything took.
@@ -389,14 +389,21 @@ async def test_teardown_stops_delivery_and_the_queue_keeps_messages(bus: Bus) ->
     assert after.ids() == [while_down.id]
 
 
+@pytest.fixture
+async def amqp_factory(amqp_url: str) -> AsyncIterator[BusFactory]:
+    factory = BusFactory("amqp", amqp_url)
+    try:
+        yield factory
+    finally:
+        await factory.close_all()
+
+
+@pytest.mark.amqp
 async def test_event_published_while_consumer_is_down_is_delivered_later(
-    bus_factory: BusFactory,
+    amqp_factory: BusFactory,
 ) -> None:
-    if bus_factory.kind == "inproc":
-        pytest.skip(
-            "in-process means one process: a consumer cannot be down (connection closed) "
-            "while the bus holding its queue lives on"
-        )
+    """AMQP only: in-process, a consumer cannot be down while the bus holding its queue lives."""
+    bus_factory = amqp_factory
     consumer = await bus_factory()
     stop = await consumer.subscribe("violations", "violation.*", "notify.on_violation", Recorder())
     await stop()

@@ -1,0 +1,626 @@
+"""Throughput and latency of Warden's message buses (AMQP on RabbitMQ, and in-process).
+
+Usage::
+
+    .venv/bin/python bench/bus_throughput.py [--quick] [--amqp-url URL] [--events N]
+
+What it measures (same process, one event loop, as two services would each run one):
+
+- Events: N small `host.recovered` events ({"host": "h1", "at": <ISO UTC>}) published through
+  `Bus.emit` (so each one is validated by `make_envelope` and published; on AMQP persistent and
+  with publisher confirms, up to `--in-flight` emits pipelined) and consumed by a subscriber
+  that acks each one. On AMQP the subscriber is a second `AmqpBus` (its own connection, like a
+  separate service). End-to-end events/s = N / (first publish -> last event handled).
+  Publish-only events/s: the same N emits with the consumer's queue bound but nobody
+  consuming (on AMQP: until every confirm is back). The events queued by that phase are then
+  drained, which gives a consume-only rate as a side figure.
+- RPC: `bench.echo` served on one bus and called from another (on AMQP: two connections);
+  warm-up calls, then sequential calls: p50 / p99 / max in ms.
+
+Isolation: without --amqp-url it creates its own RabbitMQ vhost with rabbitmqctl (and deletes
+it at the end, also on error or Ctrl-C). With --amqp-url it uses that vhost and deletes the
+queues it declared (their names carry a random suffix).
+
+The last line is machine-readable:
+`RESULT amqp_events_per_s=<int> inproc_events_per_s=<int> rpc_p99_ms=<float>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+# Runnable as a plain script from a checkout: the repository root holds `services`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from services.shared.bus.amqp import AmqpBus
+from services.shared.bus.base import Bus, BusSettings, dead_letter_queue_name, queue_name
+from services.shared.bus.inproc import InProcessBus
+from services.shared.contracts import Envelope, make_envelope, parse_envelope
+
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+EVENT_TYPE = "host.recovered"
+SOURCE = "monitor"
+PATTERN = "host.recovered"
+
+TARGET_AMQP_EPS = 4_000
+TARGET_INPROC_EPS = 50_000
+TARGET_RPC_P99_MS = 10.0
+
+
+# --- RabbitMQ vhost ---------------------------------------------------------------------------
+
+
+def _rabbitmqctl(*args: str, check: bool = True) -> str:
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    done = subprocess.run([ctl, "-q", *args], capture_output=True, text=True, timeout=120)
+    if check and done.returncode != 0:
+        raise RuntimeError(
+            f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip() or done.stdout.strip()}"
+        )
+    return done.stdout.strip()
+
+
+def rabbitmq_version() -> str:
+    try:
+        return _rabbitmqctl("version") or "unknown"
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err.__class__.__name__})"
+
+
+def _with_vhost(url: str, vhost: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + quote(vhost, safe="")))
+
+
+# --- measurements ------------------------------------------------------------------------------
+
+
+@dataclass
+class EventFigures:
+    bus: str
+    events: int
+    seconds: float  # end to end
+    publish_only_s: float
+    publish_during_e2e_s: float = 0.0
+    drain_s: float = 0.0  # consume-only (the queue filled by the publish-only phase)
+    # AMQP: end to end with the consumer in its own process, as services are deployed.
+    two_process_eps: float | None = None
+    cpu: CpuPerEvent | None = None
+
+    @property
+    def one_process_eps(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+    @property
+    def eps(self) -> float:
+        """The headline end-to-end figure."""
+        return self.two_process_eps or self.one_process_eps
+
+    @property
+    def publish_eps(self) -> float:
+        return self.events / self.publish_only_s if self.publish_only_s else 0.0
+
+    @property
+    def drain_eps(self) -> float:
+        return self.events / self.drain_s if self.drain_s else 0.0
+
+
+@dataclass
+class RpcFigures:
+    samples_ms: list[float] = field(default_factory=list)
+
+    def pct(self, p: float) -> float:
+        ordered = sorted(self.samples_ms)
+        if not ordered:
+            return float("nan")
+        # nearest-rank percentile
+        k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+        return ordered[k]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
+
+    @property
+    def p99(self) -> float:
+        return self.pct(99)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples_ms) if self.samples_ms else float("nan")
+
+
+def event_data() -> dict[str, Any]:
+    return {"host": "h1", "at": datetime.now(UTC).isoformat()}
+
+
+class Counter:
+    """A subscriber's handler: counts the events of this run, notes when the last one came."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.seen = 0
+        self.last_at = 0.0
+        self.done = asyncio.Event()
+
+    def reset(self, expected: int) -> None:
+        self.expected, self.seen, self.last_at = expected, 0, 0.0
+        self.done = asyncio.Event()
+
+    async def __call__(self, envelope: Envelope) -> None:
+        if envelope.type != EVENT_TYPE:
+            return
+        self.seen += 1
+        if self.seen >= self.expected:
+            self.last_at = time.perf_counter()
+            self.done.set()
+
+
+async def emit_many(bus: Bus, n: int, in_flight: int) -> float:
+    """Emit n events with at most `in_flight` outstanding; returns when all are published."""
+    remaining = n
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await bus.emit(EVENT_TYPE, event_data(), source=SOURCE)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(max(1, min(in_flight, n)))))
+    return time.perf_counter() - start
+
+
+async def wait_done(counter: Counter, n: int, what: str) -> None:
+    # Generous: never hang the benchmark, even on a slow broker (>= 200 events/s).
+    timeout = max(30.0, n / 200)
+    try:
+        await asyncio.wait_for(counter.done.wait(), timeout)
+    except TimeoutError:
+        raise RuntimeError(
+            f"{what}: only {counter.seen} of {n} events handled within {timeout:.0f}s"
+        ) from None
+
+
+async def measure_events(
+    name: str,
+    publisher: Bus,
+    consumer: Bus,
+    n: int,
+    *,
+    in_flight: int,
+    concurrency: int,
+    consumer_name: str,
+) -> EventFigures:
+    counter = Counter(n)
+
+    # 1. Publish only: the consumer's queue exists and is bound, nobody consumes it.
+    teardown = await consumer.subscribe(
+        SOURCE, PATTERN, consumer_name, counter, concurrency=concurrency
+    )
+    await teardown()
+    await asyncio.sleep(0.05)
+    publish_only_s = await emit_many(publisher, n, in_flight)
+
+    # 2. Drain what phase 1 queued (consume only).
+    counter.reset(n)
+    start = time.perf_counter()
+    teardown = await consumer.subscribe(
+        SOURCE, PATTERN, consumer_name, counter, concurrency=concurrency
+    )
+    await wait_done(counter, n, f"{name} drain")
+    drain_s = counter.last_at - start
+
+    # 3. End to end: publish while the subscriber consumes and acks.
+    await asyncio.sleep(0.2)  # let stragglers settle; the queue is empty now
+    counter.reset(n)
+    start = time.perf_counter()
+    publish_s = await emit_many(publisher, n, in_flight)
+    await wait_done(counter, n, f"{name} end-to-end")
+    seconds = counter.last_at - start
+    await teardown()
+    return EventFigures(name, n, seconds, publish_only_s, publish_s, drain_s)
+
+
+async def consumer_process(url: str, consumer_name: str, n: int, concurrency: int) -> None:
+    """The child of the AMQP end-to-end run: a separate process that consumes, as a service."""
+    bus = AmqpBus(url, name=f"bench-consumer-process-{os.getpid()}")
+    await bus.start()
+    counter = Counter(n)
+    teardown = await bus.subscribe(SOURCE, PATTERN, consumer_name, counter, concurrency=concurrency)
+    print("ready", flush=True)
+    cpu_start = time.process_time()
+    await wait_done(counter, n, "consumer process")
+    cpu_us = (time.process_time() - cpu_start) / n * 1e6
+    done_at = time.time() - (time.perf_counter() - counter.last_at)
+    print(f"done {done_at:.6f} {cpu_us:.1f}", flush=True)
+    await teardown()
+    await bus.close()
+
+
+@dataclass
+class CpuPerEvent:
+    publisher_us: float
+    consumer_us: float
+    broker_us: float | None  # None when the broker is not a local process we can read
+
+
+def broker_cpu_s() -> float | None:
+    """CPU seconds used so far by a local RabbitMQ (beam.smp), from /proc; None if not found."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if "(beam.smp)" in text:
+            fields = text.rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return None
+
+
+async def measure_e2e_two_processes(
+    url: str, publisher: Bus, cfg: Config, consumer_name: str
+) -> tuple[float, CpuPerEvent]:
+    """End-to-end events/s with the consumer in its own process (two services, one broker)."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--consumer-process",
+        url,
+        consumer_name,
+        str(cfg.events),
+        str(cfg.concurrency),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    try:
+        line = await asyncio.wait_for(child.stdout.readline(), 30)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"consumer process did not start: {line!r}")
+        broker_start = broker_cpu_s()
+        cpu_start = time.process_time()
+        start = time.time()
+        await emit_many(publisher, cfg.events, cfg.in_flight)
+        publisher_us = (time.process_time() - cpu_start) / cfg.events * 1e6
+        line = await asyncio.wait_for(child.stdout.readline(), max(60.0, cfg.events / 200))
+        if not line.startswith(b"done "):
+            raise RuntimeError(f"consumer process failed: {line!r}")
+        _, done_at, consumer_us = line.split()
+        broker_end = broker_cpu_s()
+        broker_us = (
+            (broker_end - broker_start) / cfg.events * 1e6
+            if broker_start is not None and broker_end is not None
+            else None
+        )
+        cpu = CpuPerEvent(publisher_us, float(consumer_us), broker_us)
+        return cfg.events / (float(done_at) - start), cpu
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await child.wait()
+
+
+async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> RpcFigures:
+    async def echo(args: dict[str, Any]) -> dict[str, Any]:
+        return args
+
+    teardown = await server.serve("bench", {"echo": echo})
+    try:
+        for i in range(warmup):
+            await client.call("bench", "echo", {"i": i}, timeout=5)
+        figures = RpcFigures()
+        for i in range(calls):
+            t0 = time.perf_counter_ns()
+            reply = await client.call("bench", "echo", {"i": i}, timeout=5)
+            figures.samples_ms.append((time.perf_counter_ns() - t0) / 1e6)
+            if reply != {"i": i}:
+                raise RuntimeError(f"bench.echo answered {reply!r} to {{'i': {i}}}")
+        return figures
+    finally:
+        await teardown()
+
+
+def micro_costs(n: int) -> tuple[float, float]:
+    """µs per make_envelope and per parse_envelope of the bench event (pure CPU)."""
+    data = event_data()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        env = make_envelope(EVENT_TYPE, data, source=SOURCE)
+    make_us = (time.perf_counter() - t0) / n * 1e6
+    body = env.to_json()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        parse_envelope(body)
+    parse_us = (time.perf_counter() - t0) / n * 1e6
+    return make_us, parse_us
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    events: int
+    rpc_warmup: int
+    rpc_calls: int
+    in_flight: int
+    concurrency: int
+    inproc_runs: int
+
+
+async def run_inproc(cfg: Config) -> tuple[EventFigures, RpcFigures, list[float]]:
+    """In-process runs take well under a second, so one scheduling hiccup of another process
+    skews them: the best of `cfg.inproc_runs` runs (each on a fresh bus) is reported."""
+    runs: list[EventFigures] = []
+    for _ in range(max(1, cfg.inproc_runs)):
+        bus = InProcessBus(BusSettings())
+        await bus.start()
+        try:
+            # One bus is the whole "broker" in-process: publisher and subscriber share it.
+            runs.append(
+                await measure_events(
+                    "in-process",
+                    bus,
+                    bus,
+                    cfg.events,
+                    in_flight=1,  # publish never waits in-process: sequential emits
+                    concurrency=cfg.concurrency,
+                    consumer_name="bench.on_recovered",
+                )
+            )
+        finally:
+            await bus.close()
+    best = max(runs, key=lambda ev: ev.eps)
+    best.publish_only_s = min(ev.publish_only_s for ev in runs)
+    bus = InProcessBus(BusSettings())
+    await bus.start()
+    try:
+        rpc = await measure_rpc(bus, bus, cfg.rpc_warmup, cfg.rpc_calls)
+    finally:
+        await bus.close()
+    return best, rpc, [ev.eps for ev in runs]
+
+
+async def run_amqp(url: str, cfg: Config, shared_vhost: bool) -> tuple[EventFigures, RpcFigures]:
+    suffix = uuid.uuid4().hex[:8]
+    consumer_name = f"bench.on_recovered_{suffix}"
+    publisher = AmqpBus(url, name=f"bench-publisher-{suffix}")
+    consumer = AmqpBus(url, name=f"bench-consumer-{suffix}")
+    await publisher.start()
+    try:
+        await consumer.start()
+        try:
+            events = await measure_events(
+                "amqp",
+                publisher,
+                consumer,
+                cfg.events,
+                in_flight=cfg.in_flight,
+                concurrency=cfg.concurrency,
+                consumer_name=consumer_name,
+            )
+            events.two_process_eps, events.cpu = await measure_e2e_two_processes(
+                url, publisher, cfg, consumer_name
+            )
+            # Serve on the consumer's connection, call from the publisher's.
+            rpc = await measure_rpc(consumer, publisher, cfg.rpc_warmup, cfg.rpc_calls)
+            if shared_vhost:
+                await _delete_queues(consumer, queue_name(SOURCE, PATTERN, consumer_name))
+        finally:
+            await consumer.close()
+    finally:
+        await publisher.close()
+    return events, rpc
+
+
+async def _delete_queues(bus: AmqpBus, name: str) -> None:
+    connection = bus._require_connection()
+    channel = await connection.channel()
+    try:
+        for queue in (name, dead_letter_queue_name(name)):
+            await channel.queue_delete(queue)
+    finally:
+        await channel.close()
+
+
+def fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def report(
+    amqp: tuple[EventFigures, RpcFigures],
+    inproc: tuple[EventFigures, RpcFigures],
+    cfg: Config,
+    micro: tuple[float, float],
+    rmq_version: str,
+    where: str,
+    inproc_runs: list[float],
+) -> None:
+    ncpu = os.cpu_count()
+    try:
+        usable: int | None = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = ncpu
+    print()
+    print(
+        f"machine: nproc={usable} (cpu_count={ncpu}), Python {platform.python_version()} "
+        f"({platform.python_implementation()}), RabbitMQ {rmq_version}, {platform.platform()}"
+    )
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load:    {load} (1/5/15 min, at the end; other work on the machine skews figures)")
+    print(f"broker:  {where}")
+    print(
+        f"events:  {cfg.events:,} x '{EVENT_TYPE}' via Bus.emit (make_envelope validation + "
+        f"publish; AMQP: persistent + confirms, {cfg.in_flight} in flight), consumed with acks "
+        f"by subscribe(concurrency={cfg.concurrency}) on a second connection "
+        "(AMQP e2e: in a second process)"
+    )
+    print(
+        f"in-proc: best of {len(inproc_runs)} runs (end-to-end ev/s of each: "
+        + ", ".join(fmt_int(x) for x in inproc_runs)
+        + "); AMQP: one run"
+    )
+    print(f"rpc:     bench.echo, {cfg.rpc_warmup} warm-up + {cfg.rpc_calls} sequential calls")
+    print()
+    head = (
+        f"{'bus':<11} {'events':>7} {'e2e ev/s':>9} {'e2e ev/s 1 proc':>16} "
+        f"{'publish-only ev/s':>18} {'rpc p50 ms':>11} {'rpc p99 ms':>11} {'rpc max ms':>11}"
+    )
+    print(head)
+    print("-" * len(head))
+    for ev, rpc in (amqp, inproc):
+        print(
+            f"{ev.bus:<11} {ev.events:>7,} {fmt_int(ev.eps):>9} {fmt_int(ev.one_process_eps):>16} "
+            f"{fmt_int(ev.publish_eps):>18} {rpc.p50:>11.3f} {rpc.p99:>11.3f} {rpc.max:>11.3f}"
+        )
+    print(
+        "(AMQP e2e: publisher and consumer in two processes, as two services; "
+        "'1 proc': both in one process and event loop)"
+    )
+    print()
+    a_ev, a_rpc = amqp
+    i_ev, _ = inproc
+    print("targets:")
+    print(
+        f"  AMQP end-to-end      {fmt_int(a_ev.eps):>9} events/s   target >= "
+        f"{TARGET_AMQP_EPS:,}    {verdict(a_ev.eps >= TARGET_AMQP_EPS)}"
+    )
+    print(
+        f"  in-process e2e       {fmt_int(i_ev.eps):>9} events/s   target >= "
+        f"{TARGET_INPROC_EPS:,}   {verdict(i_ev.eps >= TARGET_INPROC_EPS)}"
+    )
+    print(
+        f"  RabbitMQ RPC p99     {a_rpc.p99:>9.2f} ms         target <  "
+        f"{TARGET_RPC_P99_MS:g}       {verdict(a_rpc.p99 < TARGET_RPC_P99_MS)}"
+    )
+    print()
+    print("side figures:")
+    for ev in (a_ev, i_ev):
+        print(
+            f"  {ev.bus:<10} consume-only (drain of a full queue) {fmt_int(ev.drain_eps):>9} ev/s; "
+            f"publishing during e2e took {ev.publish_during_e2e_s:.3f}s"
+        )
+    if a_ev.cpu is not None:
+        cpu = a_ev.cpu
+        broker = f"{cpu.broker_us:.0f}" if cpu.broker_us is not None else "n/a"
+        total = cpu.publisher_us + cpu.consumer_us + (cpu.broker_us or 0.0)
+        print(
+            f"  AMQP e2e CPU per event: publisher {cpu.publisher_us:.0f} us + consumer "
+            f"{cpu.consumer_us:.0f} us + RabbitMQ {broker} us = {total:.0f} us, so "
+            f"{usable_cpus()} cores cap it near {fmt_int(usable_cpus() * 1e6 / total)} events/s"
+        )
+    make_us, parse_us = micro
+    print(
+        f"  per event CPU: make_envelope {make_us:.1f} us "
+        f"(caps emit at {fmt_int(1e6 / make_us)}/s), "
+        f"parse_envelope {parse_us:.1f} us (caps a consumer at {fmt_int(1e6 / parse_us)}/s)"
+    )
+    print()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1,000 events, 200 RPCs")
+    ap.add_argument(
+        "--amqp-url",
+        help="use this broker/vhost as is (default: a fresh vhost on "
+        f"{DEFAULT_AMQP_URL} made with rabbitmqctl)",
+    )
+    ap.add_argument("--events", type=int, help="events per measurement (default 20,000)")
+    ap.add_argument("--in-flight", type=int, default=200, help="AMQP emits in flight (200)")
+    ap.add_argument(
+        "--concurrency", type=int, default=1, help="subscribe(concurrency=...) of the consumer (1)"
+    )
+    return ap.parse_args(argv)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--consumer-process"]:
+        url, consumer_name, n, concurrency = argv[1:5]
+        logging.basicConfig(level=logging.WARNING)
+        asyncio.run(consumer_process(url, consumer_name, int(n), int(concurrency)))
+        return 0
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.WARNING)
+    signal.signal(signal.SIGTERM, _sigterm)
+
+    events = args.events or (1_000 if args.quick else 20_000)
+    cfg = Config(
+        events=events,
+        rpc_warmup=20 if args.quick else 200,
+        rpc_calls=200 if args.quick else 2_000,
+        in_flight=args.in_flight,
+        concurrency=args.concurrency,
+        inproc_runs=1 if args.quick else 3,
+    )
+    rmq_version = rabbitmq_version()
+    micro = micro_costs(500 if args.quick else 5_000)
+
+    inproc_events, inproc_rpc, inproc_runs = asyncio.run(run_inproc(cfg))
+    inproc = (inproc_events, inproc_rpc)
+
+    vhost = None
+    if args.amqp_url:
+        url = args.amqp_url
+    else:
+        vhost = f"warden-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        _rabbitmqctl("add_vhost", vhost)
+    try:
+        if vhost is not None:
+            user = urlsplit(DEFAULT_AMQP_URL).username or "guest"
+            _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+            url = _with_vhost(DEFAULT_AMQP_URL, vhost)
+        amqp = asyncio.run(run_amqp(url, cfg, shared_vhost=vhost is None))
+    finally:
+        if vhost is not None:
+            _rabbitmqctl("delete_vhost", vhost, check=False)
+
+    parts = urlsplit(url)
+    where = f"{parts.hostname}:{parts.port or 5672} vhost {unquote(parts.path[1:]) or '/'}" + (
+        " (own vhost, deleted)" if vhost else " (given)"
+    )
+    report(amqp, inproc, cfg, micro, rmq_version, where, inproc_runs)
+    print(
+        f"RESULT amqp_events_per_s={int(amqp[0].eps)} inproc_events_per_s={int(inproc[0].eps)} "
+        f"rpc_p99_ms={amqp[1].p99:.2f}"
+    )
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
