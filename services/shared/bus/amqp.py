@@ -23,10 +23,11 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
+import aiormq
 from aio_pika.abc import (
     AbstractChannel,
     AbstractExchange,
@@ -169,7 +170,7 @@ class AmqpBus(Bus):
             # aio-pika's Exchange.publish minus its Message object, which cost a fifth of the
             # publisher's CPU (bench/bus_throughput.py). Not mandatory: an event nobody
             # subscribes to is dropped by the broker, not bounced back to us.
-            channel = await self._publish_channel.get_underlay_channel()
+            channel = cast(aiormq.Channel, await self._publish_channel.get_underlay_channel())
             await channel.basic_publish(
                 body,
                 exchange=exchange.name,
