@@ -58,12 +58,21 @@ class HostRef(_Strict):
     host = _Str(required=True, validate=_NonEmpty)
 
 
+GPU_STATUSES = ("ok", "no_gpu", "no_nvidia_smi", "error")
+
+
 class GpuDiscovered(HostRef):
     uuid = _Str(required=True, validate=_NonEmpty)
     index = _Integer(required=True, validate=validate.Range(min=0))
     name = _Str(required=True)
     memory_total_mib = _Number(required=True, allow_none=True)
     mig_parent_uuid = _Str(load_default=None, allow_none=True)
+
+
+class GpuDisappeared(HostRef):
+    uuid = _Str(required=True, validate=_NonEmpty)
+    index = _Integer(required=True, allow_none=True)
+    at = fields.AwareDateTime(required=True)
 
 
 class GpuSample(_Strict):
@@ -92,6 +101,9 @@ class HostSampled(HostRef):
     load_15m = _Number(allow_none=True, load_default=None)
     memory_used_mib = _Number(allow_none=True, load_default=None)
     memory_total_mib = _Number(allow_none=True, load_default=None)
+    # ok | no_gpu | no_nvidia_smi | error: why `gpus` may be empty.
+    gpu_status = _Str(load_default="ok", validate=validate.OneOf(GPU_STATUSES))
+    gpu_error = _Str(allow_none=True, load_default=None)
     gpus = fields.List(fields.Nested(GpuSample), required=True)
 
 
@@ -195,6 +207,9 @@ def _compile_validator(validator: Any) -> Check | None:
     if type(validator) is validate.Length and validator.equal is None:
         low, high = validator.min, validator.max
         return lambda v: (low is None or len(v) >= low) and (high is None or len(v) <= high)
+    if type(validator) is validate.OneOf:
+        choices = tuple(validator.choices)
+        return lambda v: v in choices
     if type(validator) is validate.Range and validator.min_inclusive and validator.max_inclusive:
         low, high = validator.min, validator.max
         return lambda v: (low is None or v >= low) and (high is None or v <= high)
@@ -307,6 +322,13 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "monitor",
         GpuDiscovered,
         "A GPU was seen for the first time, or its identity (index, name, memory) changed.",
+    ),
+    EventType(
+        "gpu.disappeared",
+        1,
+        "monitor",
+        GpuDisappeared,
+        "A GPU seen before is missing from its host's reading (the host itself answered).",
     ),
     EventType(
         "host.sampled",

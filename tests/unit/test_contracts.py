@@ -82,6 +82,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             }
         ],
     },
+    "gpu.disappeared": {"host": "gpu-01", "uuid": "GPU-0000", "index": 0, "at": NOW},
     "host.unreachable": {"host": "gpu-01", "since": NOW, "reason": "ssh timed out"},
     "host.recovered": {"host": "gpu-01", "at": NOW, "down_since": NOW},
     "violation.opened": dict(_VIOLATION),
