@@ -1,9 +1,96 @@
-"""Tables owned by the monitor service (only it reads or writes them)."""
+"""Tables owned by the monitor service (only it reads or writes them).
 
-from sqlalchemy import MetaData
+Time series of the embedded metrics store (`tsdb.sqlite.SqlMetricsStore`): raw samples, one
+row per host tick and one per GPU per tick with a column per metric (NULL: not reported), and
+1-minute rollups with min / max / sum / count per metric, so averages over any span are exact
+and a NULL never counts. Times are integer milliseconds since the Unix epoch (UTC): exact
+bucket arithmetic in SQL, the same on SQLite and PostgreSQL.
 
+Indexes: the primary keys serve the series queries, `(host, time_ms)` for hosts and
+`(host, time_ms, gpu_uuid)` for GPUs (a query for one GPU walks its host's time range). Time
+before the GPU keeps the GPUs of one tick side by side in the index, so a tick of a thousand
+hosts touches a thousand index pages, not eight thousand: at 2 million rows that halves the
+cost of a write on SQLite. `time_ms` / `minute_ms` alone are indexed for rollups and retention.
+"""
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+)
+
+from services.monitor.tsdb.base import GPU_METRICS, HOST_METRICS
 from services.shared.db import applied_events_table
 
 metadata = MetaData()
 
 applied_events = applied_events_table(metadata, "monitor")
+
+ROLLUP_SUFFIXES = ("min", "max", "sum", "count")
+
+
+def _metric_columns(metrics: tuple[str, ...]) -> list[Column[float]]:
+    return [Column(name, Float, nullable=True) for name in metrics]
+
+
+def _rollup_columns(metrics: tuple[str, ...]) -> list[Column[float] | Column[int]]:
+    columns: list[Column[float] | Column[int]] = []
+    for name in metrics:
+        columns += [
+            Column(f"{name}_min", Float, nullable=True),
+            Column(f"{name}_max", Float, nullable=True),
+            Column(f"{name}_sum", Float, nullable=True),
+            Column(f"{name}_count", Integer, nullable=False, server_default="0"),
+        ]
+    return columns
+
+
+host_samples = Table(
+    "monitor_host_samples",
+    metadata,
+    Column("host", String(255), nullable=False),
+    Column("time_ms", BigInteger, nullable=False, autoincrement=False),
+    *_metric_columns(HOST_METRICS),
+    PrimaryKeyConstraint("host", "time_ms", name="pk_monitor_host_samples"),
+    Index("ix_monitor_host_samples_time_ms", "time_ms"),
+)
+
+gpu_samples = Table(
+    "monitor_gpu_samples",
+    metadata,
+    Column("host", String(255), nullable=False),
+    Column("gpu_uuid", String(128), nullable=False),
+    Column("time_ms", BigInteger, nullable=False, autoincrement=False),
+    Column("gpu_index", Integer, nullable=False),
+    *_metric_columns(GPU_METRICS),
+    PrimaryKeyConstraint("host", "time_ms", "gpu_uuid", name="pk_monitor_gpu_samples"),
+    Index("ix_monitor_gpu_samples_time_ms", "time_ms"),
+)
+
+host_rollup_1m = Table(
+    "monitor_host_rollup_1m",
+    metadata,
+    Column("host", String(255), nullable=False),
+    Column("minute_ms", BigInteger, nullable=False, autoincrement=False),
+    *_rollup_columns(HOST_METRICS),
+    PrimaryKeyConstraint("host", "minute_ms", name="pk_monitor_host_rollup_1m"),
+    Index("ix_monitor_host_rollup_1m_minute_ms", "minute_ms"),
+)
+
+gpu_rollup_1m = Table(
+    "monitor_gpu_rollup_1m",
+    metadata,
+    Column("host", String(255), nullable=False),
+    Column("gpu_uuid", String(128), nullable=False),
+    Column("minute_ms", BigInteger, nullable=False, autoincrement=False),
+    Column("gpu_index", Integer, nullable=False),
+    *_rollup_columns(GPU_METRICS),
+    PrimaryKeyConstraint("host", "gpu_uuid", "minute_ms", name="pk_monitor_gpu_rollup_1m"),
+    Index("ix_monitor_gpu_rollup_1m_minute_ms", "minute_ms"),
+)
