@@ -81,6 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"any of {', '.join(db.SERVICES_WITH_DATABASE)} (default: all)",
         )
 
+    hosts = commands.add_parser("hosts", parents=[common], help="the monitored hosts")
+    host_commands = hosts.add_subparsers(dest="hosts_command", required=True, metavar="ACTION")
+    check = host_commands.add_parser(
+        "check", parents=[common], help="log in to every host and look for nvidia-smi and GPUs"
+    )
+    check.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
+    )
+
+    from services.monitor.sim.cli import add_parser as add_sim_parser
+
+    add_sim_parser(commands, [common])
+
     commands.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -158,9 +171,41 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hosts(args: argparse.Namespace) -> int:
+    from services.monitor.check import check_hosts, format_table
+    from services.monitor.fleet import SshOptions
+    from services.monitor.inventory import monitored_hosts
+    from services.monitor.nvml import load_nvml
+
+    settings = _settings(args)
+    configure_logging(settings.log)
+    hosts = monitored_hosts(settings, local_has_nvml=load_nvml() is not None)
+    if not hosts:
+        raise WardenError(
+            f"no hosts to check in {settings.source}: add [[hosts]] tables "
+            "(`warden init` writes an example)"
+        )
+    options = SshOptions.from_settings(settings.monitor)
+    results = asyncio.run(check_hosts(hosts, options, args.timeout))
+    print(format_table(results))
+    return 0 if all(result.ok for result in results) else 1
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from services.monitor.sim.cli import run_cli
+
+    return run_cli(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"init": cmd_init, "run": cmd_run, "db": cmd_db}
+    commands = {
+        "init": cmd_init,
+        "run": cmd_run,
+        "db": cmd_db,
+        "hosts": cmd_hosts,
+        "sim": cmd_sim,
+    }
     if args.command == "version":
         print(f"warden {__version__}")
         return 0

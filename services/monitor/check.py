@@ -1,0 +1,80 @@
+"""`warden hosts check`: can Warden log in to every host, and does each have nvidia-smi and GPUs?"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.monitor.fleet import HostShell, HostUnreachable, SshHostShell, SshOptions
+from services.monitor.nvml import load_nvml
+from services.shared.config import HostConfig
+
+_GPU_LINE = re.compile(r"^GPU \d+: .*\(UUID: ")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    address: str
+    ok: bool
+    gpus: int | None
+    detail: str
+
+
+async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> CheckResult:
+    where = f"{host.address}:{host.port}"
+    try:
+        login = await shell.run("echo ok", timeout)
+        if login.stdout.strip() != "ok":
+            return CheckResult(host.name, where, False, None, "login works but the shell is odd")
+        found = await shell.run("command -v nvidia-smi", timeout)
+        if found.exit_status != 0:
+            return CheckResult(host.name, where, False, None, "no nvidia-smi on the host's PATH")
+        listing = await shell.run("nvidia-smi -L", timeout)
+    except HostUnreachable as err:
+        return CheckResult(host.name, where, False, None, str(err.details.get("reason")))
+    finally:
+        await shell.close()
+    if listing.exit_status != 0:
+        text = (listing.stdout + listing.stderr).strip().splitlines()
+        return CheckResult(
+            host.name, where, False, None, f"nvidia-smi failed: {text[0] if text else '?'}"
+        )
+    gpus = sum(1 for line in listing.stdout.splitlines() if _GPU_LINE.match(line))
+    return CheckResult(host.name, where, True, gpus, "ok" if gpus else "ok, but no GPU")
+
+
+def check_local(name: str) -> CheckResult:
+    nvml = load_nvml()
+    if nvml is None:
+        return CheckResult(name, "local (NVML)", False, None, "no NVML library or driver")
+    return CheckResult(name, "local (NVML)", True, nvml.nvmlDeviceGetCount(), "ok")
+
+
+async def check_hosts(
+    hosts: Sequence[HostConfig], options: SshOptions, timeout: float
+) -> list[CheckResult]:
+    async def one(host: HostConfig) -> CheckResult:
+        if host.probe == "nvml":
+            return await asyncio.to_thread(check_local, host.name)
+        return await check_shell(host, SshHostShell(host, options), timeout)
+
+    return list(await asyncio.gather(*(one(host) for host in hosts)))
+
+
+def format_table(results: Sequence[CheckResult]) -> str:
+    rows = [("HOST", "ADDRESS", "STATUS", "GPUS", "DETAIL")]
+    for result in results:
+        gpus = "-" if result.gpus is None else str(result.gpus)
+        rows.append(
+            (result.name, result.address, "ok" if result.ok else "FAILED", gpus, result.detail)
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True))
+        + "  "
+        + row[4]
+        for row in rows
+    )

@@ -1,0 +1,225 @@
+"""Shells on remote hosts: one persistent SSH connection per host, a deadline on every command.
+
+`HostShell` is the small interface the monitor (and later the jobs and violations services)
+runs commands through; `SshHostShell` is asyncssh, `FakeHostShell` (beside it) answers from
+a table for unit tests. A command that cannot be run raises `HostUnreachable` with a reason a
+person can act on ("authentication refused", "host key not verified", "timed out", ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncssh
+
+from services.shared.config import HostConfig, MonitorSettings
+from services.shared.errors import WardenError, register_error
+
+log = logging.getLogger("warden.monitor.fleet")
+
+
+@register_error
+class HostUnreachable(WardenError):
+    """A command could not be run on a host; `message` says why in words, `details` in data."""
+
+    code = "host_unreachable"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_status: int | None
+    stdout: str
+    stderr: str = ""
+
+
+class HostShell(ABC):
+    """Runs commands on one host."""
+
+    name: str
+
+    @abstractmethod
+    async def run(self, command: str, timeout: float) -> CommandResult:
+        """Run `command` (sh syntax) within `timeout` seconds; raise HostUnreachable."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Drop the connection (a later `run` connects again)."""
+
+
+# --- SSH ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    connect_timeout_s: float = 10.0
+    keepalive_s: float = 15.0
+    known_hosts: str = ""  # empty: ~/.ssh/known_hosts
+    accept_new_host_keys: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: MonitorSettings) -> SshOptions:
+        return cls(
+            connect_timeout_s=settings.connect_timeout_s,
+            keepalive_s=settings.keepalive_s,
+            known_hosts=settings.known_hosts,
+            accept_new_host_keys=settings.accept_new_host_keys,
+        )
+
+    def known_hosts_path(self) -> Path:
+        return Path(self.known_hosts or "~/.ssh/known_hosts").expanduser()
+
+
+def describe_ssh_error(err: BaseException) -> str:
+    """Words for why a connection or command failed, for logs, events and `hosts check`."""
+    if isinstance(err, asyncssh.PermissionDenied):
+        return "authentication refused (is Warden's public key in authorized_keys?)"
+    if isinstance(err, asyncssh.HostKeyNotVerifiable):
+        return (
+            "host key not verified (add the host to known_hosts, "
+            "or set monitor.accept_new_host_keys = true)"
+        )
+    if isinstance(err, TimeoutError | asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, asyncssh.ConnectionLost):
+        return "connection lost"
+    if isinstance(err, asyncssh.DisconnectError):
+        return f"disconnected: {err.reason}"
+    if isinstance(err, asyncssh.KeyImportError | FileNotFoundError):
+        return f"cannot read the SSH key: {err}"
+    if isinstance(err, OSError):
+        return err.strerror or str(err) or type(err).__name__
+    return str(err) or type(err).__name__
+
+
+PREFERRED_CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+    "chacha20-poly1305@openssh.com",
+)
+
+
+def _known_host_pattern(address: str, port: int) -> str:
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+class SshHostShell(HostShell):
+    def __init__(self, host: HostConfig, options: SshOptions) -> None:
+        self.name = host.name
+        self.host = host
+        self.options = options
+        self._client_keys = [str(Path(host.key_file).expanduser())] if host.key_file else ()
+        self._connection: asyncssh.SSHClientConnection | None = None
+        self._connecting = asyncio.Lock()
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        known_hosts_path = self.options.known_hosts_path()
+        known_hosts: object = str(known_hosts_path) if known_hosts_path.exists() else ()
+        record_key = False
+        if self.options.accept_new_host_keys and not self._key_is_known(known_hosts_path):
+            known_hosts, record_key = None, True  # first contact: accept, then record
+        connection = await asyncssh.connect(
+            self.host.address,
+            port=self.host.port,
+            username=self.host.user,
+            client_keys=self._client_keys,
+            known_hosts=known_hosts,
+            keepalive_interval=self.options.keepalive_s,
+            keepalive_count_max=3,
+            connect_timeout=self.options.connect_timeout_s,
+            agent_path=None if self.host.key_file else (),
+            # AES-GCM first: asyncssh's chacha20 costs about twice the CPU per poll.
+            encryption_algs=PREFERRED_CIPHERS,
+        )
+        if record_key:
+            self._record_key(known_hosts_path, connection)
+        return connection
+
+    def _key_is_known(self, path: Path) -> bool:
+        if not path.exists():
+            return False
+        known = asyncssh.read_known_hosts(str(path))
+        trusted, *_ = known.match(self.host.address, "", self.host.port)
+        return bool(trusted)
+
+    def _record_key(self, path: Path, connection: asyncssh.SSHClientConnection) -> None:
+        key = connection.get_server_host_key()
+        if key is None:
+            return
+        line = f"{_known_host_pattern(self.host.address, self.host.port)} "
+        line += key.export_public_key("openssh").decode().strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as known_hosts:
+            known_hosts.write(line + "\n")
+        log.info("recorded the host key of %s in %s", self.name, path)
+
+    async def _connection_within(self, deadline: float) -> asyncssh.SSHClientConnection:
+        async with self._connecting:
+            if self._connection is None:
+                remaining = deadline - time.monotonic()
+                async with asyncio.timeout(max(0.0, remaining)):
+                    self._connection = await self._connect()
+            return self._connection
+
+    async def run(self, command: str, timeout: float) -> CommandResult:
+        deadline = time.monotonic() + timeout
+        try:
+            connection = await self._connection_within(deadline)
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                done = await connection.run(command, check=False)
+        except (OSError, asyncssh.Error, TimeoutError) as err:
+            # A broken or hung connection is dropped; the next poll connects again.
+            await self.close()
+            raise HostUnreachable(
+                f"{self.name}: {describe_ssh_error(err)}",
+                {"host": self.name, "reason": describe_ssh_error(err)},
+            ) from err
+        return CommandResult(done.exit_status, _text(done.stdout), _text(done.stderr))
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+            try:
+                async with asyncio.timeout(2):
+                    await connection.wait_closed()
+            except (TimeoutError, OSError, asyncssh.Error):
+                pass
+
+
+def _text(output: str | bytes | None) -> str:
+    if output is None:
+        return ""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output
+
+
+# --- fake --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeHostShell(HostShell):
+    """Answers commands with a function of the command; records what it was asked.
+
+    `answer` returns a CommandResult, or raises HostUnreachable to act as a dead host.
+    """
+
+    name: str
+    answer: Callable[[str], CommandResult]
+    commands: list[str] = field(default_factory=list)
+    closed: int = 0
+
+    async def run(self, command: str, timeout: float) -> CommandResult:
+        self.commands.append(command)
+        return self.answer(command)
+
+    async def close(self) -> None:
+        self.closed += 1

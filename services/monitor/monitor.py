@@ -1,0 +1,207 @@
+"""The monitor's poll loops: every host on its own schedule, none waiting for another.
+
+Each host has a task that wakes at its ticks (hosts are spread evenly over the interval so a
+thousand hosts do not all poll at once), reads the host within a deadline shorter than the
+interval, turns the result into events through `HostState`, publishes them, keeps the latest
+state for `snapshot()` and hands the figures to the metrics writer. A host that fails is
+retried with back-off; its ticks in between are skipped, not counted as missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from services.monitor.fleet import HostUnreachable
+from services.monitor.readers import HostReader
+from services.monitor.state import GPU_FIGURES, Event, HostState
+from services.monitor.tsdb.base import GpuPoint, HostPoint
+from services.monitor.writer import MetricsWriter
+from services.shared.errors import WardenError
+
+log = logging.getLogger("warden.monitor")
+
+Publish = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+@dataclass
+class MonitorStats:
+    polls: int = 0
+    failures: int = 0
+    missed_ticks: int = 0
+    sample_ages_ms: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
+
+    def as_dict(self) -> dict[str, Any]:
+        ages = list(self.sample_ages_ms)
+        return {
+            "polls": self.polls,
+            "failures": self.failures,
+            "missed_ticks": self.missed_ticks,
+            "sample_age_ms": {
+                "count": len(ages),
+                "p50": percentile(ages, 50),
+                "p99": percentile(ages, 99),
+                "max": max(ages) if ages else None,
+            },
+        }
+
+
+def host_point(sample: dict[str, Any], at: datetime) -> HostPoint:
+    return HostPoint(
+        host=sample["host"],
+        time=at,
+        cpu_percent=sample["cpu_percent"],
+        load_1m=sample["load_1m"],
+        memory_used_mib=sample["memory_used_mib"],
+        memory_total_mib=sample["memory_total_mib"],
+        gpus=tuple(
+            GpuPoint(uuid=gpu["uuid"], index=gpu["index"], **{f: gpu[f] for f in GPU_FIGURES})
+            for gpu in sample["gpus"]
+        ),
+    )
+
+
+class Monitor:
+    def __init__(
+        self,
+        readers: Sequence[HostReader],
+        publish: Publish,
+        *,
+        interval_s: float,
+        poll_deadline_s: float,
+        writer: MetricsWriter | None = None,
+    ) -> None:
+        self.readers = list(readers)
+        self.publish = publish
+        self.interval_s = interval_s
+        self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
+        self.writer = writer
+        self.states = {reader.name: HostState(reader.name) for reader in self.readers}
+        self.stats = MonitorStats()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._publish_failing = False
+
+    async def start(self) -> None:
+        if self.writer is not None:
+            self.writer.start()
+        first_tick = time.monotonic()
+        count = max(1, len(self.readers))
+        for i, reader in enumerate(self.readers):
+            offset = self.interval_s * i / count
+            self._tasks.append(
+                asyncio.create_task(
+                    self._poll_forever(reader, first_tick + offset), name=f"poll {reader.name}"
+                )
+            )
+        log.info(
+            "monitoring %d host(s) every %gs",
+            len(self.readers),
+            self.interval_s,
+            extra={"fields": {"hosts": ",".join(r.name for r in self.readers[:20])}},
+        )
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for reader in self.readers:
+            with contextlib.suppress(Exception):
+                await reader.close()
+        if self.writer is not None:
+            await self.writer.close()
+
+    async def _poll_forever(self, reader: HostReader, first_tick: float) -> None:
+        state = self.states[reader.name]
+        tick = first_tick
+        while True:
+            await asyncio.sleep(max(0.0, tick - time.monotonic()))
+            late = time.monotonic() - tick
+            if late >= self.interval_s:
+                # The loop was too busy to start this poll in its own interval.
+                skipped = int(late // self.interval_s)
+                self.stats.missed_ticks += skipped
+                tick += skipped * self.interval_s
+            if state.reachable is False and time.monotonic() < state.retry_at:
+                tick += self.interval_s
+                continue
+            await self.poll_once(reader, state, tick)
+            tick += self.interval_s
+
+    async def poll_once(self, reader: HostReader, state: HostState, tick: float) -> None:
+        self.stats.polls += 1
+        at = datetime.now(UTC)
+        try:
+            try:
+                # Readers keep their own deadline; this one guards against one that does not.
+                async with asyncio.timeout(self.poll_deadline_s + 0.5):
+                    reading = await reader.read(self.poll_deadline_s)
+            except TimeoutError as err:
+                raise HostUnreachable(f"{reader.name}: timed out", {"reason": "timed out"}) from err
+        except HostUnreachable as err:
+            self.stats.failures += 1
+            reason = str(err.details.get("reason") or err.message)
+            events = state.on_failure(reason, at, time.monotonic(), self.interval_s)
+            if events:  # a transition: one log line per outage, not per tick
+                log.warning("%s is unreachable: %s", reader.name, reason)
+        except Exception:
+            # A bug reading one host must not stop its loop (or the others).
+            self.stats.failures += 1
+            log.exception("reading %s failed", reader.name)
+            return
+        else:
+            was_down = state.reachable is False
+            events = state.on_reading(reading, at)
+            if was_down:
+                log.info("%s is reachable again", reader.name)
+        await self._publish_all(events)
+        if state.reachable and state.last_sample is not None:
+            self.stats.sample_ages_ms.append((time.monotonic() - tick) * 1000)
+            if self.writer is not None:
+                self.writer.offer(host_point(state.last_sample, at))
+
+    async def _publish_all(self, events: list[Event]) -> None:
+        for event_type, data in events:
+            try:
+                await self.publish(event_type, data)
+            except WardenError as err:
+                if not self._publish_failing:
+                    self._publish_failing = True
+                    log.warning("publishing monitor events failed: %s", err.message)
+                return
+        if self._publish_failing:
+            self._publish_failing = False
+            log.info("publishing monitor events works again")
+
+    def snapshot(self, host: str | None = None) -> dict[str, Any]:
+        """The latest state of every host (or one): figures, GPUs, processes, reachability."""
+        hosts = []
+        for name, state in self.states.items():
+            if host is not None and name != host:
+                continue
+            hosts.append(
+                {
+                    "name": name,
+                    "reachable": state.reachable,
+                    "down_since": state.down_since.isoformat() if state.down_since else None,
+                    "down_reason": state.down_reason,
+                    "last_seen": state.last_seen.isoformat() if state.last_seen else None,
+                    "sample": state.last_sample,
+                    "processes": state.last_processes,
+                }
+            )
+        return {"generated_at": datetime.now(UTC).isoformat(), "hosts": hosts}

@@ -1,0 +1,227 @@
+"""Reading this machine's GPUs through NVML (the official `nvidia-ml-py` bindings, no subprocess).
+
+`read_gpus(nvml)` takes the `pynvml` module (or `FakeNvml`, beside it, in tests) and returns
+the GPUs and their compute processes. A figure a GPU does not support is None, never 0. No
+NVML library, or no driver, means "no GPU" for this host, not an error. NVML calls block, so
+the caller runs this in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any, TypeVar
+
+from services.monitor.probe import GpuReading, GpuStatus, ProcessReading
+
+T = TypeVar("T")
+
+
+def load_nvml() -> ModuleType | None:
+    """The pynvml module when NVML can be initialised here, else None."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None
+    return pynvml
+
+
+def _optional(nvml: Any, function: Callable[..., T], *args: Any) -> T | None:
+    """`function(*args)`, or None when the GPU does not support or report it."""
+    try:
+        return function(*args)
+    except nvml.NVMLError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class NvmlReading:
+    status: GpuStatus
+    gpus: tuple[GpuReading, ...] = ()
+    processes: tuple[ProcessReading, ...] = ()
+    error: str | None = None
+
+
+def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
+    """Every GPU of this machine with its figures, and the compute processes on each."""
+    proc = proc or ProcInfo()
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except nvml.NVMLError as err:
+        return NvmlReading(GpuStatus.ERROR, error=f"NVML: {err}")
+    gpus: list[GpuReading] = []
+    processes: list[ProcessReading] = []
+    for index in range(count):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        utilization = _optional(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = _optional(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
+        power = _optional(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
+        limit = _optional(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        temperature = _optional(
+            nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+        )
+        fan = _optional(nvml, nvml.nvmlDeviceGetFanSpeed, handle)
+        clock_sm = _optional(nvml, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+        clock_mem = _optional(nvml, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)
+        gpus.append(
+            GpuReading(
+                uuid=uuid,
+                index=index,
+                name=_text(nvml.nvmlDeviceGetName(handle)),
+                utilization_gpu_percent=_float(utilization.gpu if utilization else None),
+                utilization_memory_percent=_float(utilization.memory if utilization else None),
+                memory_used_mib=memory.used / 2**20 if memory else None,
+                memory_total_mib=memory.total / 2**20 if memory else None,
+                temperature_c=_float(temperature),
+                power_draw_w=power / 1000 if power is not None else None,
+                power_limit_w=limit / 1000 if limit is not None else None,
+                fan_speed_percent=_float(fan),
+                clock_sm_mhz=_float(clock_sm),
+                clock_memory_mhz=_float(clock_mem),
+            )
+        )
+        running = _optional(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        for process in running or ():
+            used = getattr(process, "usedGpuMemory", None)
+            processes.append(
+                ProcessReading(
+                    pid=int(process.pid),
+                    gpu_uuid=uuid,
+                    used_memory_mib=used / 2**20 if isinstance(used, int) else None,
+                    user=proc.user(process.pid),
+                    command=proc.command(process.pid),
+                    started_at=proc.started_at(process.pid),
+                )
+            )
+    processes.sort(key=lambda p: (p.gpu_uuid, p.pid))
+    return NvmlReading(GpuStatus.OK, tuple(gpus), tuple(processes))
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+class ProcInfo:
+    """Owner, command line and start time of a local process, from /proc."""
+
+    def __init__(self, root: str = "/proc") -> None:
+        self.root = root
+
+    def user(self, pid: int) -> str | None:
+        try:
+            uid = os.stat(f"{self.root}/{pid}").st_uid
+            return pwd.getpwuid(uid).pw_name
+        except (OSError, KeyError):
+            return None
+
+    def command(self, pid: int) -> str:
+        try:
+            with open(f"{self.root}/{pid}/cmdline", "rb") as cmdline:
+                return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def started_at(self, pid: int) -> datetime | None:
+        try:
+            with open(f"{self.root}/{pid}/stat") as stat:
+                start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            with open(f"{self.root}/uptime") as uptime:
+                up_s = float(uptime.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        boot = time.time() - up_s
+        return datetime.fromtimestamp(boot + start_ticks / os.sysconf("SC_CLK_TCK"), UTC)
+
+
+# --- fake --------------------------------------------------------------------------------------
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-80GB"
+    utilization: tuple[int, int] | None = (50, 20)
+    memory: tuple[int, int] | None = (10 * 2**30, 80 * 2**30)  # used, total bytes
+    temperature: int | None = 40
+    power_mw: int | None = 250_000
+    power_limit_mw: int | None = 400_000
+    fan: int | None = None  # data-centre GPUs report no fan
+    clocks: tuple[int, int] | None = (1410, 1593)
+    processes: list[tuple[int, int | None]] = field(default_factory=list)  # pid, bytes
+
+
+class FakeNvml:
+    """The subset of pynvml that `read_gpus` uses; an unsupported figure raises NVMLError."""
+
+    NVMLError = FakeNvmlError
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        self.gpus = gpus
+
+    def _get(self, value: T | None) -> T:
+        if value is None:
+            raise FakeNvmlError("Not Supported")
+        return value
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> str:
+        return gpu.uuid
+
+    def nvmlDeviceGetName(self, gpu: FakeGpu) -> bytes:
+        return gpu.name.encode()  # older bindings return bytes
+
+    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> Any:
+        gpu_percent, memory_percent = self._get(gpu.utilization)
+        return type("Utilization", (), {"gpu": gpu_percent, "memory": memory_percent})()
+
+    def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> Any:
+        used, total = self._get(gpu.memory)
+        return type("Memory", (), {"used": used, "total": total})()
+
+    def nvmlDeviceGetTemperature(self, gpu: FakeGpu, _sensor: int) -> int:
+        return self._get(gpu.temperature)
+
+    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
+        return self._get(gpu.power_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, gpu: FakeGpu) -> int:
+        return self._get(gpu.power_limit_mw)
+
+    def nvmlDeviceGetFanSpeed(self, gpu: FakeGpu) -> int:
+        return self._get(gpu.fan)
+
+    def nvmlDeviceGetClockInfo(self, gpu: FakeGpu, clock: int) -> int:
+        sm, mem = self._get(gpu.clocks)
+        return sm if clock == self.NVML_CLOCK_SM else mem
+
+    def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[Any]:
+        return [
+            type("Process", (), {"pid": pid, "usedGpuMemory": used})()
+            for pid, used in gpu.processes
+        ]

@@ -1,0 +1,177 @@
+"""What the monitor knows about one host, and the events each poll result causes (pure).
+
+`HostState.on_reading` and `HostState.on_failure` take what a poll returned and give back the
+events to publish, in order. Transitions, not ticks: a host that stops answering produces one
+`host.unreachable`, and one `host.recovered` when it answers again. A GPU is announced with
+`gpu.discovered` when first seen or when its identity changes, and `gpu.disappeared` when the
+host answered, its GPUs could be read, and that GPU was not among them. GPUs that cannot be
+read (no nvidia-smi, driver error) are unknown, not gone.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from services.monitor.probe import (
+    CpuCounters,
+    GpuReading,
+    GpuStatus,
+    HostReading,
+    ProcessReading,
+    cpu_percent,
+)
+
+Event = tuple[str, dict[str, Any]]  # (event type, data in wire form)
+
+# Figures of a GPU sample, in the order of the contract (services/shared/contracts.GpuSample).
+GPU_FIGURES = (
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_mib",
+    "memory_total_mib",
+    "temperature_c",
+    "power_draw_w",
+    "power_limit_w",
+    "fan_speed_percent",
+    "clock_sm_mhz",
+    "clock_memory_mhz",
+)
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    uuid: str
+    index: int
+    name: str | None
+    memory_total_mib: float | None
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
+
+
+def gpu_sample(gpu: GpuReading) -> dict[str, Any]:
+    sample: dict[str, Any] = {"uuid": gpu.uuid, "index": gpu.index, "name": gpu.name}
+    for figure in GPU_FIGURES:
+        sample[figure] = getattr(gpu, figure)
+    return sample
+
+
+def process_entry(process: ProcessReading) -> dict[str, Any]:
+    return {
+        "gpu_uuid": process.gpu_uuid,
+        "pid": process.pid,
+        "user": process.user,
+        "command": process.command,
+        "used_memory_mib": process.used_memory_mib,
+        "started_at": _iso(process.started_at),
+    }
+
+
+def backoff_s(failures: int, interval_s: float, cap_s: float = 60.0, rng: Any = random) -> float:
+    """How long to wait before trying a failed host again: exponential, capped, jittered."""
+    base = min(cap_s, interval_s * 2 ** max(0, failures - 1))
+    return float(base * rng.uniform(0.5, 1.0))
+
+
+@dataclass
+class HostState:
+    name: str
+    reachable: bool | None = None  # None: not polled yet
+    down_since: datetime | None = None
+    down_reason: str | None = None
+    failures: int = 0
+    retry_at: float = 0.0  # monotonic time before which a down host is not tried again
+    cpu: CpuCounters | None = None
+    gpus: dict[str, GpuIdentity] = field(default_factory=dict)
+    last_sample: dict[str, Any] | None = None
+    last_processes: list[dict[str, Any]] = field(default_factory=list)
+    last_seen: datetime | None = None
+
+    def on_reading(self, reading: HostReading, at: datetime) -> list[Event]:
+        events: list[Event] = []
+        if self.reachable is False:
+            events.append(
+                (
+                    "host.recovered",
+                    {"host": self.name, "at": at.isoformat(), "down_since": _iso(self.down_since)},
+                )
+            )
+        self.reachable, self.down_since, self.down_reason = True, None, None
+        self.failures, self.retry_at, self.last_seen = 0, 0.0, at
+        if reading.gpu_status is GpuStatus.OK:
+            events.extend(self._gpu_changes(reading.gpus, at))
+        percent = cpu_percent(self.cpu, reading.cpu)
+        self.cpu = reading.cpu
+        load = reading.load or (None, None, None)
+        self.last_sample = {
+            "host": self.name,
+            "sampled_at": at.isoformat(),
+            "cpu_percent": percent,
+            "load_1m": load[0],
+            "load_5m": load[1],
+            "load_15m": load[2],
+            "memory_used_mib": reading.memory_used_mib,
+            "memory_total_mib": reading.memory_total_mib,
+            "gpu_status": reading.gpu_status.value,
+            "gpu_error": reading.gpu_error,
+            "gpus": [gpu_sample(gpu) for gpu in reading.gpus],
+        }
+        events.append(("host.sampled", self.last_sample))
+        self.last_processes = [process_entry(p) for p in reading.processes]
+        events.append(
+            (
+                "processes.observed",
+                {
+                    "host": self.name,
+                    "observed_at": at.isoformat(),
+                    "processes": self.last_processes,
+                },
+            )
+        )
+        return events
+
+    def _gpu_changes(self, gpus: tuple[GpuReading, ...], at: datetime) -> list[Event]:
+        events: list[Event] = []
+        seen = set()
+        for gpu in gpus:
+            seen.add(gpu.uuid)
+            identity = GpuIdentity(gpu.uuid, gpu.index, gpu.name, gpu.memory_total_mib)
+            if self.gpus.get(gpu.uuid) != identity:
+                self.gpus[gpu.uuid] = identity
+                events.append(
+                    (
+                        "gpu.discovered",
+                        {
+                            "host": self.name,
+                            "uuid": gpu.uuid,
+                            "index": gpu.index,
+                            "name": gpu.name or "",
+                            "memory_total_mib": gpu.memory_total_mib,
+                        },
+                    )
+                )
+        for uuid in sorted(set(self.gpus) - seen):
+            gone = self.gpus.pop(uuid)
+            events.append(
+                (
+                    "gpu.disappeared",
+                    {"host": self.name, "uuid": uuid, "index": gone.index, "at": at.isoformat()},
+                )
+            )
+        return events
+
+    def on_failure(self, reason: str, at: datetime, now: float, interval_s: float) -> list[Event]:
+        """A poll failed at `at` (monotonic `now`); returns `host.unreachable` once per outage."""
+        self.failures += 1
+        self.retry_at = now + backoff_s(self.failures, interval_s)
+        self.cpu = None  # a delta across an outage would be meaningless
+        if self.reachable is False:
+            return []
+        self.reachable, self.down_since, self.down_reason = False, at, reason
+        return [
+            ("host.unreachable", {"host": self.name, "since": at.isoformat(), "reason": reason})
+        ]
