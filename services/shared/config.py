@@ -95,12 +95,53 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
+class MonitorSettings:
+    interval_s: float = 5.0
+    # Deadline of one poll; 0 means 80 % of the interval (a poll never runs into the next).
+    poll_timeout_s: float = 0.0
+    connect_timeout_s: float = 10.0
+    keepalive_s: float = 15.0
+    # Empty: the user's ~/.ssh/known_hosts.
+    known_hosts: str = ""
+    accept_new_host_keys: bool = False
+    # Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.
+    local_nvml: str = "auto"
+    local_name: str = ""  # name of this machine's entry (default: its hostname)
+    # embedded (SQL, in the monitor's database) or influx (InfluxDB 2).
+    tsdb: str = "embedded"
+    raw_retention_h: float = 48.0
+    rollup_retention_d: float = 90.0
+    influx_url: str = ""
+    influx_org: str = ""
+    influx_bucket: str = "warden"
+    influx_token: str = field(default="", repr=False)
+
+    @property
+    def poll_deadline_s(self) -> float:
+        return self.poll_timeout_s or self.interval_s * 0.8
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One monitored host: over SSH by default, or this machine through NVML."""
+
+    name: str
+    address: str = ""
+    port: int = 22
+    user: str = ""
+    key_file: str = ""
+    probe: str = "ssh"
+
+
+@dataclass(frozen=True)
 class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     bus: BusConfig = field(default_factory=BusConfig)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    hosts: tuple[HostConfig, ...] = ()
     dev: bool = False
     source: str = "defaults"
 
@@ -179,12 +220,87 @@ class AuthSchema(_Section):
         return AuthSettings(**data)
 
 
+class MonitorSchema(_Section):
+    interval_s = fields.Float(load_default=5.0, validate=validate.Range(min=0.1, max=3600))
+    poll_timeout_s = fields.Float(load_default=0.0, validate=validate.Range(min=0, max=3600))
+    connect_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0.1))
+    keepalive_s = fields.Float(load_default=15.0, validate=validate.Range(min=1))
+    known_hosts = fields.String(load_default="")
+    accept_new_host_keys = fields.Boolean(load_default=False)
+    local_nvml = fields.String(load_default="auto", validate=validate.OneOf(("auto", "on", "off")))
+    local_name = fields.String(load_default="")
+    tsdb = fields.String(load_default="embedded", validate=validate.OneOf(("embedded", "influx")))
+    raw_retention_h = fields.Float(load_default=48.0, validate=validate.Range(min=0.1))
+    rollup_retention_d = fields.Float(load_default=90.0, validate=validate.Range(min=0.1))
+    influx_url = fields.String(load_default="")
+    influx_org = fields.String(load_default="")
+    influx_bucket = fields.String(load_default="warden")
+    influx_token = fields.String(load_default="")
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> MonitorSettings:
+        if data["tsdb"] == "influx":
+            for key in ("influx_url", "influx_org", "influx_token"):
+                if not data[key]:
+                    raise ValidationError('required when tsdb = "influx"', key)
+        return MonitorSettings(**data)
+
+
+class HostSchema(_Section):
+    name = fields.String(
+        required=True,
+        validate=validate.Regexp(
+            r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+            error="letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit",
+        ),
+    )
+    address = fields.String(load_default="")
+    port = fields.Integer(load_default=22, validate=validate.Range(min=1, max=65535))
+    user = fields.String(load_default="")
+    key_file = fields.String(load_default="")
+    probe = fields.String(load_default="ssh", validate=validate.OneOf(("ssh", "nvml")))
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> HostConfig:
+        if data["probe"] == "ssh":
+            for key in ("address", "user"):
+                if not data[key]:
+                    raise ValidationError("required for a host polled over SSH", key)
+        return HostConfig(**data)
+
+
+def _load_hosts(raw: Any, problems: dict[str, str]) -> tuple[HostConfig, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems["hosts"] = "must be an array of tables ([[hosts]])"
+        return ()
+    hosts: list[HostConfig] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        where = f"hosts[{i}]"
+        if not isinstance(entry, dict):
+            problems[where] = "must be a table"
+            continue
+        try:
+            host = HostSchema().load(entry)
+        except ValidationError as err:
+            problems.update(_flatten(err.messages, where))
+            continue
+        if host.name in seen:
+            problems[f"{where}.name"] = f"{host.name!r} is listed twice"
+        seen.add(host.name)
+        hosts.append(host)
+    return tuple(hosts)
+
+
 SECTIONS: dict[str, type[_Section]] = {
     "log": LogSchema,
     "storage": StorageSchema,
     "bus": BusSchema,
     "gateway": GatewaySchema,
     "auth": AuthSchema,
+    "monitor": MonitorSchema,
 }
 
 
@@ -253,8 +369,8 @@ def load_settings(
 
     problems: dict[str, str] = {}
     for key in raw:
-        if key not in SECTIONS:
-            problems[key] = f"unknown section (known: {', '.join(SECTIONS)})"
+        if key not in SECTIONS and key != "hosts":
+            problems[key] = f"unknown section (known: {', '.join(SECTIONS)}, hosts)"
     overrides = _env_overrides(environ)
     loaded: dict[str, Any] = {}
     for section, schema in SECTIONS.items():
@@ -271,6 +387,7 @@ def load_settings(
         except ValidationError as err:
             problems.update(_flatten(err.messages, section))
 
+    hosts = _load_hosts(raw.get("hosts"), problems)
     dev = dev or environ.get("WARDEN_DEV", "").lower() in ("1", "true", "yes")
     auth: AuthSettings | None = loaded.get("auth")
     if auth is not None:
@@ -294,7 +411,7 @@ def load_settings(
     if problems:
         lines = "\n".join(f"  {key}: {reason}" for key, reason in sorted(problems.items()))
         raise ConfigError(f"invalid configuration ({source}):\n{lines}", problems)
-    return Settings(dev=dev, source=source, **loaded)
+    return Settings(dev=dev, source=source, hosts=hosts, **loaded)
 
 
 # --- `warden init` ---------------------------------------------------------------------------
@@ -341,6 +458,42 @@ cors_origins = []
 jwt_secret = {jwt_secret}
 access_token_ttl_s = 900
 refresh_token_ttl_s = 604800
+
+[monitor]
+# Seconds between two polls of a host.
+interval_s = 5.0
+# Deadline of one poll in seconds; 0 means 80 % of interval_s.
+poll_timeout_s = 0.0
+connect_timeout_s = 10.0
+# SSH keep-alive interval in seconds.
+keepalive_s = 15.0
+# Host keys are checked against this file; empty means ~/.ssh/known_hosts.
+known_hosts = ""
+# true: record the key of a host seen for the first time (a changed key is still refused).
+accept_new_host_keys = false
+# Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.
+local_nvml = "auto"
+# Name of this machine in Warden (default: its hostname).
+local_name = ""
+# Where GPU and CPU time series go: embedded (the monitor's database) or influx (InfluxDB 2).
+tsdb = "embedded"
+# Embedded store: raw samples kept this many hours, 1-minute rollups this many days.
+raw_retention_h = 48.0
+rollup_retention_d = 90.0
+# InfluxDB 2 (tsdb = "influx"); the token is a secret (WARDEN_MONITOR_INFLUX_TOKEN).
+influx_url = ""
+influx_org = ""
+influx_bucket = "warden"
+influx_token = ""
+
+# One [[hosts]] table per GPU server, polled over SSH with one command per interval.
+# `warden hosts check` tests them all. Options: name, address, port (22), user,
+# key_file (empty: your SSH agent and default keys), probe ("ssh" or "nvml").
+# [[hosts]]
+# name = "dgx1"
+# address = "dgx1.lab.example"
+# user = "warden"
+# key_file = "~/.ssh/warden_ed25519"
 """
 
 
