@@ -11,7 +11,7 @@ CONFIG ?=
 CONFIG_ARG := $(if $(CONFIG),--config $(CONFIG))
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-unit lint bench bench-quick clean distclean
+.PHONY: help install run demo test test-unit lint bench bench-quick clean distclean
 
 help: ## list the targets
 	@echo "Warden make targets:"
@@ -34,6 +34,9 @@ run: install ## write a config if there is none, migrate, start every service (h
 	$(BIN)/warden db upgrade $(CONFIG_ARG)
 	$(BIN)/warden run all $(CONFIG_ARG)
 
+demo: install ## everything against a 4-host simulated fleet over SSH, live GPUs in the terminal
+	$(BIN)/warden demo
+
 test: install ## the whole test suite (needs RabbitMQ and PostgreSQL; see .ci/run)
 	$(BIN)/pytest -q
 
@@ -53,7 +56,7 @@ bench-quick: install ## run every benchmark with --quick
 
 clean: ## remove caches and build output (keeps .venv)
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info .data/demo
 
 distclean: clean ## clean, and remove .venv too
 	rm -rf $(VENV)

@@ -90,6 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
     )
 
+    demo = commands.add_parser(
+        "demo",
+        parents=[common],
+        help="run everything against a simulated fleet (nothing to install or configure)",
+    )
+    demo.add_argument("--hosts", type=int, default=4, help="simulated hosts (4)")
+    demo.add_argument("--gpus-per-host", type=int, default=8, help="GPUs per host (8)")
+    demo.add_argument(
+        "--data-dir", default=".data/demo", help="where the demo keeps its files (.data/demo)"
+    )
+    demo.add_argument(
+        "--watch", type=float, default=10.0, help="print the GPUs every N seconds (0: never)"
+    )
+
     from services.monitor.sim.cli import add_parser as add_sim_parser
 
     add_sim_parser(commands, [common])
@@ -191,6 +205,18 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     return 0 if all(result.ok for result in results) else 1
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from services.monitor.demo import run_demo
+
+    if args.hosts < 1 or args.gpus_per_host < 0:
+        raise WardenError("--hosts must be at least 1 and --gpus-per-host at least 0")
+    base = load_settings(getattr(args, "config", None), dev=True)
+    asyncio.run(
+        run_demo(base, Path(args.data_dir).resolve(), args.hosts, args.gpus_per_host, args.watch)
+    )
+    return 0
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from services.monitor.sim.cli import run_cli
 
@@ -205,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "db": cmd_db,
         "hosts": cmd_hosts,
         "sim": cmd_sim,
+        "demo": cmd_demo,
     }
     if args.command == "version":
         print(f"warden {__version__}")

@@ -157,14 +157,18 @@ async def run_services(
     bus_kind: str,
     stop: asyncio.Event | None = None,
     connect_wait_s: float = 30.0,
+    bus: Bus | None = None,
 ) -> None:
-    """Start `names`, run until `stop` is set (or SIGINT/SIGTERM), then stop them in reverse."""
+    """Start `names`, run until `stop` is set (or SIGINT/SIGTERM), then stop them in reverse.
+
+    `bus`, when given, is used instead of a new one of `bus_kind` (and closed at the end).
+    """
     ordered = [name for name in START_ORDER if name in names]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    bus = make_bus(settings, bus_kind, name=f"warden-{'+'.join(ordered)}-{os.getpid()}")
+    bus = bus or make_bus(settings, bus_kind, name=f"warden-{'+'.join(ordered)}-{os.getpid()}")
     teardowns: list[Teardown] = []
     try:
         if not await _connect(bus, connect_wait_s, stop):
