@@ -123,7 +123,9 @@ class SshHostShell(HostShell):
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         known_hosts_path = self.options.known_hosts_path()
-        known_hosts: object = str(known_hosts_path) if known_hosts_path.exists() else ()
+        # A missing file trusts no key: asyncssh would read an empty value as "use
+        # ~/.ssh/known_hosts", silently trusting keys the configured file does not hold.
+        known_hosts: object = str(known_hosts_path) if known_hosts_path.exists() else ([], [], [])
         record_key = False
         if self.options.accept_new_host_keys and not self._key_is_known(known_hosts_path):
             known_hosts, record_key = None, True  # first contact: accept, then record

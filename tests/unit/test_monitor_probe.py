@@ -638,7 +638,7 @@ def test_fake_nvidia_smi_answers_only_the_two_queries(tmp_path: Path) -> None:
         check=False,
     )
     assert (apps.stdout, apps.returncode) == ("", 0)
-    other = subprocess.run([smi, "-L"], env=env, capture_output=True, text=True, check=False)
+    other = subprocess.run([smi, "-q"], env=env, capture_output=True, text=True, check=False)
     assert other.returncode == 2 and "usage" in other.stderr
 
 
