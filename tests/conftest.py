@@ -4,6 +4,7 @@ RabbitMQ: each test gets its own vhost (nameko's habit), created and deleted wit
 PostgreSQL: each test gets its own database. When a server cannot be reached the test fails
 with what to do; it never skips silently (set WARDEN_TEST_AMQP_URL / WARDEN_TEST_PG_URL to
 point at servers elsewhere).
+sshd: each test gets its own OpenSSH sshd on a free loopback port (tests/sshd.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import AsyncIterator, Iterator
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
+
+from tests.sshd import Sshd
 
 AMQP_URL = os.environ.get("WARDEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 PG_URL = os.environ.get("WARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -73,3 +76,14 @@ async def pg_url() -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+def sshd(request: pytest.FixtureRequest) -> Iterator[Sshd]:
+    """A real sshd of this test's own on 127.0.0.1 (see tests/sshd.py), started.
+
+    Options of `Sshd` (user, path, env, extra_config) come through indirect parametrisation:
+    `@pytest.mark.parametrize("sshd", [{"user": "alice"}], indirect=True)`.
+    """
+    with Sshd(**getattr(request, "param", {})) as server:
+        yield server
