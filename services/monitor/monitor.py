@@ -21,8 +21,8 @@ from typing import Any
 
 from services.monitor.fleet import HostUnreachable
 from services.monitor.readers import HostReader
-from services.monitor.state import GPU_FIGURES, Event, HostState
-from services.monitor.tsdb.base import GpuPoint, HostPoint
+from services.monitor.state import Event, HostState
+from services.monitor.tsdb.base import GPU_METRICS, GpuPoint, HostPoint
 from services.monitor.writer import MetricsWriter
 from services.shared.errors import WardenError
 
@@ -69,7 +69,7 @@ def host_point(sample: dict[str, Any], at: datetime) -> HostPoint:
         memory_used_mib=sample["memory_used_mib"],
         memory_total_mib=sample["memory_total_mib"],
         gpus=tuple(
-            GpuPoint(uuid=gpu["uuid"], index=gpu["index"], **{f: gpu[f] for f in GPU_FIGURES})
+            GpuPoint(uuid=gpu["uuid"], index=gpu["index"], **{f: gpu[f] for f in GPU_METRICS})
             for gpu in sample["gpus"]
         ),
     )

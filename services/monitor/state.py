@@ -23,23 +23,9 @@ from services.monitor.probe import (
     ProcessReading,
     cpu_percent,
 )
+from services.monitor.tsdb.base import GPU_METRICS
 
 Event = tuple[str, dict[str, Any]]  # (event type, data in wire form)
-
-# Figures of a GPU sample, in the order of the contract (services/shared/contracts.GpuSample).
-GPU_FIGURES = (
-    "utilization_gpu_percent",
-    "utilization_memory_percent",
-    "memory_used_mib",
-    "memory_total_mib",
-    "temperature_c",
-    "power_draw_w",
-    "power_limit_w",
-    "fan_speed_percent",
-    "clock_sm_mhz",
-    "clock_memory_mhz",
-)
-
 
 @dataclass(frozen=True)
 class GpuIdentity:
@@ -55,7 +41,7 @@ def _iso(when: datetime | None) -> str | None:
 
 def gpu_sample(gpu: GpuReading) -> dict[str, Any]:
     sample: dict[str, Any] = {"uuid": gpu.uuid, "index": gpu.index, "name": gpu.name}
-    for figure in GPU_FIGURES:
+    for figure in GPU_METRICS:
         sample[figure] = getattr(gpu, figure)
     return sample
 
