@@ -27,6 +27,7 @@ from services.monitor.tsdb.base import GPU_METRICS
 
 Event = tuple[str, dict[str, Any]]  # (event type, data in wire form)
 
+
 @dataclass(frozen=True)
 class GpuIdentity:
     uuid: str
