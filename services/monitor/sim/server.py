@@ -208,10 +208,6 @@ class SimServer:
         self._unsubscribe: Any = None
         self._closing = False
 
-    def authorize_key(self, key: asyncssh.SSHKey | str | Path) -> None:
-        """Accept one more client public key from now on."""
-        self._allowed_keys.add(_load_public_key(key).public_data)
-
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
