@@ -20,6 +20,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
     "contract_violation": 422,
     "not_found": 404,
+    "authentication_failed": 401,
+    "forbidden": 403,
+    "not_allowed": 403,
+    "already_exists": 409,
+    "reservation_conflict": 409,
     "service_unavailable": 503,
     "remote_error": 502,
 }

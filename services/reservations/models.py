@@ -1,9 +1,173 @@
-"""Tables owned by the reservations service (only it reads or writes them)."""
+"""Tables owned by the reservations service (only it reads or writes them).
 
-from sqlalchemy import MetaData
+Times are integer milliseconds since the Unix epoch (UTC), as in the monitor's tables: exact
+interval arithmetic in SQL, the same on SQLite and PostgreSQL, and cheap to compare.
+
+The invariant "no two active reservations overlap on one GPU" lives in
+`reservations_gpu_slots` (one row per reserved GPU, carrying its reservation's interval and
+whether it is active). The database enforces it: on PostgreSQL with an exclusion constraint
+(btree_gist), on SQLite with triggers that abort an overlapping insert or update; the service
+also writes inside a serialised transaction on SQLite. Both are created by migration
+`reservations_0002`.
+"""
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 from services.shared.db import applied_events_table
 
 metadata = MetaData()
 
 applied_events = applied_events_table(metadata, "reservations")
+
+users = Table(
+    "reservations_users",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # The user's UNIX username on the hosts: what processes are matched against.
+    Column("username", String(32), nullable=False, unique=True),
+    Column("email", String(254), nullable=False),
+    Column("password_hash", String(255), nullable=False),
+    Column("is_admin", Boolean, nullable=False, default=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
+
+groups = Table(
+    "reservations_groups",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("description", String(500), nullable=False, default=""),
+    # New users join every default group.
+    Column("is_default", Boolean, nullable=False, default=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+)
+
+group_members = Table(
+    "reservations_group_members",
+    metadata,
+    Column(
+        "group_id",
+        Integer,
+        ForeignKey("reservations_groups.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column(
+        "user_id",
+        Integer,
+        ForeignKey("reservations_users.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Index("ix_reservations_group_members_user", "user_id"),
+)
+
+gpus = Table(
+    "reservations_gpus",
+    metadata,
+    Column("uuid", String(96), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("gpu_index", Integer, nullable=False),
+    Column("name", String(255), nullable=False, default=""),
+    Column("memory_total_mib", Float, nullable=True),
+    # False once the monitor reports it missing; it stays known with its reservations.
+    Column("present", Boolean, nullable=False, default=True),
+    Column("first_seen_ms", BigInteger, nullable=False),
+    Column("last_change_ms", BigInteger, nullable=False),
+    Index("ix_reservations_gpus_host", "host", "gpu_index"),
+)
+
+access_rules = Table(
+    "reservations_access_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False),
+    Column("description", String(500), nullable=False, default=""),
+    # Subjects and objects are short lists of names, read whole with the rule.
+    Column("users", JSON, nullable=False),  # usernames
+    Column("groups", JSON, nullable=False),  # group names
+    Column("all_gpus", Boolean, nullable=False, default=False),
+    Column("hosts", JSON, nullable=False),
+    Column("gpus", JSON, nullable=False),  # GPU uuids
+    Column("valid_from_ms", BigInteger, nullable=False),
+    Column("valid_until_ms", BigInteger, nullable=True),
+    # [{"days": [0..6], "start": "HH:MM", "end": "HH:MM"}] in `timezone`; empty: any time.
+    Column("windows", JSON, nullable=False),
+    Column("timezone", String(64), nullable=False, default="UTC"),
+    Column("max_gpus", Integer, nullable=True),
+    Column("max_duration_s", Integer, nullable=True),
+    Column("max_gpu_hours_per_week", Float, nullable=True),
+    Column("created_by", String(32), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("owner", String(32), nullable=False),
+    Column("title", String(100), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("start_ms", BigInteger, nullable=False),
+    Column("end_ms", BigInteger, nullable=False),
+    # active | cancelled (cancelled ones are kept, with who, when and why)
+    Column("status", String(16), nullable=False),
+    Column("created_by", String(32), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("cancelled_at_ms", BigInteger, nullable=True),
+    Column("cancelled_by", String(32), nullable=True),
+    Column("cancel_reason", Text, nullable=True),
+    # Cancelled by an access change (not by a person): restored if allowed and free again.
+    Column("cancelled_by_rules", Boolean, nullable=False, default=False),
+    # When reservation.started / .ended were emitted (NULL: not yet); survives restarts.
+    Column("started_event_ms", BigInteger, nullable=True),
+    Column("ended_event_ms", BigInteger, nullable=True),
+    # Usage statistics (services.reservations.usage totals); frozen once it ended.
+    Column("usage", JSON, nullable=True),
+    Index("ix_reservations_owner_end", "owner", "end_ms"),
+    Index("ix_reservations_status_start", "status", "start_ms"),
+    Index("ix_reservations_status_end", "status", "end_ms"),
+)
+
+gpu_slots = Table(
+    "reservations_gpu_slots",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("gpu_uuid", String(96), primary_key=True),
+    # Copies of the reservation's owner, interval and state: one index answers conflicts,
+    # calendars and the overview without a join.
+    Column("owner", String(32), nullable=False),
+    Column("start_ms", BigInteger, nullable=False),
+    Column("end_ms", BigInteger, nullable=False),
+    Column("active", Boolean, nullable=False),
+    Index("ix_reservations_gpu_slots_gpu_end", "gpu_uuid", "end_ms"),
+)
+
+# Events written in the same transaction as the change they describe, published after the
+# commit (and again after a crash): a change is never committed without its event.
+outbox = Table(
+    "reservations_outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("envelope", Text, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+)

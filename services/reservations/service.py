@@ -1,8 +1,17 @@
 """Composition root of the reservations service."""
 
-from contextlib import AsyncExitStack
+from __future__ import annotations
 
-from services.reservations.handlers import EVENT_HANDLERS, RPC_METHODS
+from contextlib import AsyncExitStack
+from datetime import timedelta
+
+from services.reservations.booking import DurationBounds
+from services.reservations.commands import Commands
+from services.reservations.handlers import event_handlers, rpc_methods
+from services.reservations.lifecycle import Lifecycle, UsageTracker
+from services.reservations.outbox import Relay
+from services.reservations.queries import Queries
+from services.reservations.store import Store
 from services.shared.bus import Teardown
 from services.shared.runtime import ServiceContext, open_database, start_service
 
@@ -10,8 +19,35 @@ from services.shared.runtime import ServiceContext, open_database, start_service
 async def start(ctx: ServiceContext) -> Teardown:
     stack = AsyncExitStack()
     try:
-        await open_database(ctx, stack)
-        return await start_service(ctx, stack, RPC_METHODS, EVENT_HANDLERS)
+        store = Store(await open_database(ctx, stack))
+        settings = ctx.settings.reservations
+        relay = Relay(store, ctx.bus)
+        usage = UsageTracker(store, settings.idle_below_percent)
+
+        def on_commit() -> None:
+            relay.kick()
+            lifecycle.kick()
+            usage.invalidate()
+
+        lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
+        commands = Commands(
+            store,
+            DurationBounds(
+                shortest=timedelta(minutes=settings.min_duration_min),
+                longest=timedelta(hours=settings.max_duration_h),
+            ),
+            on_commit=on_commit,
+        )
+        await relay.start()
+        stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
+        await lifecycle.start()
+        stack.push_async_callback(lifecycle.stop)
+        return await start_service(
+            ctx,
+            stack,
+            rpc_methods(store, commands, Queries(store, usage.live)),
+            event_handlers(store, usage.on_host_sampled),
+        )
     except BaseException:
         await stack.aclose()
         raise

@@ -122,6 +122,14 @@ class MonitorSettings:
 
 
 @dataclass(frozen=True)
+class ReservationSettings:
+    min_duration_min: float = 30.0
+    max_duration_h: float = 192.0  # 8 days
+    # A reserved GPU below this utilisation counts as idle in usage statistics.
+    idle_below_percent: float = 5.0
+
+
+@dataclass(frozen=True)
 class HostConfig:
     """One monitored host: over SSH by default, or this machine through NVML."""
 
@@ -141,6 +149,7 @@ class Settings:
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    reservations: ReservationSettings = field(default_factory=ReservationSettings)
     hosts: tuple[HostConfig, ...] = ()
     dev: bool = False
     source: str = "defaults"
@@ -246,6 +255,18 @@ class MonitorSchema(_Section):
         return MonitorSettings(**data)
 
 
+class ReservationsSchema(_Section):
+    min_duration_min = fields.Float(load_default=30.0, validate=validate.Range(min=1))
+    max_duration_h = fields.Float(load_default=192.0, validate=validate.Range(min=0.1))
+    idle_below_percent = fields.Float(load_default=5.0, validate=validate.Range(min=0, max=100))
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> ReservationSettings:
+        if data["max_duration_h"] * 60 < data["min_duration_min"]:
+            raise ValidationError("must be at least min_duration_min", "max_duration_h")
+        return ReservationSettings(**data)
+
+
 class HostSchema(_Section):
     name = fields.String(
         required=True,
@@ -301,6 +322,7 @@ SECTIONS: dict[str, type[_Section]] = {
     "gateway": GatewaySchema,
     "auth": AuthSchema,
     "monitor": MonitorSchema,
+    "reservations": ReservationsSchema,
 }
 
 
@@ -485,6 +507,13 @@ influx_url = ""
 influx_org = ""
 influx_bucket = "warden"
 influx_token = ""
+
+[reservations]
+# Shortest and longest reservation anyone may make.
+min_duration_min = 30.0
+max_duration_h = 192.0
+# In usage statistics, a reserved GPU below this utilisation (%) counts as idle.
+idle_below_percent = 5.0
 
 # One [[hosts]] table per GPU server, polled over SSH with one command per interval.
 # `warden hosts check` tests them all. Options: name, address, port (22), user,

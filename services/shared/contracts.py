@@ -133,6 +133,83 @@ class HostRecovered(HostRef):
     down_since = fields.AwareDateTime(allow_none=True, load_default=None)
 
 
+class GpuRef(_Strict):
+    uuid = _Str(required=True, validate=_NonEmpty)
+    host = _Str(required=True)
+    index = _Integer(required=True, allow_none=True)
+
+
+RESERVATION_STATUSES = ("active", "cancelled")
+
+
+class ReservationData(_Strict):
+    """A reservation as every reservation.* event carries it (its state after the change)."""
+
+    id = _Integer(required=True)
+    owner = _Str(required=True, validate=_NonEmpty)
+    gpus = fields.List(fields.Nested(GpuRef), required=True)
+    start = fields.AwareDateTime(required=True)
+    end = fields.AwareDateTime(required=True)
+    title = _Str(required=True)
+    description = _Str(load_default="")
+    status = _Str(required=True, validate=validate.OneOf(RESERVATION_STATUSES))
+    created_by = _Str(required=True)
+    cancelled_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    cancelled_by = _Str(allow_none=True, load_default=None)
+    cancel_reason = _Str(allow_none=True, load_default=None)
+
+
+class ReservationUpdated(ReservationData):
+    # Names of the fields that changed: title, description, start, end, status (restored).
+    changed = fields.List(_Str(), required=True)
+    actor = _Str(required=True)
+
+
+class ReservationCancelled(ReservationData):
+    # True when an access change cancelled it (it is restored if allowed and free again).
+    by_rules = fields.Boolean(required=True)
+
+
+class UsageSummary(_Strict):
+    samples = _Integer(required=True)
+    avg_utilization_percent = _Number(allow_none=True, load_default=None)
+    peak_utilization_percent = _Number(allow_none=True, load_default=None)
+    avg_memory_used_mib = _Number(allow_none=True, load_default=None)
+    peak_memory_used_mib = _Number(allow_none=True, load_default=None)
+    idle_share = _Number(allow_none=True, load_default=None)
+    first_sample_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    last_sample_at = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+class ReservationEnded(ReservationData):
+    usage = fields.Nested(UsageSummary, allow_none=True, load_default=None)
+
+
+class AccessChanged(_Strict):
+    """Rules or group memberships changed; future reservations were re-checked."""
+
+    cause = _Str(required=True)  # rule.created | rule.updated | rule.deleted | group.* | user.*
+    rule_id = _Integer(allow_none=True, load_default=None)
+    group = _Str(allow_none=True, load_default=None)
+    username = _Str(allow_none=True, load_default=None)
+    actor = _Str(required=True)
+    cancelled = fields.List(_Integer(), required=True)
+    restored = fields.List(_Integer(), required=True)
+
+
+class UserData(_Strict):
+    """A user account; never the password or its hash."""
+
+    username = _Str(required=True, validate=_NonEmpty)
+    email = _Str(required=True)
+    roles = fields.List(_Str(), required=True)
+    groups = fields.List(_Str(), required=True)
+
+
+class UserUpdated(UserData):
+    changed = fields.List(_Str(), required=True)
+
+
 class ViolationContext(_Strict):
     """Full context of an incident, carried by every violation.* event."""
 
@@ -143,7 +220,7 @@ class ViolationContext(_Strict):
     offender = _Str(required=True)
     pids = fields.List(_Integer(), required=True)
     commands = fields.List(_Str(), required=True)
-    reservation_id = _Str(allow_none=True, load_default=None)
+    reservation_id = _Integer(allow_none=True, load_default=None)
     owner = _Str(allow_none=True, load_default=None)
     reservation_start = fields.AwareDateTime(allow_none=True, load_default=None)
     reservation_end = fields.AwareDateTime(allow_none=True, load_default=None)
@@ -187,6 +264,8 @@ def _compile_field(declared: fields.Field) -> Check | None:
         value_check = lambda v: type(v) is int or (type(v) is float and math.isfinite(v))  # noqa: E731
     elif type(declared) is fields.String:
         value_check = lambda v: type(v) is str  # noqa: E731
+    elif type(declared) is fields.Boolean:
+        value_check = lambda v: type(v) is bool  # noqa: E731
     else:
         return None
     if value_check is None:
@@ -357,6 +436,62 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "monitor",
         HostRecovered,
         "A host that was unreachable answers again (sent once per outage).",
+    ),
+    EventType(
+        "reservation.created",
+        1,
+        "reservations",
+        ReservationData,
+        "A reservation was made (all its GPUs at once).",
+    ),
+    EventType(
+        "reservation.updated",
+        1,
+        "reservations",
+        ReservationUpdated,
+        "A reservation's title, description or times changed, or it was restored.",
+    ),
+    EventType(
+        "reservation.cancelled",
+        1,
+        "reservations",
+        ReservationCancelled,
+        "A reservation was cancelled by a person or by an access change.",
+    ),
+    EventType(
+        "reservation.started",
+        1,
+        "reservations",
+        ReservationData,
+        "A reservation's start time came (sent late after a restart, never lost).",
+    ),
+    EventType(
+        "reservation.ended",
+        1,
+        "reservations",
+        ReservationEnded,
+        "A reservation's end time came, or it was ended early; carries its final usage.",
+    ),
+    EventType(
+        "access.changed",
+        1,
+        "reservations",
+        AccessChanged,
+        "Access rules or group memberships changed; lists reservations cancelled or restored.",
+    ),
+    EventType(
+        "user.created",
+        1,
+        "reservations",
+        UserData,
+        "An account was created.",
+    ),
+    EventType(
+        "user.updated",
+        1,
+        "reservations",
+        UserUpdated,
+        "An account's e-mail, password, roles or groups changed.",
     ),
     EventType(
         "violation.opened",

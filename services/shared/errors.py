@@ -42,6 +42,34 @@ class InvalidRequest(WardenError):
     code = "invalid_request"
 
 
+class Forbidden(WardenError):
+    """The caller may not do this (not the owner, not an admin, too late to change it)."""
+
+    code = "forbidden"
+
+
+class AuthenticationFailed(WardenError):
+    """Unknown user or wrong password: deliberately the same error for both."""
+
+    code = "authentication_failed"
+
+
+class AlreadyExists(WardenError):
+    code = "already_exists"
+
+
+class ReservationConflict(WardenError):
+    """Another active reservation holds a requested GPU; `details.reasons` name each one."""
+
+    code = "reservation_conflict"
+
+
+class NotAllowed(WardenError):
+    """The owner's access rules (or their limits) do not cover the request; reasons as data."""
+
+    code = "not_allowed"
+
+
 class ServiceUnavailable(WardenError):
     """The service asked by RPC did not answer within the deadline (or is not running)."""
 
@@ -68,7 +96,18 @@ def register_error(cls: type[WardenError]) -> type[WardenError]:
     return cls
 
 
-for _cls in (ContractError, NotFound, InvalidRequest, ServiceUnavailable, RemoteError):
+for _cls in (
+    ContractError,
+    NotFound,
+    InvalidRequest,
+    Forbidden,
+    AuthenticationFailed,
+    AlreadyExists,
+    ReservationConflict,
+    NotAllowed,
+    ServiceUnavailable,
+    RemoteError,
+):
     register_error(_cls)
 
 

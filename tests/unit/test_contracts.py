@@ -30,12 +30,25 @@ _VIOLATION = {
     "offender": "mallory",
     "pids": [4242],
     "commands": ["python train.py"],
-    "reservation_id": "r-1",
+    "reservation_id": 1,
     "owner": "alice",
     "reservation_start": NOW,
     "reservation_end": "2024-05-01T14:00:00+00:00",
     "since": NOW,
 }
+
+_RESERVATION = {
+    "id": 7,
+    "owner": "alice",
+    "gpus": [{"uuid": "GPU-0000", "host": "gpu-01", "index": 0}],
+    "start": NOW,
+    "end": "2024-05-01T14:00:00+00:00",
+    "title": "ablation",
+    "description": "",
+    "status": "active",
+    "created_by": "alice",
+}
+_USER = {"username": "alice", "email": "alice@lab.example", "roles": ["user"], "groups": ["phd"]}
 
 # One valid example per declared type: a new type without an example fails
 # test_every_type_has_an_example, so every type gets the checks below.
@@ -86,6 +99,39 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "host.unreachable": {"host": "gpu-01", "since": NOW, "reason": "ssh timed out"},
     "host.recovered": {"host": "gpu-01", "at": NOW, "down_since": NOW},
     "violation.opened": dict(_VIOLATION),
+    "reservation.created": dict(_RESERVATION),
+    "reservation.updated": {**_RESERVATION, "changed": ["title"], "actor": "alice"},
+    "reservation.cancelled": {
+        **_RESERVATION,
+        "status": "cancelled",
+        "cancelled_at": NOW,
+        "cancelled_by": "admin",
+        "cancel_reason": "maintenance",
+        "by_rules": False,
+    },
+    "reservation.started": dict(_RESERVATION),
+    "reservation.ended": {
+        **_RESERVATION,
+        "usage": {
+            "samples": 120,
+            "avg_utilization_percent": 81.5,
+            "peak_utilization_percent": 100.0,
+            "avg_memory_used_mib": 20000.0,
+            "peak_memory_used_mib": 30000.0,
+            "idle_share": 0.05,
+            "first_sample_at": NOW,
+            "last_sample_at": NOW,
+        },
+    },
+    "access.changed": {
+        "cause": "rule.updated",
+        "rule_id": 3,
+        "actor": "admin",
+        "cancelled": [7],
+        "restored": [],
+    },
+    "user.created": dict(_USER),
+    "user.updated": {**_USER, "changed": ["roles"]},
     "violation.escalated": {**_VIOLATION, "step": "email_owner", "step_index": 1},
     "violation.resolved": {**_VIOLATION, "resolved_at": NOW, "reason": "process ended"},
 }

@@ -1,0 +1,517 @@
+"""Changes to reservations and access rules: check, write and record the event in one
+transaction, so a change is never half made nor made without its event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.reservations import accounts, repository
+from services.reservations.access import access_refusals, rule_applies_to, rule_problems
+from services.reservations.booking import (
+    Actor,
+    DurationBounds,
+    cancel_refusals,
+    conflict_refusals,
+    edit_refusals,
+    end_now_refusals,
+    interval_refusals,
+    text_refusals,
+)
+from services.reservations.model import AccessRule, Booking, Gpu, Member, Refusal
+from services.reservations.models import access_rules, reservations
+from services.reservations.outbox import add_event
+from services.reservations.repository import ReservationRecord
+from services.reservations.store import Store, lock_owner, to_ms
+from services.shared.errors import (
+    Forbidden,
+    InvalidRequest,
+    NotAllowed,
+    NotFound,
+    ReservationConflict,
+    WardenError,
+)
+
+# Quota weeks start on a Monday in the rule's zone: look this far around a request for the
+# owner's other reservations that count against the same weeks.
+QUOTA_MARGIN = timedelta(days=8)
+MAX_REASONS_IN_MESSAGE = 3
+
+
+def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
+    """One error for a list of reasons: the most fundamental kind decides the class."""
+    codes = {r.code for r in refusals}
+    messages = [r.message for r in refusals]
+    message = "; ".join(messages[:MAX_REASONS_IN_MESSAGE])
+    if len(messages) > MAX_REASONS_IN_MESSAGE:
+        message += f" (and {len(messages) - MAX_REASONS_IN_MESSAGE} more)"
+    details = {"reasons": [r.to_dict() for r in refusals]}
+    if "forbidden" in codes:
+        return Forbidden(message, details)
+    if "invalid" in codes:
+        return InvalidRequest(message, details)
+    if codes == {"conflict"}:
+        return ReservationConflict(message, details)
+    return NotAllowed(message, details)
+
+
+@dataclass
+class Changed:
+    """What an access re-check did."""
+
+    cancelled: list[int]
+    restored: list[int]
+
+
+class Commands:
+    def __init__(
+        self,
+        store: Store,
+        bounds: DurationBounds,
+        *,
+        on_commit: Callable[[], None] = lambda: None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.bounds = bounds
+        self.on_commit = on_commit  # wakes the outbox relay and the lifecycle timer
+        self.clock = clock
+
+    # --- who is asking ------------------------------------------------------------------------
+
+    async def actor(self, username: str) -> Actor:
+        async with self.store.read() as conn:
+            admin = await accounts.is_admin(conn, username)
+        if admin is None:
+            raise Forbidden(f"unknown user {username!r}", {"actor": username})
+        return Actor(username, admin)
+
+    @staticmethod
+    async def _member(conn: AsyncConnection, username: str) -> Member:
+        groups = await accounts.member_groups(conn, username)
+        if groups is None:
+            raise NotFound(f"no user named {username!r}", {"owner": username})
+        return Member(username, groups)
+
+    @staticmethod
+    async def _gpus(conn: AsyncConnection, uuids: Sequence[str]) -> dict[str, Gpu]:
+        found = await repository.load_gpus(conn, uuids)
+        missing = sorted(set(uuids) - set(found))
+        if missing:
+            raise InvalidRequest(
+                f"unknown GPU {', '.join(missing)}", {"field": "gpus", "unknown": missing}
+            )
+        return found
+
+    async def _access_refusals(
+        self,
+        conn: AsyncConnection,
+        member: Member,
+        gpus: dict[str, Gpu],
+        start: datetime,
+        end: datetime,
+        exclude_id: int | None = None,
+    ) -> list[Refusal]:
+        rules = await repository.load_rules(conn)
+        applicable = [rule for rule in rules if rule_applies_to(rule, member)]
+        bookings: list[Booking] = []
+        if any(rule.limits.any for rule in applicable):
+            bookings = await repository.owner_bookings(
+                conn,
+                member.username,
+                to_ms(start - QUOTA_MARGIN),
+                to_ms(end + QUOTA_MARGIN),
+                exclude_id,
+            )
+        held = {uuid for booking in bookings for uuid in booking.gpus} - set(gpus)
+        known = await repository.load_gpus(conn, held) if held else {}
+        return access_refusals(member, applicable, list(gpus.values()), start, end, bookings, known)
+
+    async def _finish(
+        self, conn: AsyncConnection, reservation_id: int, event: str, **extra: Any
+    ) -> dict[str, Any]:
+        found = await repository.record(conn, reservation_id)
+        assert found is not None
+        known = await repository.load_gpus(conn, found.gpu_uuids)
+        await add_event(conn, event, {**found.event_data(known), **extra})
+        return found.to_dict(known)
+
+    async def _explain_race(
+        self, gpu_uuids: Sequence[str], start_ms: int, end_ms: int, exclude_id: int | None
+    ) -> WardenError:
+        """The database refused an overlap another request committed meanwhile: say which."""
+        async with self.store.read() as conn:
+            found = await repository.clashes(conn, gpu_uuids, start_ms, end_ms, exclude_id)
+            known = await repository.load_gpus(conn, gpu_uuids)
+        return (
+            refusal_error(conflict_refusals(found, known))
+            if found
+            else ReservationConflict(
+                "a GPU was reserved by someone else at the same moment; try again", {"reasons": []}
+            )
+        )
+
+    # --- reservations -------------------------------------------------------------------------
+
+    async def create(
+        self,
+        actor: Actor,
+        *,
+        owner: str,
+        gpu_uuids: Sequence[str],
+        start: datetime,
+        end: datetime,
+        title: str,
+        description: str = "",
+    ) -> dict[str, Any]:
+        now = self.clock()
+        uuids = sorted(set(gpu_uuids))
+        refusals = text_refusals(title, description) + interval_refusals(
+            start, end, self.bounds, now, new_start=True
+        )
+        if owner != actor.username and not actor.is_admin:
+            refusals.insert(0, Refusal("forbidden", "only admins reserve for someone else"))
+        if not uuids:
+            refusals.append(Refusal("invalid", "choose at least one GPU", {"field": "gpus"}))
+        if refusals:
+            raise refusal_error(refusals)
+        start_ms, end_ms = to_ms(start), to_ms(end)
+        try:
+            async with self.store.write() as conn:
+                await lock_owner(conn, owner)
+                member = await self._member(conn, owner)
+                gpus = await self._gpus(conn, uuids)
+                found = await repository.clashes(conn, uuids, start_ms, end_ms)
+                refusals = conflict_refusals(found, gpus)
+                refusals += await self._access_refusals(conn, member, gpus, start, end)
+                if refusals:
+                    raise refusal_error(refusals)
+                reservation_id = await repository.insert_reservation(
+                    conn,
+                    owner=owner,
+                    gpu_uuids=uuids,
+                    start_ms=start_ms,
+                    end_ms=end_ms,
+                    title=title.strip(),
+                    description=description,
+                    created_by=actor.username,
+                    now=to_ms(now),
+                )
+                created = await self._finish(conn, reservation_id, "reservation.created")
+        except IntegrityError as err:
+            raise await self._explain_race(uuids, start_ms, end_ms, None) from err
+        self.on_commit()
+        return created
+
+    async def _current(self, conn: AsyncConnection, reservation_id: int) -> ReservationRecord:
+        found = await repository.record(conn, reservation_id)
+        if found is None:
+            raise NotFound(f"no reservation {reservation_id}", {"id": reservation_id})
+        return found
+
+    async def update(
+        self,
+        actor: Actor,
+        reservation_id: int,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> dict[str, Any]:
+        now = self.clock()
+        refusals = text_refusals(title, description)
+        if refusals:
+            raise refusal_error(refusals)
+        attempted: tuple[list[str], int, int] = ([], 0, 0)
+        try:
+            async with self.store.write() as conn:
+                current = await self._current(conn, reservation_id)
+                await lock_owner(conn, current.owner)
+                refusals = edit_refusals(actor, current.current, now, start=start, end=end)
+                if title is None and description is None and start is None and end is None:
+                    refusals.append(Refusal("invalid", "nothing to change"))
+                if refusals:
+                    raise refusal_error(refusals)
+                values: dict[str, Any] = {}
+                if title is not None and title.strip() != current.title:
+                    values["title"] = title.strip()
+                if description is not None and description != current.description:
+                    values["description"] = description
+                new_start = start or current.current.start
+                new_end = end or current.current.end
+                if new_start != current.current.start or new_end != current.current.end:
+                    attempted = (list(current.gpu_uuids), to_ms(new_start), to_ms(new_end))
+                    await self._check_new_times(conn, current, new_start, new_end, now)
+                    if new_start != current.current.start:
+                        values["start_ms"] = to_ms(new_start)
+                    if new_end != current.current.end:
+                        values["end_ms"] = to_ms(new_end)
+                if not values:
+                    known = await repository.load_gpus(conn, current.gpu_uuids)
+                    return current.to_dict(known)
+                changed = sorted(k.removesuffix("_ms") for k in values)
+                await repository.update_reservation(
+                    conn, reservation_id, **values, updated_at_ms=to_ms(now)
+                )
+                updated = await self._finish(
+                    conn,
+                    reservation_id,
+                    "reservation.updated",
+                    changed=changed,
+                    actor=actor.username,
+                )
+        except IntegrityError as err:
+            raise await self._explain_race(*attempted, reservation_id) from err
+        self.on_commit()
+        return updated
+
+    async def _check_new_times(
+        self,
+        conn: AsyncConnection,
+        current: ReservationRecord,
+        start: datetime,
+        end: datetime,
+        now: datetime,
+    ) -> None:
+        refusals = interval_refusals(
+            start, end, self.bounds, now, new_start=start != current.current.start
+        )
+        if refusals:
+            raise refusal_error(refusals)
+        gpus = await repository.load_gpus(conn, current.gpu_uuids)
+        found = await repository.clashes(
+            conn, current.gpu_uuids, to_ms(start), to_ms(end), current.id
+        )
+        refusals = conflict_refusals(found, gpus)
+        member = await self._member(conn, current.owner)
+        refusals += await self._access_refusals(conn, member, gpus, start, end, current.id)
+        if refusals:
+            raise refusal_error(refusals)
+
+    async def cancel(self, actor: Actor, reservation_id: int, reason: str = "") -> dict[str, Any]:
+        now = self.clock()
+        async with self.store.write() as conn:
+            current = await self._current(conn, reservation_id)
+            refusals = cancel_refusals(actor, current.current, now)
+            if refusals:
+                raise refusal_error(refusals)
+            await repository.update_reservation(
+                conn,
+                reservation_id,
+                status="cancelled",
+                cancelled_at_ms=to_ms(now),
+                cancelled_by=actor.username,
+                cancel_reason=reason.strip() or None,
+                cancelled_by_rules=False,
+                updated_at_ms=to_ms(now),
+            )
+            cancelled = await self._finish(
+                conn, reservation_id, "reservation.cancelled", by_rules=False
+            )
+        self.on_commit()
+        return cancelled
+
+    async def end_now(self, actor: Actor, reservation_id: int) -> dict[str, Any]:
+        """End a running reservation now; reservation.ended follows from the lifecycle."""
+        now = self.clock()
+        async with self.store.write() as conn:
+            current = await self._current(conn, reservation_id)
+            refusals = end_now_refusals(actor, current.current, now)
+            if refusals:
+                raise refusal_error(refusals)
+            await repository.update_reservation(
+                conn, reservation_id, end_ms=to_ms(now), updated_at_ms=to_ms(now)
+            )
+            ended = await self._finish(
+                conn, reservation_id, "reservation.updated", changed=["end"], actor=actor.username
+            )
+        self.on_commit()
+        return ended
+
+    # --- access rules -------------------------------------------------------------------------
+
+    @staticmethod
+    def _valid_rule(rule: AccessRule) -> None:
+        problems = rule_problems(rule)
+        if problems:
+            raise InvalidRequest(
+                "invalid access rule: "
+                + "; ".join(f"{key}: {reason}" for key, reason in sorted(problems.items())),
+                {"errors": problems},
+            )
+
+    async def create_rule(
+        self, actor: Actor, rule: AccessRule, description: str = ""
+    ) -> dict[str, Any]:
+        self.require_admin(actor)
+        self._valid_rule(rule)
+        now_ms = to_ms(self.clock())
+        async with self.store.write() as conn:
+            result = await conn.execute(
+                insert(access_rules)
+                .values(
+                    **repository.rule_values(rule),
+                    description=description,
+                    created_by=actor.username,
+                    created_at_ms=now_ms,
+                    updated_at_ms=now_ms,
+                )
+                .returning(access_rules.c.id)
+            )
+            rule_id = int(result.scalar_one())
+            await self.recheck(conn, actor, cause="rule.created", rule_id=rule_id)
+            row = await repository.rule_row(conn, rule_id)
+        self.on_commit()
+        assert row is not None
+        return repository.rule_dict(row)
+
+    async def update_rule(
+        self, actor: Actor, rule: AccessRule, description: str | None = None
+    ) -> dict[str, Any]:
+        self.require_admin(actor)
+        self._valid_rule(rule)
+        async with self.store.write() as conn:
+            if await repository.rule_row(conn, rule.id) is None:
+                raise NotFound(f"no access rule {rule.id}", {"id": rule.id})
+            values = repository.rule_values(rule)
+            if description is not None:
+                values["description"] = description
+            await conn.execute(
+                update(access_rules)
+                .where(access_rules.c.id == rule.id)
+                .values(**values, updated_at_ms=to_ms(self.clock()))
+            )
+            await self.recheck(conn, actor, cause="rule.updated", rule_id=rule.id)
+            row = await repository.rule_row(conn, rule.id)
+        self.on_commit()
+        assert row is not None
+        return repository.rule_dict(row)
+
+    async def delete_rule(self, actor: Actor, rule_id: int) -> dict[str, Any]:
+        self.require_admin(actor)
+        async with self.store.write() as conn:
+            result = await conn.execute(delete(access_rules).where(access_rules.c.id == rule_id))
+            if not result.rowcount:
+                raise NotFound(f"no access rule {rule_id}", {"id": rule_id})
+            changed = await self.recheck(conn, actor, cause="rule.deleted", rule_id=rule_id)
+        self.on_commit()
+        return {"id": rule_id, "cancelled": changed.cancelled, "restored": changed.restored}
+
+    @staticmethod
+    def require_admin(actor: Actor) -> None:
+        if not actor.is_admin:
+            raise Forbidden("only admins manage access rules, groups and accounts")
+
+    async def recheck(
+        self,
+        conn: AsyncConnection,
+        actor: Actor,
+        *,
+        cause: str,
+        rule_id: int | None = None,
+        group: str | None = None,
+        username: str | None = None,
+    ) -> Changed:
+        """After an access change: cancel future reservations no longer allowed, restore the
+        ones an earlier change cancelled that are allowed and free again; one event each.
+        """
+        now = self.clock()
+        rules = await repository.load_rules(conn)
+        members: dict[str, Member] = {}
+        every_gpu = await repository.load_gpus(conn)
+        # Every active reservation that can count against a future one (quotas look back a
+        # week), indexed by owner for limits and by GPU for restoring.
+        active_rows = await repository.slots_in_range(conn, to_ms(now - QUOTA_MARGIN), 2**62)
+        active = {b.id: b for b in repository.bookings_from_slots(active_rows)}
+        cancelled: list[int] = []
+        restored: list[int] = []
+
+        async def refusals_for(booking: Booking) -> list[Refusal]:
+            if booking.owner not in members:
+                groups = await accounts.member_groups(conn, booking.owner) or frozenset()
+                members[booking.owner] = Member(booking.owner, groups)
+            member = members[booking.owner]
+            requested = [every_gpu[uuid] for uuid in booking.gpus if uuid in every_gpu]
+            others = [b for b in active.values() if b.owner == booking.owner and b.id != booking.id]
+            applicable = [r for r in rules if rule_applies_to(r, member)]
+            return access_refusals(
+                member, applicable, requested, booking.start, booking.end, others, every_gpu
+            )
+
+        future = sorted(
+            (b for b in active.values() if b.start > now), key=lambda b: (b.start, b.id)
+        )
+        for booking in future:
+            refusals = await refusals_for(booking)
+            if not refusals:
+                continue
+            del active[booking.id]
+            await repository.update_reservation(
+                conn,
+                booking.id,
+                status="cancelled",
+                cancelled_at_ms=to_ms(now),
+                cancelled_by=actor.username,
+                cancel_reason="access changed: " + "; ".join(r.message for r in refusals),
+                cancelled_by_rules=True,
+                updated_at_ms=to_ms(now),
+            )
+            await self._finish(conn, booking.id, "reservation.cancelled", by_rules=True)
+            cancelled.append(booking.id)
+
+        candidates = await conn.execute(
+            select(reservations.c.id)
+            .where(
+                reservations.c.status == "cancelled",
+                reservations.c.cancelled_by_rules.is_(True),
+                reservations.c.start_ms > to_ms(now),
+            )
+            .order_by(reservations.c.created_at_ms, reservations.c.id)
+        )
+        candidate_ids = [row.id for row in candidates if row.id not in cancelled]
+        for record in (await repository.records(conn, candidate_ids)).values():
+            booking = record.booking
+            busy = any(
+                other.gpus & booking.gpus and other.interval.overlaps(booking.interval)
+                for other in active.values()
+            )
+            if busy or await refusals_for(booking):
+                continue
+            await repository.update_reservation(
+                conn,
+                booking.id,
+                status="active",
+                cancelled_at_ms=None,
+                cancelled_by=None,
+                cancel_reason=None,
+                cancelled_by_rules=False,
+                updated_at_ms=to_ms(now),
+            )
+            await self._finish(
+                conn, booking.id, "reservation.updated", changed=["status"], actor=actor.username
+            )
+            active[booking.id] = booking
+            restored.append(booking.id)
+
+        await add_event(
+            conn,
+            "access.changed",
+            {
+                "cause": cause,
+                "rule_id": rule_id,
+                "group": group,
+                "username": username,
+                "actor": actor.username,
+                "cancelled": cancelled,
+                "restored": restored,
+            },
+        )
+        return Changed(cancelled, restored)

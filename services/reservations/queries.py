@@ -1,0 +1,237 @@
+"""Read-only answers: one reservation, the calendar, the long-term overview, the earliest free
+slot, and who holds a GPU at a given time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.reservations import accounts, repository
+from services.reservations.access import allowed_by_gpu, rule_applies_to
+from services.reservations.intervals import merge
+from services.reservations.model import Gpu, Interval, Member
+from services.reservations.planner import earliest_slot, overview_runs
+from services.reservations.repository import ReservationRecord
+from services.reservations.store import Store, from_ms, to_ms
+from services.shared.errors import InvalidRequest, NotFound
+
+MAX_OVERVIEW = timedelta(weeks=8)
+MAX_CALENDAR = timedelta(weeks=8)
+SLOT_SEARCH_HORIZON = timedelta(weeks=8)
+
+
+class Queries:
+    def __init__(
+        self, store: Store, live_usage: Callable[[int], dict[str, Any] | None] = lambda _: None
+    ) -> None:
+        self.store = store
+        self.live_usage = live_usage  # usage of running reservations, fresher than stored
+
+    def _present(self, found: ReservationRecord, known: dict[str, Gpu]) -> dict[str, Any]:
+        shown = found.to_dict(known)
+        shown["usage"] = self.live_usage(found.id) or shown["usage"]
+        return shown
+
+    async def _member(self, conn: AsyncConnection, username: str) -> Member:
+        groups = await accounts.member_groups(conn, username)
+        if groups is None:
+            raise NotFound(f"no user named {username!r}", {"user": username})
+        return Member(username, groups)
+
+    async def get(self, reservation_id: int) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            found = await repository.record(conn, reservation_id)
+            if found is None:
+                raise NotFound(f"no reservation {reservation_id}", {"id": reservation_id})
+            known = await repository.load_gpus(conn, found.gpu_uuids)
+        return self._present(found, known)
+
+    async def gpus(self) -> list[dict[str, Any]]:
+        async with self.store.read() as conn:
+            known = await repository.load_gpus(conn)
+        return [repository.gpu_dict(gpu) for gpu in known.values()]
+
+    async def rules(self) -> list[dict[str, Any]]:
+        async with self.store.read() as conn:
+            return [repository.rule_dict(row) for row in await repository.rule_rows(conn)]
+
+    async def calendar(
+        self,
+        start: datetime,
+        end: datetime,
+        gpu_uuids: Sequence[str] | None = None,
+        *,
+        owner: str | None = None,
+        include_cancelled: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Reservations overlapping [start, end) on the GPUs (all when None), by start."""
+        _check_range(start, end, MAX_CALENDAR)
+        async with self.store.read() as conn:
+            slots = await repository.slots_in_range(
+                conn,
+                to_ms(start),
+                to_ms(end),
+                gpu_uuids,
+                owner=owner,
+                active_only=not include_cancelled,
+            )
+            found = await repository.records(conn, (row.reservation_id for row in slots))
+            known = await repository.load_gpus(
+                conn, {uuid for r in found.values() for uuid in r.gpu_uuids}
+            )
+        ordered = sorted(found.values(), key=lambda r: (r.start_ms, r.id))
+        return [self._present(r, known) for r in ordered]
+
+    async def overview(
+        self,
+        username: str,
+        start: datetime,
+        end: datetime,
+        slot: timedelta,
+        gpu_uuids: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Per GPU (grouped by host), runs of equal slots: free, mine, taken, not_allowed."""
+        _check_range(start, end, MAX_OVERVIEW)
+        slots = int((end - start) / slot)
+        if slots < 1:
+            raise InvalidRequest("the range is shorter than one slot", {"field": "end"})
+        end = start + slots * slot
+        async with self.store.read() as conn:
+            member = await self._member(conn, username)
+            rules = await repository.load_rules(conn)
+            known = await repository.load_gpus(conn, gpu_uuids)
+            rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
+        bookings_by_gpu: dict[str, list[Any]] = {}
+        for booking in repository.bookings_from_slots(rows):
+            for uuid in booking.gpus:
+                bookings_by_gpu.setdefault(uuid, []).append(booking)
+        mine = [r for r in rules if rule_applies_to(r, member)]
+        allowed = allowed_by_gpu(member, mine, list(known.values()), start, end)
+        hosts: dict[str, list[dict[str, Any]]] = {}
+        for gpu in known.values():
+            runs = overview_runs(
+                username,
+                allowed.get(gpu.uuid, []),
+                bookings_by_gpu.get(gpu.uuid, []),
+                start,
+                slot,
+                slots,
+            )
+            hosts.setdefault(gpu.host, []).append(
+                {**repository.gpu_dict(gpu), "runs": [run.to_dict() for run in runs]}
+            )
+        return {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "slot_minutes": slot.total_seconds() / 60,
+            "slots": slots,
+            "hosts": [{"host": host, "gpus": gpus} for host, gpus in hosts.items()],
+        }
+
+    async def find_slot(
+        self,
+        username: str,
+        *,
+        count: int,
+        duration: timedelta,
+        not_before: datetime,
+        host: str | None = None,
+        gpu_model: str | None = None,
+        same_host: bool = False,
+    ) -> dict[str, Any]:
+        """The earliest start where `username` may use `count` GPUs nobody reserved."""
+        horizon = not_before + SLOT_SEARCH_HORIZON
+        async with self.store.read() as conn:
+            member = await self._member(conn, username)
+            rules = await repository.load_rules(conn)
+            known = await repository.load_gpus(conn)
+            candidates = [g for g in known.values() if _matches(g, host, gpu_model)]
+            rows = (
+                await repository.slots_in_range(
+                    conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
+                )
+                if candidates
+                else []
+            )
+        # Rules whose own limits already forbid this request cannot make room for it.
+        usable = [
+            r
+            for r in rules
+            if rule_applies_to(r, member)
+            and (r.limits.max_duration is None or duration <= r.limits.max_duration)
+            and (r.limits.max_gpus is None or count <= r.limits.max_gpus)
+        ]
+        allowed = allowed_by_gpu(member, usable, candidates, not_before, horizon)
+        busy: dict[str, list[Interval]] = {}
+        for row in rows:
+            busy.setdefault(row.gpu_uuid, []).append(
+                Interval(from_ms(row.start_ms), from_ms(row.end_ms))
+            )
+        found = earliest_slot(
+            candidates,
+            allowed,
+            {uuid: merge(intervals) for uuid, intervals in busy.items()},
+            count,
+            duration,
+            not_before,
+            horizon,
+            same_host=same_host,
+        )
+        if found is None:
+            where = f" on {host}" if host else ""
+            raise NotFound(
+                f"no {count} GPU{'s' if count > 1 else ''}{where} free for you for "
+                f"{duration} within {SLOT_SEARCH_HORIZON.days // 7} weeks",
+                {"count": count, "horizon": horizon.isoformat()},
+            )
+        return {
+            "start": found.start.isoformat(),
+            "end": found.end.isoformat(),
+            "gpus": [repository.gpu_dict(known[uuid]) for uuid in found.gpus],
+        }
+
+    async def active_at(
+        self, at: datetime, gpu_uuids: Sequence[str] | None = None, host: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Per GPU, the active reservation holding it at `at` (GPUs without one are left out)."""
+        at_ms = to_ms(at)
+        async with self.store.read() as conn:
+            if host is not None:
+                on_host = await repository.load_gpus(conn)
+                gpu_uuids = [
+                    g.uuid
+                    for g in on_host.values()
+                    if g.host == host and (gpu_uuids is None or g.uuid in gpu_uuids)
+                ]
+            rows = await repository.slots_in_range(conn, at_ms, at_ms + 1, gpu_uuids)
+            found = await repository.records(conn, {row.reservation_id for row in rows})
+        return [
+            {
+                "gpu_uuid": row.gpu_uuid,
+                "reservation_id": row.reservation_id,
+                "owner": row.owner,
+                "title": found[row.reservation_id].title,
+                "start": from_ms(row.start_ms).isoformat(),
+                "end": from_ms(row.end_ms).isoformat(),
+            }
+            for row in sorted(rows, key=lambda r: r.gpu_uuid)
+        ]
+
+
+def _matches(gpu: Gpu, host: str | None, gpu_model: str | None) -> bool:
+    if not gpu.present or (host is not None and gpu.host != host):
+        return False
+    return gpu_model is None or gpu_model.lower() in gpu.name.lower()
+
+
+def _check_range(start: datetime, end: datetime, longest: timedelta) -> None:
+    if end <= start:
+        raise InvalidRequest("the end must be after the start", {"field": "end"})
+    if end - start > longest:
+        raise InvalidRequest(
+            f"a range may span at most {longest.days // 7} weeks", {"field": "end"}
+        )

@@ -1,0 +1,471 @@
+"""The reservations service through its RPC methods and events, on SQLite and PostgreSQL.
+
+The service runs from its composition root on the in-process bus against a real database;
+GPUs arrive as gpu.discovered events, as from the monitor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import argon2
+import pytest
+
+from services.reservations import accounts, passwords
+from services.reservations.service import start as start_reservations
+from services.reservations.store import Store
+from services.shared import db
+from services.shared.bus.inproc import InProcessBus
+from services.shared.config import load_settings
+from services.shared.contracts import Envelope
+from services.shared.errors import (
+    Forbidden,
+    InvalidRequest,
+    NotAllowed,
+    NotFound,
+    ReservationConflict,
+)
+from services.shared.runtime import ServiceContext
+
+HOSTS = {"dgx1": 4, "dgx2": 4}
+
+
+def uuid_of(host: str, index: int) -> str:
+    return f"GPU-{host}-{index}"
+
+
+@dataclass
+class Service:
+    bus: InProcessBus
+    events: list[Envelope]
+
+    async def call(self, method: str, **args: Any) -> Any:
+        return await self.bus.call("reservations", method, args, timeout=30)
+
+    def of(self, event_type: str) -> list[dict[str, Any]]:
+        return [e.data for e in self.events if e.type == event_type]
+
+    async def until(self, condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not condition():
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail(f"timed out waiting for {what}")
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/reservations.db"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+async def service(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Service]:
+    # Real argon2, cheap parameters: the tests create many accounts.
+    monkeypatch.setattr(
+        passwords, "_hasher", argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    )
+    url = database_url
+    settings = load_settings(
+        None,
+        environ={
+            "WARDEN_STORAGE_DATABASE_URL": url,
+            "WARDEN_STORAGE_DATA_DIR": str(tmp_path),
+            "WARDEN_AUTH_JWT_SECRET": secrets.token_urlsafe(48),
+            "HOME": str(tmp_path),
+        },
+    )
+    engine = db.create_engine(url)
+    await db.upgrade(engine, "reservations")
+    async with Store(engine).write() as conn:  # the first admin, as `warden init` makes it
+        await accounts.create_user(
+            conn,
+            username="admin",
+            email="admin@lab.example",
+            password="admin-password",
+            is_admin=True,
+            actor="test",
+        )
+    await engine.dispose()
+    bus = InProcessBus()
+    await bus.start()
+    events: list[Envelope] = []
+
+    async def record(envelope: Envelope) -> None:
+        events.append(envelope)
+
+    await bus.subscribe("reservations", "#", "test.recorder", record)
+    stop = await start_reservations(ServiceContext("reservations", settings, bus))
+    running = Service(bus, events)
+    try:
+        for host, count in HOSTS.items():
+            for index in range(count):
+                await bus.emit(
+                    "gpu.discovered",
+                    {
+                        "host": host,
+                        "uuid": uuid_of(host, index),
+                        "index": index,
+                        "name": "NVIDIA A100-SXM4-40GB" if host == "dgx1" else "NVIDIA H100",
+                        "memory_total_mib": 40960.0,
+                    },
+                    source="monitor",
+                )
+        for name in ("alice", "bob"):
+            await running.call(
+                "create_user",
+                actor="admin",
+                username=name,
+                email=f"{name}@lab.example",
+                password=f"{name}-password",
+            )
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(await running.call("list_gpus")) < sum(HOSTS.values()):
+            assert asyncio.get_running_loop().time() < deadline, "GPUs never arrived"
+            await asyncio.sleep(0.02)
+        yield running
+    finally:
+        await stop()
+        await bus.close()
+
+
+def _next_wednesday() -> datetime:
+    today = datetime.now(UTC).replace(hour=8, minute=0, second=0, microsecond=0)
+    return today + timedelta(days=(2 - today.weekday()) % 7 + 7)
+
+
+BASE = _next_wednesday()  # 08:00 UTC: every test's hours fall in one day of one week
+
+
+def at(hours: float) -> str:
+    return (BASE + timedelta(hours=hours)).isoformat()
+
+
+async def book(
+    service: Service, actor: str, gpus: list[str], start: float, end: float, **kw: Any
+) -> Any:
+    return await service.call(
+        "create_reservation",
+        actor=actor,
+        gpus=gpus,
+        start=at(start),
+        end=at(end),
+        title=kw.pop("title", f"{actor}'s run"),
+        **kw,
+    )
+
+
+G0, G1, G2 = uuid_of("dgx1", 0), uuid_of("dgx1", 1), uuid_of("dgx1", 2)
+
+
+async def test_a_reservation_holds_all_its_gpus_and_is_announced_once(service: Service) -> None:
+    made = await book(service, "alice", [G0, G1], 0, 2)
+    assert made["owner"] == "alice" and made["status"] == "active"
+    assert [g["index"] for g in made["gpus"]] == [0, 1]
+    assert made["gpus"][0]["host"] == "dgx1"
+    await service.until(lambda: len(service.of("reservation.created")) == 1, "created event")
+    assert service.of("reservation.created")[0]["id"] == made["id"]
+    assert await service.call("get_reservation", id=made["id"]) == made
+
+
+async def test_an_overlap_is_refused_with_the_conflicting_reservation(service: Service) -> None:
+    first = await book(service, "alice", [G0], 0, 2)
+    with pytest.raises(ReservationConflict) as refused:
+        await book(service, "bob", [G1, G0], 1, 3)
+    reasons = refused.value.details["reasons"]
+    assert [r["code"] for r in reasons] == ["conflict"]
+    assert reasons[0]["reservation_id"] == first["id"]
+    assert reasons[0]["owner"] == "alice" and reasons[0]["gpu"] == G0
+    assert "reserved by alice" in refused.value.message
+    # All or nothing: G1 was free, yet nothing was booked on it.
+    assert await service.call("calendar", start=at(0), end=at(4), gpus=[G1]) == []
+    # Back to back is fine: intervals are half-open.
+    await book(service, "bob", [G0], 2, 3)
+
+
+async def test_twenty_concurrent_requests_for_one_slot_give_one_success(service: Service) -> None:
+    users = [f"user{i:02d}" for i in range(20)]
+    for name in users:
+        await service.call(
+            "create_user",
+            actor="admin",
+            username=name,
+            email=f"{name}@lab.example",
+            password="password-123",
+        )
+    results = await asyncio.gather(
+        *(book(service, name, [G2, G1], 5, 7) for name in users), return_exceptions=True
+    )
+    made = [r for r in results if isinstance(r, dict)]
+    refused = [r for r in results if isinstance(r, ReservationConflict)]
+    assert len(made) == 1, results
+    assert len(refused) == 19, [r for r in results if not isinstance(r, dict | ReservationConflict)]
+    assert len(await service.call("calendar", start=at(0), end=at(10), gpus=[G1, G2])) == 1
+
+
+async def test_bad_requests_say_why(service: Service) -> None:
+    with pytest.raises(InvalidRequest) as short:
+        await book(service, "alice", [G0], 0, 0.25)
+    assert "at least 30 minutes" in short.value.message
+    with pytest.raises(InvalidRequest, match="past"):
+        await service.call(
+            "create_reservation",
+            actor="alice",
+            gpus=[G0],
+            title="x",
+            start=(datetime.now(UTC) - timedelta(hours=2)).isoformat(),
+            end=(datetime.now(UTC) + timedelta(hours=2)).isoformat(),
+        )
+    with pytest.raises(InvalidRequest, match="unknown GPU"):
+        await book(service, "alice", ["GPU-nope"], 0, 1)
+    with pytest.raises(InvalidRequest, match="start"):
+        await service.call("create_reservation", actor="alice", gpus=[G0], title="x", end=at(1))
+    with pytest.raises(Forbidden):
+        await book(service, "alice", [G0], 0, 1, owner="bob")
+    for_bob = await book(service, "admin", [G0], 0, 1, owner="bob")
+    assert for_bob["owner"] == "bob" and for_bob["created_by"] == "admin"
+
+
+async def test_owners_edit_and_cancel_before_the_start_others_may_not(service: Service) -> None:
+    made = await book(service, "alice", [G0], 0, 2)
+    with pytest.raises(Forbidden):
+        await service.call("cancel_reservation", actor="bob", id=made["id"])
+    with pytest.raises(Forbidden):
+        await service.call("update_reservation", actor="bob", id=made["id"], title="mine")
+    changed = await service.call(
+        "update_reservation", actor="alice", id=made["id"], title="renamed", end=at(3)
+    )
+    assert changed["title"] == "renamed" and changed["end"] == at(3)
+    await service.until(lambda: len(service.of("reservation.updated")) == 1, "updated event")
+    assert service.of("reservation.updated")[0]["changed"] == ["end", "title"]
+    cancelled = await service.call(
+        "cancel_reservation", actor="alice", id=made["id"], reason="plans changed"
+    )
+    assert cancelled["status"] == "cancelled" and cancelled["cancelled_by"] == "alice"
+    assert cancelled["cancel_reason"] == "plans changed"
+    # Kept, not deleted; no longer blocking anyone.
+    assert (await service.call("get_reservation", id=made["id"]))["status"] == "cancelled"
+    await book(service, "bob", [G0], 0, 2)
+    with pytest.raises(NotFound):
+        await service.call("get_reservation", id=999_999)
+
+
+async def test_a_running_reservation_is_ended_early_not_cancelled(service: Service) -> None:
+    now = datetime.now(UTC)
+    made = await service.call(
+        "create_reservation",
+        actor="alice",
+        gpus=[G0],
+        title="now",
+        start=now.isoformat(),
+        end=(now + timedelta(hours=1)).isoformat(),
+    )
+    await service.until(lambda: len(service.of("reservation.started")) == 1, "started event")
+    with pytest.raises(Forbidden, match="end it now"):
+        await service.call("cancel_reservation", actor="alice", id=made["id"])
+    with pytest.raises(Forbidden, match="start"):
+        await service.call("update_reservation", actor="alice", id=made["id"], start=at(1))
+    active = await service.call("active_reservations", gpus=[G0])
+    assert [(a["gpu_uuid"], a["owner"]) for a in active] == [(G0, "alice")]
+    ended = await service.call("end_reservation", actor="alice", id=made["id"])
+    assert datetime.fromisoformat(ended["end"]) <= datetime.now(UTC)
+    await service.until(lambda: len(service.of("reservation.ended")) == 1, "ended event")
+    assert service.of("reservation.ended")[0]["id"] == made["id"]
+    assert await service.call("active_reservations", gpus=[G0]) == []
+
+
+async def test_deny_by_default_then_rules_with_windows(service: Service) -> None:
+    rules = await service.call("list_rules")
+    assert [r["name"] for r in rules] == ["users: every GPU, any time"]
+    await service.call("delete_rule", actor="admin", id=rules[0]["id"])
+    with pytest.raises(NotAllowed) as refused:
+        await book(service, "alice", [G0], 0, 1)
+    assert refused.value.details["reasons"][0]["code"] == "not_allowed"
+    with pytest.raises(Forbidden):
+        await service.call(
+            "create_rule", actor="alice", name="mine", all_gpus=True, users=["alice"]
+        )
+    await service.call(
+        "create_rule",
+        actor="admin",
+        name="alice on dgx1 weekdays",
+        users=["alice"],
+        hosts=["dgx1"],
+        windows=[
+            {
+                "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                "start": "00:00",
+                "end": "00:00",
+            }
+        ],
+        timezone="Europe/Warsaw",
+    )
+    await book(service, "alice", [G0], 0, 1)
+    with pytest.raises(NotAllowed, match="dgx2 GPU 0"):
+        await book(service, "alice", [uuid_of("dgx2", 0)], 0, 1)
+    with pytest.raises(InvalidRequest, match="timezone"):
+        await service.call(
+            "create_rule", actor="admin", name="bad", all_gpus=True, timezone="Mars/Olympus"
+        )
+
+
+async def test_rule_changes_cancel_and_restore_future_reservations(service: Service) -> None:
+    everyone = (await service.call("list_rules"))[0]
+    await service.call("create_group", actor="admin", name="phd")
+    await service.call("add_group_member", actor="admin", name="phd", username="alice")
+    phd_rule = await service.call(
+        "create_rule", actor="admin", name="phd", groups=["phd"], hosts=["dgx1"]
+    )
+    await service.call("delete_rule", actor="admin", id=everyone["id"])
+    kept = await book(service, "alice", [G0], 0, 2)
+    # bob may not book at all now; alice loses access when she leaves the group.
+    removed = await service.call("remove_group_member", actor="admin", name="phd", username="alice")
+    assert removed["cancelled"] == [kept["id"]]
+    now_cancelled = await service.call("get_reservation", id=kept["id"])
+    assert now_cancelled["status"] == "cancelled" and now_cancelled["cancelled_by_rules"]
+    assert "access changed" in now_cancelled["cancel_reason"]
+    added = await service.call("add_group_member", actor="admin", name="phd", username="alice")
+    assert added["restored"] == [kept["id"]]
+    assert (await service.call("get_reservation", id=kept["id"]))["status"] == "active"
+    # A quota on the rule: 2 GPU-hours a week; the 2-hour booking uses all of it.
+    await service.call(
+        "update_rule",
+        actor="admin",
+        id=phd_rule["id"],
+        name="phd",
+        groups=["phd"],
+        hosts=["dgx1"],
+        max_gpu_hours_per_week=2,
+    )
+    with pytest.raises(NotAllowed) as over:
+        await book(service, "alice", [G1], 3, 4)
+    assert over.value.details["reasons"][0]["code"] == "limit_quota"
+    causes = [
+        "group.member_added",
+        "rule.created",
+        "rule.deleted",
+        "group.member_removed",
+        "group.member_added",
+        "rule.updated",
+    ]
+    await service.until(
+        lambda: len(service.of("access.changed")) == len(causes), "one access.changed per change"
+    )
+    assert [e["cause"] for e in service.of("access.changed")] == causes
+    await service.until(lambda: len(service.of("reservation.cancelled")) == 1, "cancel event")
+    cancelled_events = service.of("reservation.cancelled")
+    assert cancelled_events[0]["by_rules"] is True
+    assert [e["changed"] for e in service.of("reservation.updated")] == [["status"]]
+
+
+async def test_overview_calendar_and_earliest_slot(service: Service) -> None:
+    mine = await book(service, "alice", [G0], 0, 2)
+    theirs = await book(service, "bob", [G1], 1, 3)
+    start = datetime.fromisoformat(at(0))
+    overview = await service.call(
+        "overview", actor="alice", start=start.isoformat(), end=at(4), slot_minutes=30
+    )
+    assert overview["slots"] == 8
+    dgx1 = next(h for h in overview["hosts"] if h["host"] == "dgx1")
+    runs = {g["index"]: g["runs"] for g in dgx1["gpus"]}
+    assert runs[0] == [
+        {"first": 0, "count": 4, "state": "mine", "owner": None, "reservation_id": None},
+        {"first": 4, "count": 4, "state": "free", "owner": None, "reservation_id": None},
+    ]
+    assert runs[1][1] == {
+        "first": 2,
+        "count": 4,
+        "state": "taken",
+        "owner": "bob",
+        "reservation_id": theirs["id"],
+    }
+    listed = await service.call("calendar", start=at(0), end=at(4))
+    assert [r["id"] for r in listed] == [mine["id"], theirs["id"]]
+    slot = await service.call(
+        "find_slot",
+        actor="alice",
+        count=2,
+        duration_minutes=60,
+        not_before=at(0),
+        host="dgx1",
+        same_host=True,
+    )
+    assert slot["start"] == at(0)
+    assert [g["index"] for g in slot["gpus"]] == [1, 2]  # bob takes GPU 1 only from 1
+    slot = await service.call(
+        "find_slot", actor="alice", count=4, duration_minutes=60, not_before=at(0), host="dgx1"
+    )
+    assert slot["start"] == at(3)  # G1 is bob's until 3
+    with pytest.raises(NotFound):
+        await service.call("find_slot", actor="alice", count=9, duration_minutes=60)
+
+
+async def test_usage_statistics_follow_samples_and_freeze_at_the_end(service: Service) -> None:
+    now = datetime.now(UTC)
+    made = await service.call(
+        "create_reservation",
+        actor="alice",
+        gpus=[G0, G1],
+        title="train",
+        start=now.isoformat(),
+        end=(now + timedelta(hours=1)).isoformat(),
+    )
+    await service.until(lambda: len(service.of("reservation.started")) == 1, "started")
+    for i, (util0, util1) in enumerate([(100.0, 0.0), (50.0, None), (100.0, 2.0)]):
+        sample = {
+            "host": "dgx1",
+            "sampled_at": (datetime.now(UTC) + timedelta(milliseconds=i)).isoformat(),
+            "gpus": [
+                {
+                    "uuid": G0,
+                    "index": 0,
+                    "utilization_gpu_percent": util0,
+                    "memory_used_mib": 1000.0,
+                },
+                {"uuid": G1, "index": 1, "utilization_gpu_percent": util1, "memory_used_mib": None},
+                {"uuid": G2, "index": 2, "utilization_gpu_percent": 99.0, "memory_used_mib": 9.0},
+            ],
+        }
+        envelope = await service.bus.emit("host.sampled", sample, source="monitor")
+        await service.bus.publish(envelope)  # a redelivery counts once
+
+    async def live_samples() -> int:
+        usage = (await service.call("get_reservation", id=made["id"]))["usage"]
+        return 0 if usage is None else int(usage["samples"])
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while await live_samples() < 5:  # shown while it runs
+        assert asyncio.get_running_loop().time() < deadline, "samples never counted"
+        await asyncio.sleep(0.05)
+    await service.call("end_reservation", actor="alice", id=made["id"])
+    await service.until(lambda: len(service.of("reservation.ended")) == 1, "ended")
+    usage = service.of("reservation.ended")[0]["usage"]
+    assert usage["samples"] == 5  # G1's missing figure is left out, G2 is not reserved
+    assert usage["avg_utilization_percent"] == pytest.approx(252 / 5)
+    assert usage["peak_utilization_percent"] == 100.0
+    assert usage["idle_share"] == pytest.approx(2 / 5)
+    assert usage["peak_memory_used_mib"] == 1000.0
+    frozen = await service.call("get_reservation", id=made["id"])
+    assert frozen["usage"]["samples"] == 5
+
+
+async def test_a_gpu_that_disappears_stays_known_with_its_reservations(service: Service) -> None:
+    made = await book(service, "alice", [G0], 0, 1)
+    await service.bus.emit(
+        "gpu.disappeared",
+        {"host": "dgx1", "uuid": G0, "index": 0, "at": datetime.now(UTC).isoformat()},
+        source="monitor",
+    )
+    await asyncio.sleep(0.1)
+    gpus = {g["uuid"]: g for g in await service.call("list_gpus")}
+    assert gpus[G0]["present"] is False
+    assert (await service.call("get_reservation", id=made["id"]))["status"] == "active"
