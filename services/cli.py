@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from services import SERVICE_NAMES, __version__
 from services.shared import db
@@ -18,10 +21,16 @@ from services.shared.config import (
     load_settings,
     render_config_template,
 )
-from services.shared.errors import WardenError
+from services.shared.errors import InvalidRequest, WardenError
 from services.shared.logging import configure_logging
 
+if TYPE_CHECKING:
+    from services.reservations.store import Store
+
 log = logging.getLogger("warden.cli")
+
+# Who account changes made here are attributed to (in the reservations service's log).
+CLI_ACTOR = "cli"
 
 
 def _common() -> argparse.ArgumentParser:
@@ -49,10 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = commands.add_parser(
-        "init", parents=[common], help="write a commented config file with every option"
+        "init",
+        parents=[common],
+        help="write a commented config file, migrate the databases, create the first admin",
     )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.add_argument("--data-dir", help="data directory to write into the config")
+    init.add_argument(
+        "--admin-user",
+        metavar="NAME",
+        help="username of the first admin (default: your UNIX username); "
+        "password from $WARDEN_ADMIN_PASSWORD, else asked on a terminal",
+    )
+    init.add_argument(
+        "--admin-email", metavar="EMAIL", help="e-mail of the first admin (default: NAME@localhost)"
+    )
 
     run = commands.add_parser(
         "run", parents=[common], help="run all services in one process, or some of them"
@@ -104,12 +124,49 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch", type=float, default=10.0, help="print the GPUs every N seconds (0: never)"
     )
 
+    _add_user_parser(commands, common)
+
     from services.monitor.sim.cli import add_parser as add_sim_parser
 
     add_sim_parser(commands, [common])
 
     commands.add_parser("version", parents=[common], help="print the version")
     return parser
+
+
+def _add_user_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    user = commands.add_parser(
+        "user",
+        parents=[common],
+        help="accounts (on the reservations database; the services need not run)",
+    )
+    actions = user.add_subparsers(dest="user_command", required=True, metavar="ACTION")
+    add = actions.add_parser(
+        "add",
+        parents=[common],
+        help="create an account (password: $WARDEN_PASSWORD, else asked on a terminal)",
+    )
+    add.add_argument("username", metavar="USERNAME", help="the user's UNIX username on the hosts")
+    add.add_argument("--email", required=True, help="where Warden writes to them")
+    add.add_argument("--admin", action="store_true", help="may manage Warden")
+    add.add_argument(
+        "--group",
+        dest="groups",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="also join this group (repeatable; every user joins the default groups)",
+    )
+    actions.add_parser("list", parents=[common], help="every account with its roles and groups")
+    for action, text in (
+        ("passwd", "set a new password ($WARDEN_PASSWORD, else asked on a terminal)"),
+        ("promote", "make an admin"),
+        ("demote", "make a plain user again (never the last admin)"),
+    ):
+        sub = actions.add_parser(action, parents=[common], help=text)
+        sub.add_argument("username", metavar="USERNAME")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -121,15 +178,217 @@ def cmd_init(args: argparse.Namespace) -> int:
     path = Path(chosen or default_config_path()).expanduser()
     if path.exists() and not args.force:
         print(f"{path} exists; keeping it (use --force to overwrite)")
-        return 0
-    data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_config_template(data_dir))
-    path.chmod(0o600)  # it holds the JWT secret
-    settings = load_settings(path)
+    else:
+        data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_config_template(data_dir))
+        path.chmod(0o600)  # it holds the JWT secret
+        print(f"wrote {path}")
+    settings = load_settings(path, dev=getattr(args, "dev", False))
     settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
-    print(f"wrote {path}")
-    print("next: `warden db upgrade`, then `warden run all` (or `make run`)")
+
+    async def prepare() -> None:
+        await _upgrade_databases(settings, db.SERVICES_WITH_DATABASE)
+        await _first_admin(settings, args)
+
+    asyncio.run(prepare())
+    gateway = settings.gateway
+    print(
+        f"next: list your GPU hosts in {path} ([[hosts]] tables) and `warden hosts check` them,\n"
+        f"      then `warden run all` (or `make run`) and open http://{gateway.host}:{gateway.port}\n"
+        "after installing a new version of Warden, run `warden db upgrade`"
+    )
+    return 0
+
+
+async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
+    for name in names:
+        engine = db.create_engine(settings.storage.database_url_for(name))
+        try:
+            revision = await db.upgrade(engine, name)
+            print(f"{name}: at {revision}")
+        finally:
+            await engine.dispose()
+
+
+def _local_username() -> str | None:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no login name in the environment nor passwd
+        return None
+
+
+async def _first_admin(settings: Settings, args: argparse.Namespace) -> None:
+    """Create the first admin unless there is one; without a password say how to do it later."""
+    from services.reservations import accounts
+
+    hint = "no admin yet: run `warden user add NAME --email E --admin`"
+    async with _reservations_store(settings) as store:
+        async with store.read() as conn:
+            if await accounts.count_admins(conn):
+                print("an admin exists already (`warden user list` shows the accounts)")
+                return
+        username = args.admin_user or _local_username()
+        if not username:
+            print(f"{hint} (cannot tell your UNIX username; or use `warden init --admin-user`)")
+            return
+        email = args.admin_email or f"{username}@localhost"
+        try:
+            accounts.check_user_fields(username=username, email=email)
+        except InvalidRequest as err:
+            raise InvalidRequest(
+                f"{err.message} (choose the first admin with --admin-user / --admin-email)",
+                err.details,
+            ) from err
+        password = _new_password("WARDEN_ADMIN_PASSWORD", f"the admin {username}")
+        if password is None:
+            print(f"{hint} (or set WARDEN_ADMIN_PASSWORD and run `warden init` again)")
+            return
+        async with store.write() as conn:
+            user = await accounts.create_user(
+                conn,
+                username=username,
+                email=email,
+                password=password,
+                is_admin=True,
+                actor=CLI_ACTOR,
+            )
+    print(f"created the first admin {_describe(user)}")
+
+
+# --- warden user ------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _reservations_store(settings: Settings) -> AsyncIterator[Store]:
+    """The reservations database, refused unless migrated (it says to run `warden db upgrade`)."""
+    from services.reservations.store import Store
+
+    engine = db.create_engine(settings.storage.database_url_for("reservations"))
+    try:
+        await db.ensure_migrated(engine, "reservations")
+        yield Store(engine)
+    finally:
+        await engine.dispose()
+
+
+def _new_password(variable: str, whose: str) -> str | None:
+    """A new password from $variable, else asked twice on a terminal; None when neither."""
+    from services.reservations.passwords import password_problem
+
+    given = os.environ.get(variable)
+    if given is not None:
+        return given
+    if not sys.stdin.isatty():
+        return None
+    first = getpass.getpass(f"new password for {whose}: ")
+    problem = password_problem(first)
+    if problem:
+        raise InvalidRequest(f"the password {problem}; nothing changed", {"password": problem})
+    if getpass.getpass("the same again: ") != first:
+        raise InvalidRequest("the two passwords differ; nothing changed")
+    return first
+
+
+def _required_password(whose: str) -> str:
+    password = _new_password("WARDEN_PASSWORD", whose)
+    if password is None:
+        raise WardenError("set WARDEN_PASSWORD or run on a terminal (to be asked the password)")
+    return password
+
+
+def _describe(user: dict[str, Any]) -> str:
+    groups = ", ".join(user["groups"]) or "none"
+    return f"{user['username']} ({', '.join(user['roles'])}; groups: {groups})"
+
+
+def format_users(users: Sequence[dict[str, Any]]) -> str:
+    rows = [("USERNAME", "EMAIL", "ROLES", "GROUPS")]
+    rows += [
+        (u["username"], u["email"], ",".join(u["roles"]), ",".join(u["groups"]) or "-")
+        for u in users
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+        + "  "
+        + row[3]
+        for row in rows
+    )
+
+
+async def _user_add(store: Store, args: argparse.Namespace) -> None:
+    from services.reservations import accounts
+    from services.shared.errors import AlreadyExists
+
+    accounts.check_user_fields(username=args.username, email=args.email)
+    async with store.read() as conn:
+        if await accounts.is_admin(conn, args.username) is not None:
+            raise AlreadyExists(f"user {args.username} exists already")
+    password = _required_password(args.username)
+    async with store.write() as conn:
+        user = await accounts.create_user(
+            conn,
+            username=args.username,
+            email=args.email,
+            password=password,
+            is_admin=args.admin,
+            groups=args.groups,
+            actor=CLI_ACTOR,
+        )
+    print(f"created user {_describe(user)}")
+
+
+async def _user_list(store: Store, _args: argparse.Namespace) -> None:
+    from services.reservations import accounts
+
+    async with store.read() as conn:
+        users = await accounts.list_users(conn)
+    if users:
+        print(format_users(users))
+    else:
+        print("no users yet: `warden user add NAME --email E --admin` creates an admin")
+
+
+async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
+    from services.reservations import accounts
+
+    async with store.read() as conn:
+        await accounts.get_user(conn, args.username)  # NotFound before asking anything
+    password = _required_password(args.username)
+    async with store.write() as conn:
+        await accounts.update_user(conn, args.username, password=password, actor=CLI_ACTOR)
+    print(f"changed the password of {args.username}")
+
+
+async def _user_set_admin(store: Store, args: argparse.Namespace) -> None:
+    from services.reservations import accounts
+
+    admin = args.user_command == "promote"
+    async with store.write() as conn:
+        before = await accounts.get_user(conn, args.username)
+        if ("admin" in before["roles"]) == admin:
+            print(f"{args.username} is {'already' if admin else 'not'} an admin; nothing changed")
+            return
+        await accounts.update_user(conn, args.username, is_admin=admin, actor=CLI_ACTOR)
+    print(f"{args.username} is {'now' if admin else 'no longer'} an admin")
+
+
+def cmd_user(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    action = {
+        "add": _user_add,
+        "list": _user_list,
+        "passwd": _user_passwd,
+        "promote": _user_set_admin,
+        "demote": _user_set_admin,
+    }[args.user_command]
+
+    async def act() -> None:
+        async with _reservations_store(settings) as store:
+            await action(store, args)
+
+    asyncio.run(act())
     return 0
 
 
@@ -166,22 +425,21 @@ def cmd_db(args: argparse.Namespace) -> int:
             f"(services with one: {', '.join(db.SERVICES_WITH_DATABASE)})"
         )
 
-    async def act() -> None:
+    async def current() -> None:
         for name in names:
             engine = db.create_engine(settings.storage.database_url_for(name))
             try:
-                if args.db_command == "upgrade":
-                    revision = await db.upgrade(engine, name)
-                    print(f"{name}: at {revision}")
-                else:
-                    current = await db.current_revision(engine, name)
-                    head = db.head_revision(name)
-                    state = "up to date" if current == head else f"needs upgrade to {head}"
-                    print(f"{name}: at {current or 'nothing'} ({state})")
+                current = await db.current_revision(engine, name)
+                head = db.head_revision(name)
+                state = "up to date" if current == head else f"needs upgrade to {head}"
+                print(f"{name}: at {current or 'nothing'} ({state})")
             finally:
                 await engine.dispose()
 
-    asyncio.run(act())
+    if args.db_command == "upgrade":
+        asyncio.run(_upgrade_databases(settings, names))
+    else:
+        asyncio.run(current())
     return 0
 
 
@@ -232,6 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "hosts": cmd_hosts,
         "sim": cmd_sim,
         "demo": cmd_demo,
+        "user": cmd_user,
     }
     if args.command == "version":
         print(f"warden {__version__}")
