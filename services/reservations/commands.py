@@ -367,7 +367,13 @@ class Commands:
                 .returning(access_rules.c.id)
             )
             rule_id = int(result.scalar_one())
-            await self.recheck(conn, actor, cause="rule.created", rule_id=rule_id)
+            await self.recheck(
+                conn,
+                actor,
+                cause="rule.created",
+                rule_id=rule_id,
+                owners=await _subjects(conn, [rule]),
+            )
             row = await repository.rule_row(conn, rule_id)
         self.on_commit()
         assert row is not None
@@ -379,8 +385,10 @@ class Commands:
         self.require_admin(actor)
         self._valid_rule(rule)
         async with self.store.write() as conn:
-            if await repository.rule_row(conn, rule.id) is None:
+            before = await repository.rule_row(conn, rule.id)
+            if before is None:
                 raise NotFound(f"no access rule {rule.id}", {"id": rule.id})
+            affected = await _subjects(conn, [repository.rule_from_row(before), rule])
             values = repository.rule_values(rule)
             if description is not None:
                 values["description"] = description
@@ -389,7 +397,7 @@ class Commands:
                 .where(access_rules.c.id == rule.id)
                 .values(**values, updated_at_ms=to_ms(self.clock()))
             )
-            await self.recheck(conn, actor, cause="rule.updated", rule_id=rule.id)
+            await self.recheck(conn, actor, cause="rule.updated", rule_id=rule.id, owners=affected)
             row = await repository.rule_row(conn, rule.id)
         self.on_commit()
         assert row is not None
@@ -398,10 +406,14 @@ class Commands:
     async def delete_rule(self, actor: Actor, rule_id: int) -> dict[str, Any]:
         self.require_admin(actor)
         async with self.store.write() as conn:
-            result = await conn.execute(delete(access_rules).where(access_rules.c.id == rule_id))
-            if not result.rowcount:
+            before = await repository.rule_row(conn, rule_id)
+            if before is None:
                 raise NotFound(f"no access rule {rule_id}", {"id": rule_id})
-            changed = await self.recheck(conn, actor, cause="rule.deleted", rule_id=rule_id)
+            affected = await _subjects(conn, [repository.rule_from_row(before)])
+            await conn.execute(delete(access_rules).where(access_rules.c.id == rule_id))
+            changed = await self.recheck(
+                conn, actor, cause="rule.deleted", rule_id=rule_id, owners=affected
+            )
         self.on_commit()
         return {"id": rule_id, "cancelled": changed.cancelled, "restored": changed.restored}
 
@@ -419,9 +431,12 @@ class Commands:
         rule_id: int | None = None,
         group: str | None = None,
         username: str | None = None,
+        owners: set[str] | None = None,
     ) -> Changed:
         """After an access change: cancel future reservations no longer allowed, restore the
         ones an earlier change cancelled that are allowed and free again; one event each.
+
+        `owners`: only their reservations can be affected (None: everyone's).
         """
         now = self.clock()
         rules = await repository.load_rules(conn)
@@ -431,6 +446,9 @@ class Commands:
         # week), indexed by owner for limits and by GPU for restoring.
         active_rows = await repository.slots_in_range(conn, to_ms(now - QUOTA_MARGIN), 2**62)
         active = {b.id: b for b in repository.bookings_from_slots(active_rows)}
+        by_owner: dict[str, dict[int, Booking]] = {}
+        for held in active.values():
+            by_owner.setdefault(held.owner, {})[held.id] = held
         cancelled: list[int] = []
         restored: list[int] = []
 
@@ -440,20 +458,22 @@ class Commands:
                 members[booking.owner] = Member(booking.owner, groups)
             member = members[booking.owner]
             requested = [every_gpu[uuid] for uuid in booking.gpus if uuid in every_gpu]
-            others = [b for b in active.values() if b.owner == booking.owner and b.id != booking.id]
+            others = [b for b in by_owner.get(booking.owner, {}).values() if b.id != booking.id]
             applicable = [r for r in rules if rule_applies_to(r, member)]
             return access_refusals(
                 member, applicable, requested, booking.start, booking.end, others, every_gpu
             )
 
         future = sorted(
-            (b for b in active.values() if b.start > now), key=lambda b: (b.start, b.id)
+            (b for b in active.values() if b.start > now and (owners is None or b.owner in owners)),
+            key=lambda b: (b.start, b.id),
         )
         for booking in future:
             refusals = await refusals_for(booking)
             if not refusals:
                 continue
             del active[booking.id]
+            del by_owner[booking.owner][booking.id]
             await repository.update_reservation(
                 conn,
                 booking.id,
@@ -467,7 +487,7 @@ class Commands:
             await self._finish(conn, booking.id, "reservation.cancelled", by_rules=True)
             cancelled.append(booking.id)
 
-        candidates = await conn.execute(
+        query = (
             select(reservations.c.id)
             .where(
                 reservations.c.status == "cancelled",
@@ -476,9 +496,13 @@ class Commands:
             )
             .order_by(reservations.c.created_at_ms, reservations.c.id)
         )
+        if owners is not None:
+            query = query.where(reservations.c.owner.in_(sorted(owners)))
+        candidates = await conn.execute(query)
         candidate_ids = [row.id for row in candidates if row.id not in cancelled]
-        for record in (await repository.records(conn, candidate_ids)).values():
-            booking = record.booking
+        found = await repository.records(conn, candidate_ids)
+        for candidate_id in candidate_ids:  # the earliest booked is restored first
+            booking = found[candidate_id].booking
             busy = any(
                 other.gpus & booking.gpus and other.interval.overlaps(booking.interval)
                 for other in active.values()
@@ -499,6 +523,7 @@ class Commands:
                 conn, booking.id, "reservation.updated", changed=["status"], actor=actor.username
             )
             active[booking.id] = booking
+            by_owner.setdefault(booking.owner, {})[booking.id] = booking
             restored.append(booking.id)
 
         await add_event(
@@ -515,3 +540,14 @@ class Commands:
             },
         )
         return Changed(cancelled, restored)
+
+
+async def _subjects(conn: AsyncConnection, rules: Sequence[AccessRule]) -> set[str]:
+    """Usernames the rules apply to: their users and the members of their groups."""
+    names = {user for rule in rules for user in rule.users}
+    groups = {group for rule in rules for group in rule.groups}
+    if groups:
+        for group in await accounts.list_groups(conn):
+            if group["name"] in groups:
+                names.update(group["members"])
+    return names

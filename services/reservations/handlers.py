@@ -316,6 +316,7 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
                         cause=f"group.member_{change}",
                         group=query["name"],
                         username=query["username"],
+                        owners={query["username"]},
                     )
                     if did
                     else None

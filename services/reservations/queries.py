@@ -14,7 +14,7 @@ from services.reservations import accounts, repository
 from services.reservations.access import allowed_by_gpu, rule_applies_to
 from services.reservations.intervals import merge
 from services.reservations.model import Gpu, Interval, Member
-from services.reservations.planner import earliest_slot, overview_runs
+from services.reservations.planner import earliest_slot, overview_by_gpu
 from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, from_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
@@ -111,18 +111,11 @@ class Queries:
                 bookings_by_gpu.setdefault(uuid, []).append(booking)
         mine = [r for r in rules if rule_applies_to(r, member)]
         allowed = allowed_by_gpu(member, mine, list(known.values()), start, end)
+        runs = overview_by_gpu(username, allowed, bookings_by_gpu, start, slot, slots)
         hosts: dict[str, list[dict[str, Any]]] = {}
         for gpu in known.values():
-            runs = overview_runs(
-                username,
-                allowed.get(gpu.uuid, []),
-                bookings_by_gpu.get(gpu.uuid, []),
-                start,
-                slot,
-                slots,
-            )
             hosts.setdefault(gpu.host, []).append(
-                {**repository.gpu_dict(gpu), "runs": [run.to_dict() for run in runs]}
+                {**repository.gpu_dict(gpu), "runs": [run.to_dict() for run in runs[gpu.uuid]]}
             )
         return {
             "start": start.isoformat(),
