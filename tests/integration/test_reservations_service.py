@@ -469,3 +469,70 @@ async def test_a_gpu_that_disappears_stays_known_with_its_reservations(service: 
     gpus = {g["uuid"]: g for g in await service.call("list_gpus")}
     assert gpus[G0]["present"] is False
     assert (await service.call("get_reservation", id=made["id"]))["status"] == "active"
+
+
+async def test_started_is_sent_after_a_restart_and_only_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        passwords, "_hasher", argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    )
+    url = f"sqlite+aiosqlite:///{tmp_path}/reservations.db"
+    settings = load_settings(
+        None,
+        environ={
+            "WARDEN_STORAGE_DATABASE_URL": url,
+            "WARDEN_AUTH_JWT_SECRET": secrets.token_urlsafe(48),
+            "HOME": str(tmp_path),
+        },
+    )
+    engine = db.create_engine(url)
+    await db.upgrade(engine, "reservations")
+    async with Store(engine).write() as conn:
+        await accounts.create_user(
+            conn, username="alice", email="alice@lab.example", password="password-1", actor="t"
+        )
+    await engine.dispose()
+    bus = InProcessBus()
+    await bus.start()
+    events: list[Envelope] = []
+
+    async def record(envelope: Envelope) -> None:
+        events.append(envelope)
+
+    await bus.subscribe("reservations", "reservation.*", "test.recorder", record)
+    try:
+        stop = await start_reservations(ServiceContext("reservations", settings, bus))
+        await bus.emit(
+            "gpu.discovered",
+            {"host": "a", "uuid": G0, "index": 0, "name": "A100", "memory_total_mib": None},
+            source="monitor",
+        )
+        await asyncio.sleep(0.2)
+        start = datetime.now(UTC) + timedelta(seconds=1.5)
+        await bus.call(
+            "reservations",
+            "create_reservation",
+            {
+                "actor": "alice",
+                "gpus": [G0],
+                "title": "soon",
+                "start": start.isoformat(),
+                "end": (start + timedelta(hours=1)).isoformat(),
+            },
+        )
+        await stop()  # down before the start comes
+        await asyncio.sleep(2.0)
+        assert not [e for e in events if e.type == "reservation.started"]
+        for _ in range(2):  # two restarts: the missed event once, then nothing more
+            stop = await start_reservations(ServiceContext("reservations", settings, bus))
+            await asyncio.sleep(1.5)
+            await stop()
+        started = [e for e in events if e.type == "reservation.started"]
+        assert len(started) == 1
+        assert (
+            started[0].data["start"]
+            == start.replace(microsecond=start.microsecond // 1000 * 1000).isoformat()
+        )
+    finally:
+        await bus.close()
