@@ -204,7 +204,29 @@ class Commands:
                     created_by=actor.username,
                     now=to_ms(now),
                 )
-                created = await self._finish(conn, reservation_id, "reservation.created")
+                record = ReservationRecord(
+                    id=reservation_id,
+                    owner=owner,
+                    title=title.strip(),
+                    description=description,
+                    start_ms=start_ms,
+                    end_ms=end_ms,
+                    status="active",
+                    created_by=actor.username,
+                    created_at_ms=to_ms(now),
+                    updated_at_ms=to_ms(now),
+                    cancelled_at_ms=None,
+                    cancelled_by=None,
+                    cancel_reason=None,
+                    cancelled_by_rules=False,
+                    started_event_ms=None,
+                    ended_event_ms=None,
+                    usage=None,
+                    gpu_uuids=tuple(uuids),
+                )
+                # Built from what was written: no need to read it back.
+                await add_event(conn, "reservation.created", record.event_data(gpus))
+                created = record.to_dict(gpus)
         except IntegrityError as err:
             raise await self._explain_race(uuids, start_ms, end_ms, None) from err
         self.on_commit()

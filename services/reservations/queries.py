@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.reservations import accounts, repository
 from services.reservations.access import allowed_by_gpu, rule_applies_to
 from services.reservations.intervals import merge
-from services.reservations.model import Gpu, Interval, Member
-from services.reservations.planner import earliest_slot, overview_by_gpu
+from services.reservations.model import AccessRule, Gpu, Interval, Member
+from services.reservations.planner import Slot, earliest_slot, overview_by_gpu
 from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, from_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
@@ -22,6 +22,7 @@ from services.shared.errors import InvalidRequest, NotFound
 MAX_OVERVIEW = timedelta(weeks=8)
 MAX_CALENDAR = timedelta(weeks=8)
 SLOT_SEARCH_HORIZON = timedelta(weeks=8)
+SLOT_SEARCH_STEPS = (timedelta(days=2), timedelta(weeks=2), SLOT_SEARCH_HORIZON)
 
 
 class Queries:
@@ -143,37 +144,32 @@ class Queries:
             rules = await repository.load_rules(conn)
             known = await repository.load_gpus(conn)
             candidates = [g for g in known.values() if _matches(g, host, gpu_model)]
-            rows = (
-                await repository.slots_in_range(
-                    conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
+            # Rules whose own limits already forbid this request cannot make room for it.
+            usable = [
+                r
+                for r in rules
+                if rule_applies_to(r, member)
+                and (r.limits.max_duration is None or duration <= r.limits.max_duration)
+                and (r.limits.max_gpus is None or count <= r.limits.max_gpus)
+            ]
+            found = None
+            # Most requests fit soon: look close first, and only then read further ahead. A
+            # slot found within a shorter horizon is the earliest of the longer ones too.
+            for ahead in SLOT_SEARCH_STEPS:
+                if found is not None or not candidates:
+                    break
+                until = min(not_before + max(ahead, 2 * duration), horizon)
+                found = await self._earliest(
+                    conn,
+                    member,
+                    usable,
+                    candidates,
+                    count,
+                    duration,
+                    not_before,
+                    until,
+                    same_host,
                 )
-                if candidates
-                else []
-            )
-        # Rules whose own limits already forbid this request cannot make room for it.
-        usable = [
-            r
-            for r in rules
-            if rule_applies_to(r, member)
-            and (r.limits.max_duration is None or duration <= r.limits.max_duration)
-            and (r.limits.max_gpus is None or count <= r.limits.max_gpus)
-        ]
-        allowed = allowed_by_gpu(member, usable, candidates, not_before, horizon)
-        busy: dict[str, list[Interval]] = {}
-        for row in rows:
-            busy.setdefault(row.gpu_uuid, []).append(
-                Interval(from_ms(row.start_ms), from_ms(row.end_ms))
-            )
-        found = earliest_slot(
-            candidates,
-            allowed,
-            {uuid: merge(intervals) for uuid, intervals in busy.items()},
-            count,
-            duration,
-            not_before,
-            horizon,
-            same_host=same_host,
-        )
         if found is None:
             where = f" on {host}" if host else ""
             raise NotFound(
@@ -186,6 +182,38 @@ class Queries:
             "end": found.end.isoformat(),
             "gpus": [repository.gpu_dict(known[uuid]) for uuid in found.gpus],
         }
+
+    @staticmethod
+    async def _earliest(
+        conn: AsyncConnection,
+        member: Member,
+        rules: Sequence[AccessRule],
+        candidates: Sequence[Gpu],
+        count: int,
+        duration: timedelta,
+        not_before: datetime,
+        horizon: datetime,
+        same_host: bool,
+    ) -> Slot | None:
+        rows = await repository.slots_in_range(
+            conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
+        )
+        allowed = allowed_by_gpu(member, rules, candidates, not_before, horizon)
+        busy: dict[str, list[Interval]] = {}
+        for row in rows:
+            busy.setdefault(row.gpu_uuid, []).append(
+                Interval(from_ms(row.start_ms), from_ms(row.end_ms))
+            )
+        return earliest_slot(
+            candidates,
+            allowed,
+            {uuid: merge(intervals) for uuid, intervals in busy.items()},
+            count,
+            duration,
+            not_before,
+            horizon,
+            same_host=same_host,
+        )
 
     async def active_at(
         self, at: datetime, gpu_uuids: Sequence[str] | None = None, host: str | None = None

@@ -1,0 +1,910 @@
+"""Latency of the reservations service under load, through RPC, on SQLite and on PostgreSQL.
+
+Usage::
+
+    .venv/bin/python bench/reservations_load.py [--quick] [--backend sqlite|postgresql|both]
+
+Set-up, for each backend in turn:
+
+- A fresh database: a SQLite file in a temporary folder, or a database
+  `warden_bench_<random>` created on PostgreSQL (`--pg-url`, env WARDEN_BENCH_PG_URL, default
+  postgresql://postgres@127.0.0.1:5432/postgres; dropped WITH (FORCE) at the end). When
+  PostgreSQL cannot be reached that is said in one line and its figures are `nan`.
+  Migrated with `services.shared.db.upgrade(engine, "reservations")`.
+- 50 users (user00..user49) and an admin, made with `accounts.create_user` (argon2 made cheap
+  for the bench), 200 GPUs (25 hosts x 8; half A100, half H100) and 20,000 reservations from
+  4 weeks ago to 8 weeks ahead (mostly 1 GPU, some 2/4/8 on one host, 1-12 h, never
+  overlapping on a GPU), bulk-inserted straight into the tables (no RPC).
+- The service started as `warden run` starts it (`services.reservations.service.start` on an
+  in-process bus); every figure below is one `bus.call("reservations", ...)` (JSON round trip
+  of arguments and results included), timed with time.perf_counter after a few warm-up calls.
+
+Measurements:
+
+1. create: 32 clients in a closed loop, `create_reservation` of 1-2 GPUs on one host, 1-4 h,
+   1-8 weeks ahead (1,600 in all; --quick 160). A ReservationConflict is a valid answer.
+   The same by one client (200; --quick 20), as a side figure: what a create costs without
+   waiting for the others (SQLite runs one write at a time).
+2. calendar: 64 GPUs (8 random hosts) x 7 days within the next 4 weeks (300; --quick 30).
+3. overview: all 200 GPUs x 4 weeks from today 00:00 UTC, 30-min slots (60; --quick 6).
+4. earliest-slot: `find_slot` of 8 GPUs on one host for 4 h, from a time within 2 weeks
+   (200; --quick 20).
+5. concurrent same slot: 20 users create the same 2 GPUs for the same 2 hours at once; exactly
+   one must succeed.
+
+`--profile OPERATION` runs that measurement under cProfile and prints the top entries from
+services/ by cumulative time. The last line is machine-readable:
+`RESULT create_p99_ms=<n> calendar_p99_ms=<n> overview_p99_ms=<n> earliest_p99_ms=<n>
+pg_create_p99_ms=<n> ... concurrent_same_slot_successes=<n>` (SQLite without prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import cProfile
+import io
+import logging
+import os
+import platform
+import pstats
+import random
+import secrets
+import shutil
+import signal
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import argon2
+import asyncpg
+import sqlalchemy
+from sqlalchemy import insert, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# Runnable as a plain script from a checkout: the repository root holds `services`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from services.reservations import accounts, passwords
+from services.reservations.models import gpu_slots, gpus, reservations
+from services.reservations.service import start as start_reservations
+from services.reservations.store import Store
+from services.shared import db
+from services.shared.bus.inproc import InProcessBus
+from services.shared.config import load_settings
+from services.shared.errors import NotFound, ReservationConflict, WardenError
+from services.shared.runtime import ServiceContext
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+USERS = [f"user{i:02d}" for i in range(50)]
+ADMIN = "admin"
+HOSTS = [f"node{i:02d}" for i in range(1, 26)]
+GPUS_PER_HOST = 8
+GPU_MODELS = (("NVIDIA A100-SXM4-40GB", 40_960.0), ("NVIDIA H100 80GB HBM3", 81_559.0))
+
+HALF_HOUR_MS = 30 * 60 * 1000
+HOUR_MS = 2 * HALF_HOUR_MS
+WEEK_MS = 7 * 24 * HOUR_MS
+SEED_PAST = 4 * WEEK_MS
+SEED_AHEAD = 8 * WEEK_MS
+SEED_SIZES = ((1, 85), (2, 8), (4, 5), (8, 2))  # GPUs per seeded reservation, weight
+SEED_TITLES = ("training", "fine-tune", "eval", "sweep", "debug", "inference test")
+CHUNK = 2_000  # rows per executemany
+
+CREATE_CLIENTS = 32
+SAME_SLOT_USERS = 20
+WARMUP_CALLS = 3
+CALL_TIMEOUT_S = 30.0
+
+OPERATIONS = ("create", "create_serial", "calendar", "overview", "earliest", "same_slot")
+TARGETS_MS = {"create": 25.0, "calendar": 20.0, "overview": 100.0, "earliest": 50.0}
+LABELS = {
+    "create": "create",
+    "create_serial": "create, 1 client",
+    "calendar": "calendar",
+    "overview": "overview",
+    "earliest": "earliest-slot",
+    "same_slot": "concurrent same slot",
+}
+
+Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Latencies:
+    """One operation's calls on one backend."""
+
+    operation: str
+    samples_ms: list[float] = field(default_factory=list)
+    note: str = ""
+    wall_s: float = 0.0
+
+    def add(self, started: float) -> None:
+        self.samples_ms.append((time.perf_counter() - started) * 1000)
+
+    def pct(self, p: float) -> float:
+        """Nearest-rank percentile (as bench/bus_throughput.py)."""
+        ordered = sorted(self.samples_ms)
+        if not ordered:
+            return float("nan")
+        k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+        return ordered[k]
+
+    @property
+    def calls(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
+
+    @property
+    def p99(self) -> float:
+        return self.pct(99)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples_ms) if self.samples_ms else float("nan")
+
+
+@dataclass
+class BackendResult:
+    backend: str  # "sqlite" | "postgresql"
+    where: str = ""
+    skipped: str = ""  # why it did not run (PostgreSQL unreachable)
+    server: str = ""
+    setup_s: dict[str, float] = field(default_factory=dict)
+    seeded: dict[str, int] = field(default_factory=dict)
+    ops: dict[str, Latencies] = field(default_factory=dict)
+    same_slot_successes: int | None = None
+
+    def p99(self, operation: str) -> float:
+        found = self.ops.get(operation)
+        return found.p99 if found else float("nan")
+
+
+@dataclass
+class Config:
+    creates: int
+    serial_creates: int
+    calendar_calls: int
+    overview_calls: int
+    earliest_calls: int
+    seed_reservations: int
+    seed: int
+    profile: str | None
+
+
+# --- databases ----------------------------------------------------------------------------------
+
+
+def pg_admin_url(args: argparse.Namespace) -> str:
+    return str(args.pg_url or os.environ.get("WARDEN_BENCH_PG_URL") or DEFAULT_PG_URL)
+
+
+def _pg_database_url(admin_url: str, database: str) -> str:
+    """postgresql://u@h/postgres -> postgresql+asyncpg://u@h/<database> (for SQLAlchemy)."""
+    parts = urlsplit(admin_url)
+    return urlunsplit(parts._replace(scheme="postgresql+asyncpg", path=f"/{database}"))
+
+
+def _hide_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@contextlib.asynccontextmanager
+async def postgres_database(admin_url: str) -> AsyncIterator[tuple[str, str]]:
+    """A fresh database on the server of `admin_url`: yields (SQLAlchemy URL, server version).
+
+    Raises OSError (or asyncpg's errors) when the server cannot be reached.
+    """
+    name = f"warden_bench_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(admin_url, timeout=5)
+    try:
+        version = str(await admin.fetchval("SHOW server_version"))
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield _pg_database_url(admin_url, name), version
+    finally:
+        admin = await asyncpg.connect(admin_url, timeout=10)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+# --- seeding ------------------------------------------------------------------------------------
+
+
+def cheap_password_hashing() -> None:
+    """argon2 at its cheapest: accounts are made in milliseconds (nobody logs in here)."""
+    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    passwords._dummy_hash.cache_clear()
+
+
+def gpu_uuids_by_host() -> dict[str, list[str]]:
+    return {host: [f"GPU-{host}-{i}" for i in range(GPUS_PER_HOST)] for host in HOSTS}
+
+
+def gpu_rows(now_ms: int) -> list[dict[str, Any]]:
+    """25 hosts x 8 GPUs: the first half A100s, the second half H100s."""
+    rows = []
+    total = len(HOSTS) * GPUS_PER_HOST
+    for h, host in enumerate(HOSTS):
+        for index in range(GPUS_PER_HOST):
+            n = h * GPUS_PER_HOST + index
+            name, memory = GPU_MODELS[0] if n < total // 2 else GPU_MODELS[1]
+            rows.append(
+                {
+                    "uuid": f"GPU-{host}-{index}",
+                    "host": host,
+                    "gpu_index": index,
+                    "name": name,
+                    "memory_total_mib": memory,
+                    "present": True,
+                    "first_seen_ms": now_ms - SEED_PAST,
+                    "last_change_ms": now_ms - SEED_PAST,
+                }
+            )
+    return rows
+
+
+@dataclass(frozen=True)
+class Planned:
+    owner: str
+    gpus: tuple[str, ...]
+    start_ms: int
+    end_ms: int
+
+
+class Timeline:
+    """Busy intervals of one GPU, sorted and disjoint."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def free(self, start: int, end: int) -> bool:
+        i = bisect.bisect_left(self.starts, end)  # intervals starting before `end`
+        return i == 0 or self.ends[i - 1] <= start
+
+    def take(self, start: int, end: int) -> None:
+        i = bisect.bisect_left(self.starts, start)
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+
+
+def plan_reservations(rng: random.Random, count: int, now_ms: int) -> list[Planned]:
+    """`count` reservations that never overlap on a GPU, placed at random (big ones first)."""
+    sizes = sorted(
+        rng.choices([s for s, _ in SEED_SIZES], [w for _, w in SEED_SIZES], k=count), reverse=True
+    )
+    by_host = gpu_uuids_by_host()
+    timelines = {uuid: Timeline() for uuids in by_host.values() for uuid in uuids}
+    origin = now_ms - now_ms % HALF_HOUR_MS - SEED_PAST
+    half_hours = (SEED_PAST + SEED_AHEAD) // HALF_HOUR_MS
+    planned: list[Planned] = []
+    for size in sizes:
+        while True:  # a crowded host: try again, smaller after many misses
+            for _ in range(200):
+                duration = rng.randint(2, 24) * HALF_HOUR_MS  # 1-12 h
+                start = origin + rng.randrange(half_hours - duration // HALF_HOUR_MS) * HALF_HOUR_MS
+                chosen = rng.sample(by_host[rng.choice(HOSTS)], size)
+                end = start + duration
+                if all(timelines[uuid].free(start, end) for uuid in chosen):
+                    for uuid in chosen:
+                        timelines[uuid].take(start, end)
+                    planned.append(Planned(rng.choice(USERS), tuple(sorted(chosen)), start, end))
+                    break
+            else:
+                size = max(1, size // 2)
+                continue
+            break
+    return planned
+
+
+def reservation_rows(
+    rng: random.Random, plan: Sequence[Planned], now_ms: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rows of `reservations` and `reservations_gpu_slots` (ids 1..n), with the started/ended
+    events of the past already sent, as a service that ran all along would have."""
+    rows: list[dict[str, Any]] = []
+    slots: list[dict[str, Any]] = []
+    for rid, p in enumerate(plan, start=1):
+        created = min(now_ms - HOUR_MS, p.start_ms - rng.randint(1, 14 * 24) * HOUR_MS)
+        rows.append(
+            {
+                "id": rid,
+                "owner": p.owner,
+                "title": rng.choice(SEED_TITLES),
+                "description": "",
+                "start_ms": p.start_ms,
+                "end_ms": p.end_ms,
+                "status": "active",
+                "created_by": p.owner,
+                "created_at_ms": created,
+                "updated_at_ms": created,
+                "cancelled_by_rules": False,
+                "started_event_ms": p.start_ms if p.start_ms <= now_ms else None,
+                "ended_event_ms": p.end_ms if p.end_ms <= now_ms else None,
+            }
+        )
+        slots.extend(
+            {
+                "reservation_id": rid,
+                "gpu_uuid": uuid,
+                "owner": p.owner,
+                "start_ms": p.start_ms,
+                "end_ms": p.end_ms,
+                "active": True,
+            }
+            for uuid in p.gpus
+        )
+    return rows, slots
+
+
+async def seed_accounts(engine: AsyncEngine) -> None:
+    async with Store(engine).write() as conn:
+        for username, is_admin in [(u, False) for u in USERS] + [(ADMIN, True)]:
+            await accounts.create_user(
+                conn,
+                username=username,
+                email=f"{username}@example.org",
+                password="bench-password",
+                is_admin=is_admin,
+                actor="bench",
+            )
+
+
+async def insert_chunks(engine: AsyncEngine, table: sqlalchemy.Table, rows: list[Any]) -> None:
+    async with engine.begin() as conn:
+        for i in range(0, len(rows), CHUNK):
+            await conn.execute(insert(table), rows[i : i + CHUNK])
+
+
+async def seed(engine: AsyncEngine, cfg: Config, now_ms: int) -> dict[str, int]:
+    """Accounts, GPUs and reservations; returns what was made."""
+    cheap_password_hashing()
+    await seed_accounts(engine)
+    rng = random.Random(cfg.seed)
+    await insert_chunks(engine, gpus, gpu_rows(now_ms))
+    plan = plan_reservations(rng, cfg.seed_reservations, now_ms)
+    rows, slots = reservation_rows(rng, plan, now_ms)
+    await insert_chunks(engine, reservations, rows)
+    await insert_chunks(engine, gpu_slots, slots)
+    if engine.dialect.name == "postgresql":  # explicit ids do not move the sequence
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("SELECT setval(pg_get_serial_sequence('reservations', 'id'), :n)"),
+                {"n": len(rows)},
+            )
+    return {
+        "users": len(USERS) + 1,
+        "gpus": len(HOSTS) * GPUS_PER_HOST,
+        "reservations": len(rows),
+        "gpu_slots": len(slots),
+    }
+
+
+# --- the service --------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_service(url: str, data_dir: Path) -> AsyncIterator[Call]:
+    """The reservations service on an in-process bus; yields a function that calls it."""
+    settings = load_settings(
+        None,
+        environ={
+            "WARDEN_STORAGE_DATABASE_URL": url,
+            "WARDEN_STORAGE_DATA_DIR": str(data_dir),
+            "WARDEN_AUTH_JWT_SECRET": "x" * 48,
+            "HOME": str(data_dir),
+        },
+    )
+    bus = InProcessBus()
+    await bus.start()
+    try:
+        teardown = await start_reservations(ServiceContext("reservations", settings, bus))
+        try:
+
+            async def call(method: str, args: dict[str, Any]) -> Any:
+                return await bus.call("reservations", method, args, timeout=CALL_TIMEOUT_S)
+
+            yield call
+        finally:
+            await teardown()
+    finally:
+        await bus.close()
+
+
+# --- measurements -------------------------------------------------------------------------------
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+
+def today_ms(now_ms: int) -> int:
+    return now_ms - now_ms % (24 * HOUR_MS)
+
+
+def create_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
+    """1-2 GPUs on one host, 1-4 h, at a half hour 1-8 weeks ahead, for a random user."""
+    uuids = gpu_uuids_by_host()[rng.choice(HOSTS)]
+    first = now_ms - now_ms % HALF_HOUR_MS + WEEK_MS
+    start = first + rng.randrange(7 * WEEK_MS // HALF_HOUR_MS) * HALF_HOUR_MS
+    return {
+        "actor": rng.choice(USERS),
+        "gpus": rng.sample(uuids, rng.randint(1, 2)),
+        "start": iso(start),
+        "end": iso(start + rng.randint(1, 4) * HOUR_MS),
+        "title": "bench",
+    }
+
+
+def calendar_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
+    by_host = gpu_uuids_by_host()
+    start = today_ms(now_ms) + rng.randrange(28) * 24 * HOUR_MS
+    return {
+        "start": iso(start),
+        "end": iso(start + WEEK_MS),
+        "gpus": [uuid for host in rng.sample(HOSTS, 8) for uuid in by_host[host]],
+    }
+
+
+def overview_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
+    start = today_ms(now_ms)
+    return {
+        "actor": rng.choice(USERS),
+        "start": iso(start),
+        "end": iso(start + 4 * WEEK_MS),
+        "slot_minutes": 30,
+    }
+
+
+def earliest_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
+    not_before = now_ms + rng.randrange(2 * WEEK_MS // 60_000) * 60_000
+    return {
+        "actor": rng.choice(USERS),
+        "count": 8,
+        "duration_minutes": 240,
+        "same_host": True,
+        "not_before": iso(not_before),
+    }
+
+
+class Outcomes:
+    """Answers of a batch of calls: successes, conflicts, other refusals, bugs."""
+
+    def __init__(self) -> None:
+        self.ok = self.conflicts = self.not_found = self.errors = 0
+
+    async def run(self, figures: Latencies, call: Call, method: str, args: dict[str, Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            answer = await call(method, args)
+        except ReservationConflict:
+            self.conflicts += 1
+            figures.add(started)
+            return None
+        except NotFound:  # find_slot: nothing free within its horizon (a valid answer)
+            self.not_found += 1
+            figures.add(started)
+            return None
+        except Exception as err:  # anything else is a bug in the service (or the bench)
+            self.errors += 1
+            print(f"  ERROR {method}({args}): {err.__class__.__name__}: {err}", flush=True)
+            return None
+        self.ok += 1
+        figures.add(started)
+        return answer
+
+
+async def warm_up(call: Call, method: str, make: Callable[[], dict[str, Any]]) -> None:
+    for _ in range(WARMUP_CALLS):
+        with contextlib.suppress(WardenError):
+            await call(method, make())
+
+
+async def measure_creates(
+    call: Call, operation: str, total: int, clients: int, seed: int, now_ms: int
+) -> Latencies:
+    """`total` creates by `clients` concurrent clients, each in a closed loop."""
+    rng = random.Random(seed)
+    await warm_up(call, "create_reservation", lambda: create_args(rng, now_ms))
+    figures, outcomes = Latencies(operation), Outcomes()
+    remaining = total
+
+    async def client() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await outcomes.run(figures, call, "create_reservation", create_args(rng, now_ms))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    figures.wall_s = time.perf_counter() - started
+    figures.note = (
+        f"{outcomes.ok} ok, {outcomes.conflicts} conflicts, {outcomes.errors} errors; "
+        f"{total / figures.wall_s:.0f}/s = {figures.wall_s / total * 1000:.1f} ms each"
+        + (f" ({clients} clients)" if clients > 1 else "")
+    )
+    return figures
+
+
+async def measure_sequential(
+    call: Call,
+    operation: str,
+    method: str,
+    make: Callable[[], dict[str, Any]],
+    calls: int,
+    size: tuple[str, Callable[[Any], int]],
+) -> Latencies:
+    """`calls` calls one after the other; the note says how big the answers were.
+
+    Only the size of each answer is kept: holding hundreds of thousands of answer objects
+    would slow the process (garbage collection) and skew later figures.
+    """
+    await warm_up(call, method, make)
+    figures, outcomes = Latencies(operation), Outcomes()
+    unit, count = size
+    sizes = []
+    started = time.perf_counter()
+    for _ in range(calls):
+        answer = await outcomes.run(figures, call, method, make())
+        if answer is not None:
+            sizes.append(count(answer))
+    figures.wall_s = time.perf_counter() - started
+    mean = statistics.fmean(sizes) if sizes else 0.0
+    figures.note = f"{mean:,.0f} {unit} per answer"
+    if outcomes.not_found:
+        figures.note += f", {outcomes.not_found} 'none found'"
+    figures.note += _errors(outcomes)
+    return figures
+
+
+def _overview_runs(answer: dict[str, Any]) -> int:
+    return sum(len(gpu["runs"]) for host in answer["hosts"] for gpu in host["gpus"])
+
+
+def _errors(outcomes: Outcomes) -> str:
+    return f", {outcomes.errors} ERRORS" if outcomes.errors else ""
+
+
+async def measure_same_slot(call: Call, now_ms: int) -> tuple[Latencies, int]:
+    """20 users ask for the same 2 GPUs for the same 2 hours at once (9 weeks ahead: free)."""
+    start = today_ms(now_ms) + 9 * WEEK_MS + 10 * HOUR_MS
+    gpus = gpu_uuids_by_host()[HOSTS[0]][:2]
+    figures, outcomes = Latencies("same_slot"), Outcomes()
+    await asyncio.gather(
+        *(
+            outcomes.run(
+                figures,
+                call,
+                "create_reservation",
+                {
+                    "actor": user,
+                    "gpus": gpus,
+                    "start": iso(start),
+                    "end": iso(start + 2 * HOUR_MS),
+                    "title": "bench",
+                },
+            )
+            for user in USERS[:SAME_SLOT_USERS]
+        )
+    )
+    figures.note = f"{outcomes.ok} ok, {outcomes.conflicts} conflicts" + _errors(outcomes)
+    return figures, outcomes.ok
+
+
+@contextlib.contextmanager
+def profiled(enabled: bool, label: str) -> Iterator[None]:
+    """cProfile around a measurement; prints the top functions of services/ by cumulative time."""
+    if not enabled:
+        yield
+        return
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        out = io.StringIO()
+        stats = pstats.Stats(profile, stream=out).sort_stats("cumulative")
+        stats.print_stats(r"/services/", 30)
+        print(f"--- cProfile of {label} (top 30 of services/, by cumulative time) ---")
+        print(out.getvalue().split("\n\n", 1)[-1].rstrip())
+        print("--- end of profile (figures measured under the profiler are inflated) ---")
+
+
+async def measure_all(call: Call, cfg: Config, now_ms: int, result: BackendResult) -> None:
+    def step(operation: str) -> contextlib.AbstractContextManager[None]:
+        print(f"  {LABELS[operation]} ...", flush=True)
+        return profiled(cfg.profile == operation, f"{LABELS[operation]} on {result.backend}")
+
+    rng = random.Random(cfg.seed + 2)
+    with step("create"):
+        result.ops["create"] = await measure_creates(
+            call, "create", cfg.creates, CREATE_CLIENTS, cfg.seed + 1, now_ms
+        )
+    with step("create_serial"):  # the same without queueing: what one create costs
+        result.ops["create_serial"] = await measure_creates(
+            call, "create_serial", cfg.serial_creates, 1, cfg.seed + 3, now_ms
+        )
+    with step("calendar"):
+        result.ops["calendar"] = await measure_sequential(
+            call,
+            "calendar",
+            "calendar",
+            lambda: calendar_args(rng, now_ms),
+            cfg.calendar_calls,
+            ("reservations", len),
+        )
+    with step("overview"):
+        result.ops["overview"] = await measure_sequential(
+            call,
+            "overview",
+            "overview",
+            lambda: overview_args(rng, now_ms),
+            cfg.overview_calls,
+            ("runs", _overview_runs),
+        )
+    with step("earliest"):
+        result.ops["earliest"] = await measure_sequential(
+            call,
+            "earliest",
+            "find_slot",
+            lambda: earliest_args(rng, now_ms),
+            cfg.earliest_calls,
+            ("GPUs", lambda answer: len(answer["gpus"])),
+        )
+    with step("same_slot"):
+        result.ops["same_slot"], result.same_slot_successes = await measure_same_slot(call, now_ms)
+
+
+# --- one backend --------------------------------------------------------------------------------
+
+
+async def run_on(url: str, tmp: Path, cfg: Config, result: BackendResult) -> None:
+    """Migrate, seed, start the service and measure, on the database at `url`."""
+    now_ms = int(time.time() * 1000)
+    engine = db.create_engine(url)
+    try:
+        t0 = time.perf_counter()
+        await db.upgrade(engine, "reservations")
+        result.setup_s["migrate"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        result.seeded = await seed(engine, cfg, now_ms)
+        result.setup_s["seed"] = time.perf_counter() - t0
+        print(
+            f"  seeded {result.seeded['reservations']:,} reservations "
+            f"({result.seeded['gpu_slots']:,} GPU slots) in {result.setup_s['seed']:.1f}s",
+            flush=True,
+        )
+        t0 = time.perf_counter()
+        async with running_service(url, tmp) as call:
+            result.setup_s["start"] = time.perf_counter() - t0
+            await measure_all(call, cfg, now_ms, result)
+    finally:
+        await engine.dispose()
+
+
+async def run_sqlite(cfg: Config) -> BackendResult:
+    tmp = Path(tempfile.mkdtemp(prefix="warden-bench-reservations-"))
+    path = tmp / "reservations.db"
+    result = BackendResult("sqlite", where=str(path), server=f"SQLite {sqlite3.sqlite_version}")
+    print(f"sqlite: {path}", flush=True)
+    try:
+        await run_on(f"sqlite+aiosqlite:///{path}", tmp, cfg, result)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+async def run_postgresql(cfg: Config, admin_url: str) -> BackendResult:
+    result = BackendResult("postgresql")
+    tmp = Path(tempfile.mkdtemp(prefix="warden-bench-reservations-pg-"))
+    try:
+        async with postgres_database(admin_url) as (url, version):
+            result.where = _hide_password(url)
+            result.server = f"PostgreSQL {version}"
+            print(f"postgresql: {result.where}", flush=True)
+            await run_on(url, tmp, cfg, result)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as err:
+        if result.server:  # it was reachable: this is no connection problem, but a failure
+            raise
+        result.skipped = f"{err.__class__.__name__}: {err}"
+        print(
+            f"postgresql: UNREACHABLE at {_hide_password(admin_url)} ({result.skipped}); "
+            "its figures are reported as nan",
+            flush=True,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+async def run_all(args: argparse.Namespace, cfg: Config) -> list[BackendResult]:
+    results = []
+    if args.backend in ("sqlite", "both"):
+        results.append(await run_sqlite(cfg))
+    if args.backend in ("postgresql", "both"):
+        results.append(await run_postgresql(cfg, pg_admin_url(args)))
+    return results
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def _num(value: float) -> str:
+    return "nan" if value != value else f"{value:.1f}"  # NaN is the only value != itself
+
+
+def target(operation: str) -> str:
+    if operation == "same_slot":
+        return "successes = 1"
+    return f"p99 < {TARGETS_MS[operation]:g}" if operation in TARGETS_MS else "-"
+
+
+def verdict(result: BackendResult, operation: str) -> str:
+    if operation == "same_slot":
+        if result.same_slot_successes is None:
+            return "n/a"
+        return "met" if result.same_slot_successes == 1 else "MISSED"
+    p99 = result.p99(operation)
+    if operation not in TARGETS_MS:
+        return "-"
+    return "n/a" if p99 != p99 else ("met" if p99 < TARGETS_MS[operation] else "MISSED")
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) -> None:
+    print()
+    print(
+        f"machine: nproc={usable_cpus()} (cpu_count={os.cpu_count()}), Python "
+        f"{platform.python_version()}, SQLAlchemy {sqlalchemy.__version__}, "
+        f"asyncpg {asyncpg.__version__}, {platform.platform()}"
+    )
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load:    {load} (1/5/15 min, at the end; bench, service and PostgreSQL share it)")
+    for r in results:
+        if r.skipped:
+            print(f"{r.backend + ':':<11} not run ({r.skipped})")
+            continue
+        setup = ", ".join(f"{k} {v:.1f}s" for k, v in r.setup_s.items())
+        print(f"{r.backend + ':':<11} {r.server}, {r.where}; set-up: {setup}")
+    print(
+        f"data:    {len(USERS)} users + admin, {len(HOSTS)} hosts x {GPUS_PER_HOST} GPUs, "
+        f"{cfg.seed_reservations:,} reservations (-4..+8 weeks); in-process bus, "
+        f"{WARMUP_CALLS} warm-up calls per operation; seed {cfg.seed}"
+        + (" (--quick)" if args.quick else "")
+    )
+    print()
+    head = (
+        f"{'backend':<10} {'operation':<20} {'calls':>5} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'max ms':>8}  {'target':<13} {'verdict':<7} note"
+    )
+    print(head)
+    print("-" * (len(head) + 40))
+    for r in results:
+        for operation in OPERATIONS:
+            figures = r.ops.get(operation, Latencies(operation))
+            note = "not run" if r.skipped else figures.note
+            print(
+                f"{r.backend:<10} {LABELS[operation]:<20} {figures.calls:>5} "
+                f"{_num(figures.p50):>8} {_num(figures.p99):>8} {_num(figures.max):>8}  "
+                f"{target(operation):<13} {verdict(r, operation):<7} {note}"
+            )
+    print(
+        "(latency: bus.call to answer, JSON round trips included; conflicts and 'none found' "
+        "are answers and counted; errors are not)"
+    )
+    print()
+
+
+def same_slot_figure(results: list[BackendResult]) -> str:
+    """The worse of the backends' figures (the one farther from 1)."""
+    found = [r.same_slot_successes for r in results if r.same_slot_successes is not None]
+    return "nan" if not found else str(max(found, key=lambda n: abs(n - 1)))
+
+
+def result_line(results: list[BackendResult]) -> str:
+    by_backend = {r.backend: r for r in results}
+    parts = []
+    for prefix, backend in (("", "sqlite"), ("pg_", "postgresql")):
+        r = by_backend.get(backend, BackendResult(backend))
+        for operation in ("create", "calendar", "overview", "earliest"):
+            parts.append(f"{prefix}{operation}_p99_ms={_num(r.p99(operation))}")
+    parts.append(f"concurrent_same_slot_successes={same_slot_figure(results)}")
+    return "RESULT " + " ".join(parts)
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: a tenth of the calls")
+    ap.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
+    ap.add_argument(
+        "--pg-url",
+        help="PostgreSQL server to make a database on (default: env WARDEN_BENCH_PG_URL, "
+        f"else {DEFAULT_PG_URL})",
+    )
+    ap.add_argument("--reservations", type=int, default=20_000, help="seeded reservations (20,000)")
+    ap.add_argument("--seed", type=int, default=1, help="random seed (1)")
+    ap.add_argument(
+        "--profile",
+        choices=OPERATIONS,
+        help="run this measurement under cProfile; print the top services/ functions",
+    )
+    return ap.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    scale = 10 if args.quick else 1
+    return Config(
+        creates=1_600 // scale,
+        serial_creates=200 // scale,
+        calendar_calls=300 // scale,
+        overview_calls=60 // scale,
+        earliest_calls=200 // scale,
+        seed_reservations=args.reservations,
+        seed=args.seed,
+        profile=args.profile,
+    )
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.WARNING)
+    signal.signal(signal.SIGTERM, _sigterm)
+    cfg = make_config(args)
+    started = time.monotonic()
+    try:
+        results = asyncio.run(run_all(args, cfg))
+    except KeyboardInterrupt:
+        print(
+            "interrupted: service stopped, temporary files and databases removed", file=sys.stderr
+        )
+        return 130
+    report(results, cfg, args)
+    print(f"wall time: {time.monotonic() - started:.0f}s")
+    print(result_line(results))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
