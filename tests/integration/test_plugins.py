@@ -152,7 +152,7 @@ def _violation() -> dict[str, Any]:
         "offender": "mallory",
         "pids": [4242, 4243],
         "commands": ["python train.py"],
-        "reservation_id": "res-1",
+        "reservation_id": 1,
         "owner": "alice",
         "reservation_start": "2025-05-01T08:00:00+00:00",
         "reservation_end": "2025-05-01T18:00:00+00:00",
