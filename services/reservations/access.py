@@ -217,13 +217,6 @@ def allowed_by_gpu(
     return allowed
 
 
-def allowed_intervals(
-    member: Member, rules: Sequence[AccessRule], gpu: Gpu, start: datetime, end: datetime
-) -> list[Interval]:
-    """When the member may use one GPU within [start, end), limits aside (merged)."""
-    return allowed_by_gpu(member, rules, [gpu], start, end)[gpu.uuid]
-
-
 # --- checking one request ---------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.reservations.model import Member
 from services.reservations.models import group_members, users
 from services.reservations.models import groups as group_table
 from services.reservations.outbox import add_event
@@ -316,6 +317,14 @@ async def member_groups(conn: AsyncConnection, username: str) -> frozenset[str] 
     if row is None:
         return None
     return frozenset((await _groups_by_user(conn, [row.id])).get(row.id, []))
+
+
+async def member(conn: AsyncConnection, username: str) -> Member:
+    """The user as access rules see them (name and groups); NotFound for an unknown user."""
+    groups = await member_groups(conn, username)
+    if groups is None:
+        raise NotFound(f"no user named {username!r}", {"user": username})
+    return Member(username, groups)
 
 
 async def is_admin(conn: AsyncConnection, username: str) -> bool | None:

@@ -94,13 +94,6 @@ class Commands:
         return Actor(username, admin)
 
     @staticmethod
-    async def _member(conn: AsyncConnection, username: str) -> Member:
-        groups = await accounts.member_groups(conn, username)
-        if groups is None:
-            raise NotFound(f"no user named {username!r}", {"owner": username})
-        return Member(username, groups)
-
-    @staticmethod
     async def _gpus(conn: AsyncConnection, uuids: Sequence[str]) -> dict[str, Gpu]:
         found = await repository.load_gpus(conn, uuids)
         missing = sorted(set(uuids) - set(found))
@@ -186,7 +179,7 @@ class Commands:
         try:
             async with self.store.write() as conn:
                 await lock_owner(conn, owner)
-                member = await self._member(conn, owner)
+                member = await accounts.member(conn, owner)
                 gpus = await self._gpus(conn, uuids)
                 found = await repository.clashes(conn, uuids, start_ms, end_ms)
                 refusals = conflict_refusals(found, gpus)
@@ -313,7 +306,7 @@ class Commands:
             conn, current.gpu_uuids, to_ms(start), to_ms(end), current.id
         )
         refusals = conflict_refusals(found, gpus)
-        member = await self._member(conn, current.owner)
+        member = await accounts.member(conn, current.owner)
         refusals += await self._access_refusals(conn, member, gpus, start, end, current.id)
         if refusals:
             raise refusal_error(refusals)

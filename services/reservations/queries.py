@@ -37,12 +37,6 @@ class Queries:
         shown["usage"] = self.live_usage(found.id) or shown["usage"]
         return shown
 
-    async def _member(self, conn: AsyncConnection, username: str) -> Member:
-        groups = await accounts.member_groups(conn, username)
-        if groups is None:
-            raise NotFound(f"no user named {username!r}", {"user": username})
-        return Member(username, groups)
-
     async def get(self, reservation_id: int) -> dict[str, Any]:
         async with self.store.read() as conn:
             found = await repository.record(conn, reservation_id)
@@ -102,7 +96,7 @@ class Queries:
             raise InvalidRequest("the range is shorter than one slot", {"field": "end"})
         end = start + slots * slot
         async with self.store.read() as conn:
-            member = await self._member(conn, username)
+            member = await accounts.member(conn, username)
             rules = await repository.load_rules(conn)
             known = await repository.load_gpus(conn, gpu_uuids)
             rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
@@ -140,7 +134,7 @@ class Queries:
         """The earliest start where `username` may use `count` GPUs nobody reserved."""
         horizon = not_before + SLOT_SEARCH_HORIZON
         async with self.store.read() as conn:
-            member = await self._member(conn, username)
+            member = await accounts.member(conn, username)
             rules = await repository.load_rules(conn)
             known = await repository.load_gpus(conn)
             candidates = [g for g in known.values() if _matches(g, host, gpu_model)]

@@ -240,9 +240,6 @@ class ReservationRecord:
         }
 
 
-_RECORD_COLUMNS = [c for c in reservations.c]
-
-
 async def records(conn: AsyncConnection, ids: Iterable[int]) -> dict[int, ReservationRecord]:
     """Reservations by id, each with its GPUs (two queries whatever the number)."""
     wanted = list(dict.fromkeys(ids))
