@@ -87,3 +87,18 @@ def sshd(request: pytest.FixtureRequest) -> Iterator[Sshd]:
     """
     with Sshd(**getattr(request, "param", {})) as server:
         yield server
+
+
+@pytest.fixture
+def cheap_passwords(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Real argon2 at cheap parameters: tests that create many accounts stay fast."""
+    from argon2 import PasswordHasher
+
+    from services.reservations import passwords
+
+    monkeypatch.setattr(
+        passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    )
+    passwords._dummy_hash.cache_clear()
+    yield
+    passwords._dummy_hash.cache_clear()

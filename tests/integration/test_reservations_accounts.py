@@ -8,16 +8,15 @@ stays fast while hashing and verifying are the real thing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from argon2 import PasswordHasher
 from sqlalchemy import select
 
-from services.reservations import accounts, passwords
+from services.reservations import accounts
 from services.reservations.models import outbox, users
 from services.reservations.store import Store
 from services.shared import db
@@ -33,13 +32,8 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture(autouse=True)
-def cheap_argon2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(
-        passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
-    passwords._dummy_hash.cache_clear()
-    yield
-    passwords._dummy_hash.cache_clear()
+def _cheap_passwords(cheap_passwords: None) -> None:
+    """Every test here hashes passwords (see tests/conftest.py)."""
 
 
 @pytest.fixture(

@@ -11,10 +11,9 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import argon2
 import pytest
 
-from services.reservations import accounts, passwords
+from services.reservations import accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
 from services.shared import db
@@ -55,11 +54,8 @@ async def prepare(url: str) -> None:
 
 @pytest.fixture
 async def client(
-    database_url: str, amqp_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    database_url: str, amqp_url: str, tmp_path: Path, cheap_passwords: None
 ) -> AsyncIterator[tuple[Bus, list[Envelope]]]:
-    monkeypatch.setattr(
-        passwords, "_hasher", argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
     await prepare(database_url)
     settings = load_settings(
         None,

@@ -14,10 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import argon2
 import pytest
 
-from services.reservations import accounts, passwords
+from services.reservations import accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
 from services.shared import db
@@ -68,12 +67,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 async def service(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    database_url: str, tmp_path: Path, cheap_passwords: None
 ) -> AsyncIterator[Service]:
-    # Real argon2, cheap parameters: the tests create many accounts.
-    monkeypatch.setattr(
-        passwords, "_hasher", argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
     url = database_url
     settings = load_settings(
         None,
@@ -472,11 +467,8 @@ async def test_a_gpu_that_disappears_stays_known_with_its_reservations(service: 
 
 
 async def test_started_is_sent_after_a_restart_and_only_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, cheap_passwords: None
 ) -> None:
-    monkeypatch.setattr(
-        passwords, "_hasher", argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
     url = f"sqlite+aiosqlite:///{tmp_path}/reservations.db"
     settings = load_settings(
         None,

@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from argon2 import PasswordHasher
 
 from services.cli import main
-from services.reservations import passwords
 
 SECRET = "s" * 48
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def isolated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cheap_passwords: None
+) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("WARDEN_"):
             monkeypatch.delenv(name)
@@ -31,12 +31,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     monkeypatch.setenv("USER", "ada")
     monkeypatch.setenv("LOGNAME", "ada")
-    monkeypatch.setattr(
-        passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
-    passwords._dummy_hash.cache_clear()
     yield
-    passwords._dummy_hash.cache_clear()
 
 
 @pytest.fixture
