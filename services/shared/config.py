@@ -7,8 +7,10 @@ from the composition root; nothing reads them from a global.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import secrets
 import tomllib
 from collections.abc import Mapping
@@ -129,6 +131,133 @@ class ReservationSettings:
     idle_below_percent: float = 5.0
 
 
+ESCALATION_RECIPIENTS = ("offender", "owner", "admins")
+DEFAULT_STEPS = (
+    "0s terminal offender",
+    "0s webhook owner+admins",
+    "60s email offender+admins",
+    "300s terminate",
+    "600s kill",
+)
+# user:command pairs (`*` for any) whose GPU processes never violate. The command is the
+# executable's base name; the user matters, so an offender cannot rename a program "Xorg".
+DEFAULT_ALLOW = (
+    "root:Xorg",
+    "root:Xwayland",
+    "root:gnome-shell",
+    "gdm:*",
+    "*:nvidia-persistenced",
+)
+_STEP = re.compile(
+    r"^\s*(?P<delay>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)\s+(?P<action>[a-z][a-z0-9_-]*)"
+    r"(?:\s+(?P<to>[a-z]+(?:\+[a-z]+)*))?\s*$"
+)
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class EscalationStep:
+    """`60s email offender+admins`: after 60 s of an open incident, the e-mail handler acts."""
+
+    after_s: float
+    action: str
+    recipients: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        delay = f"{self.after_s:g}s"
+        return " ".join(
+            [delay, self.action, *(["+".join(self.recipients)] if self.recipients else [])]
+        )
+
+
+def parse_step(text: str) -> EscalationStep:
+    """One escalation step; ValueError says what is wrong with it."""
+    found = _STEP.match(text)
+    if found is None:
+        raise ValueError(
+            f"{text!r} is not '<delay><ms|s|m|h> <action> [recipient+recipient]', "
+            "e.g. '60s email offender+admins'"
+        )
+    recipients = tuple(found["to"].split("+")) if found["to"] else ()
+    unknown = [r for r in recipients if r not in ESCALATION_RECIPIENTS]
+    if unknown:
+        raise ValueError(
+            f"{text!r}: unknown recipient {unknown[0]!r} "
+            f"(known: {', '.join(ESCALATION_RECIPIENTS)})"
+        )
+    after_s = float(found["delay"]) * _UNIT_S[found["unit"]]
+    return EscalationStep(after_s, found["action"], recipients)
+
+
+def parse_allow_entry(text: str) -> tuple[str, str]:
+    user, sep, command = text.partition(":")
+    if not sep or not user or not command:
+        raise ValueError(f"{text!r} is not 'user:command' ('*' matches any)")
+    return user, command
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A chat or HTTP endpoint told about violations. The URL is a secret (it holds a token)."""
+
+    url: str = field(repr=False)
+    format: str = "slack"  # slack | mattermost | discord | teams | json
+    secret: str = field(default="", repr=False)  # json: HMAC-SHA256 key of the signature header
+    name: str = ""  # how logs and incident timelines name it (never the URL)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.format
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    host: str = ""  # empty: no e-mail is sent
+    port: int = 587
+    security: str = "starttls"  # starttls | tls (implicit) | none
+    username: str = ""
+    password: str = field(default="", repr=False)
+    mail_from: str = "warden@localhost"
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class StepOverride:
+    """Other escalation steps for the hosts whose names match one of `hosts` (fnmatch)."""
+
+    hosts: tuple[str, ...]
+    steps: tuple[EscalationStep, ...]
+
+
+@dataclass(frozen=True)
+class ViolationSettings:
+    # reservations: a process of anyone but the owner (or a guest) on a reserved GPU;
+    # strict: also any process on a GPU nobody reserved.
+    mode: str = "reservations"
+    allow: tuple[tuple[str, str], ...] = tuple(parse_allow_entry(e) for e in DEFAULT_ALLOW)
+    steps: tuple[EscalationStep, ...] = tuple(parse_step(s) for s in DEFAULT_STEPS)
+    overrides: tuple[StepOverride, ...] = ()
+    # The built-in handlers this service runs, each a consumer with its own queue.
+    handlers: tuple[str, ...] = ("terminal", "email", "webhook", "terminate", "kill")
+    # terminal and terminate/kill log in as the offender (Warden's key in their
+    # authorized_keys) or as the host's management user with `sudo -n`.
+    act_as: str = "offender"
+    ssh_key_file: str = ""  # Warden's key for logging in as users; empty: the host's key_file
+    term_grace_s: float = 10.0  # terminate: SIGTERM, then SIGKILL after this many seconds
+    admin_emails: tuple[str, ...] = ()  # besides the e-mail addresses of admin accounts
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)
+    webhooks: tuple[WebhookTarget, ...] = ()
+    webhook_min_interval_s: float = 1.0  # per URL
+    webhook_retries: int = 4
+
+    def steps_for(self, host: str) -> tuple[EscalationStep, ...]:
+        for override in self.overrides:
+            if any(fnmatch.fnmatchcase(host, pattern) for pattern in override.hosts):
+                return override.steps
+        return self.steps
+
+
 @dataclass(frozen=True)
 class HostConfig:
     """One monitored host: over SSH by default, or this machine through NVML."""
@@ -150,6 +279,7 @@ class Settings:
     auth: AuthSettings = field(default_factory=AuthSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
+    violations: ViolationSettings = field(default_factory=ViolationSettings)
     hosts: tuple[HostConfig, ...] = ()
     dev: bool = False
     source: str = "defaults"
@@ -267,6 +397,117 @@ class ReservationsSchema(_Section):
         return ReservationSettings(**data)
 
 
+def _steps(values: list[str], key: str) -> tuple[EscalationStep, ...]:
+    steps: list[EscalationStep] = []
+    for i, text in enumerate(values):
+        try:
+            steps.append(parse_step(text))
+        except ValueError as err:
+            raise ValidationError(str(err), f"{key}[{i}]") from None
+    delays = [step.after_s for step in steps]
+    if delays != sorted(delays):
+        raise ValidationError("steps must be listed in order of their delays", key)
+    return tuple(steps)
+
+
+class WebhookSchema(_Section):
+    url = fields.String(
+        required=True,
+        validate=validate.URL(schemes={"http", "https"}, require_tld=False),
+    )
+    format = fields.String(
+        load_default="slack",
+        validate=validate.OneOf(("slack", "mattermost", "discord", "teams", "json")),
+    )
+    secret = fields.String(load_default="")
+    name = fields.String(load_default="")
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> WebhookTarget:
+        return WebhookTarget(**data)
+
+
+class OverrideSchema(_Section):
+    hosts = fields.List(fields.String(validate=validate.Length(min=1)), required=True)
+    steps = fields.List(fields.String(), required=True)
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> StepOverride:
+        return StepOverride(tuple(data["hosts"]), _steps(data["steps"], "steps"))
+
+
+class ViolationsSchema(_Section):
+    mode = fields.String(
+        load_default="reservations", validate=validate.OneOf(("reservations", "strict"))
+    )
+    allow = fields.List(fields.String(), load_default=lambda: list(DEFAULT_ALLOW))
+    steps = fields.List(fields.String(), load_default=lambda: list(DEFAULT_STEPS))
+    overrides = fields.List(fields.Nested(OverrideSchema), load_default=list)
+    handlers = fields.List(
+        fields.String(
+            validate=validate.OneOf(("terminal", "email", "webhook", "terminate", "kill"))
+        ),
+        load_default=lambda: list(ViolationSettings.handlers),
+    )
+    act_as = fields.String(
+        load_default="offender", validate=validate.OneOf(("offender", "management"))
+    )
+    ssh_key_file = fields.String(load_default="")
+    term_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, max=3600))
+    admin_emails = fields.List(fields.Email(), load_default=list)
+    smtp_host = fields.String(load_default="")
+    smtp_port = fields.Integer(load_default=587, validate=validate.Range(min=1, max=65535))
+    smtp_security = fields.String(
+        load_default="starttls", validate=validate.OneOf(("starttls", "tls", "none"))
+    )
+    smtp_username = fields.String(load_default="")
+    smtp_password = fields.String(load_default="")
+    mail_from = fields.String(load_default="warden@localhost", validate=validate.Length(min=3))
+    smtp_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0.1, max=300))
+    webhooks = fields.List(fields.Nested(WebhookSchema), load_default=list)
+    webhook_min_interval_s = fields.Float(
+        load_default=1.0, validate=validate.Range(min=0, max=3600)
+    )
+    webhook_retries = fields.Integer(load_default=4, validate=validate.Range(min=0, max=20))
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> ViolationSettings:
+        allow: list[tuple[str, str]] = []
+        for i, entry in enumerate(data["allow"]):
+            try:
+                allow.append(parse_allow_entry(entry))
+            except ValueError as err:
+                raise ValidationError(str(err), f"allow[{i}]") from None
+        smtp = SmtpSettings(
+            host=data["smtp_host"],
+            port=data["smtp_port"],
+            security=data["smtp_security"],
+            username=data["smtp_username"],
+            password=data["smtp_password"],
+            mail_from=data["mail_from"],
+            timeout_s=data["smtp_timeout_s"],
+        )
+        if smtp.password and not smtp.username:
+            raise ValidationError(
+                "set smtp_username too (a password alone logs in nobody)", "smtp_password"
+            )
+        return ViolationSettings(
+            mode=data["mode"],
+            allow=tuple(allow),
+            steps=_steps(data["steps"], "steps"),
+            overrides=tuple(data["overrides"]),
+            handlers=tuple(dict.fromkeys(data["handlers"])),
+            act_as=data["act_as"],
+            ssh_key_file=data["ssh_key_file"],
+            term_grace_s=data["term_grace_s"],
+            admin_emails=tuple(data["admin_emails"]),
+            smtp=smtp,
+            webhooks=tuple(data["webhooks"]),
+            webhook_min_interval_s=data["webhook_min_interval_s"],
+            webhook_retries=data["webhook_retries"],
+        )
+
+
 class HostSchema(_Section):
     name = fields.String(
         required=True,
@@ -323,6 +564,7 @@ SECTIONS: dict[str, type[_Section]] = {
     "auth": AuthSchema,
     "monitor": MonitorSchema,
     "reservations": ReservationsSchema,
+    "violations": ViolationsSchema,
 }
 
 
@@ -334,6 +576,10 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for section, schema in SECTIONS.items():
         for key, schema_field in schema().fields.items():
+            if isinstance(schema_field, fields.List) and isinstance(
+                schema_field.inner, fields.Nested
+            ):
+                continue  # tables (webhooks, overrides) come from the file only
             value = environ.get(f"{ENV_PREFIX}{section}_{key}".upper())
             if value is None:
                 continue
@@ -514,6 +760,45 @@ min_duration_min = 30.0
 max_duration_h = 192.0
 # In usage statistics, a reserved GPU below this utilisation (%) counts as idle.
 idle_below_percent = 5.0
+
+[violations]
+# reservations: a process of anyone but the owner (or a guest) on a reserved GPU violates;
+# strict: also any process on a GPU that nobody reserved.
+mode = "reservations"
+# "user:command" pairs ("*" for any; command = the executable's name) that never violate.
+allow = ["root:Xorg", "root:Xwayland", "root:gnome-shell", "gdm:*", "*:nvidia-persistenced"]
+# Escalation: "<delay since the incident opened> <action> [offender+owner+admins]", in order.
+# Actions: terminal, email, webhook, terminate (SIGTERM, then SIGKILL), kill, or the name a
+# plugin of yours listens for (see docs/plugins.md).
+steps = ["0s terminal offender", "0s webhook owner+admins", "60s email offender+admins", "300s terminate", "600s kill"]
+# Built-in handlers this service runs, each a consumer on its own queue.
+handlers = ["terminal", "email", "webhook", "terminate", "kill"]
+# terminal/terminate/kill log in as the offender with Warden's key (ssh_key_file, in their
+# authorized_keys) or as the host's management user with `sudo -n` ("management").
+act_as = "offender"
+ssh_key_file = ""
+# terminate: seconds between SIGTERM and SIGKILL.
+term_grace_s = 10.0
+# E-mail (empty smtp_host: none). smtp_security: starttls | tls | none.
+smtp_host = ""
+smtp_port = 587
+smtp_security = "starttls"
+smtp_username = ""
+smtp_password = ""
+mail_from = "warden@localhost"
+# Who gets "admins" mail besides the addresses of admin accounts.
+admin_emails = []
+# Webhooks: per-URL minimum interval between two messages, retries on 429 and 5xx.
+webhook_min_interval_s = 1.0
+webhook_retries = 4
+# [[violations.webhooks]]
+# url = "https://hooks.slack.com/services/..."   # a secret: never logged
+# format = "slack"                               # slack | mattermost | discord | teams | json
+# secret = ""                                    # json: HMAC-SHA256 key (X-Warden-Signature)
+# name = "lab-chat"
+# [[violations.overrides]]                       # other steps for some hosts
+# hosts = ["dgx*"]
+# steps = ["0s terminal offender", "120s kill"]
 
 # One [[hosts]] table per GPU server, polled over SSH with one command per interval.
 # `warden hosts check` tests them all. Options: name, address, port (22), user,

@@ -157,6 +157,8 @@ class ReservationData(_Strict):
     cancelled_at = fields.AwareDateTime(allow_none=True, load_default=None)
     cancelled_by = _Str(allow_none=True, load_default=None)
     cancel_reason = _Str(allow_none=True, load_default=None)
+    # Users who may use the reserved GPUs too (a shared booking): never violators.
+    guests = fields.List(_Str(), load_default=list)
 
 
 class ReservationUpdated(ReservationData):
@@ -210,10 +212,23 @@ class UserUpdated(UserData):
     changed = fields.List(_Str(), required=True)
 
 
+class OffendingProcess(_Strict):
+    pid = _Integer(required=True, validate=validate.Range(min=0))
+    command = _Str(required=True)
+    # From the host's clock: a handler compares it before signalling, so a pid the kernel
+    # gave to another process meanwhile is never killed.
+    started_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    used_memory_mib = _Number(allow_none=True, load_default=None)
+
+
+VIOLATION_MODES = ("reservations", "strict")
+
+
 class ViolationContext(_Strict):
     """Full context of an incident, carried by every violation.* event."""
 
     incident_id = _Str(required=True, validate=_NonEmpty)
+    mode = _Str(load_default="reservations", validate=validate.OneOf(VIOLATION_MODES))
     host = _Str(required=True, validate=_NonEmpty)
     gpu_uuid = _Str(required=True)
     gpu_index = _Integer(required=True, allow_none=True)
@@ -225,11 +240,18 @@ class ViolationContext(_Strict):
     reservation_start = fields.AwareDateTime(allow_none=True, load_default=None)
     reservation_end = fields.AwareDateTime(allow_none=True, load_default=None)
     since = fields.AwareDateTime(required=True)
+    processes = fields.List(fields.Nested(OffendingProcess), load_default=list)
 
 
 class ViolationEscalated(ViolationContext):
-    step = _Str(required=True)
+    step = _Str(required=True)  # as configured: "60s email offender+admins"
     step_index = _Integer(required=True, validate=validate.Range(min=0))
+    action = _Str(load_default="")  # terminal | email | webhook | terminate | kill | yours
+    recipients = fields.List(_Str(), load_default=list)  # offender | owner | admins
+    after_s = _Number(load_default=0.0)
+    # What comes after this step unless the incident ends first (None: nothing more).
+    next_step = _Str(allow_none=True, load_default=None)
+    next_at = fields.AwareDateTime(allow_none=True, load_default=None)
 
 
 class ViolationResolved(ViolationContext):
