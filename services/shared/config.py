@@ -770,7 +770,13 @@ allow = ["root:Xorg", "root:Xwayland", "root:gnome-shell", "gdm:*", "*:nvidia-pe
 # Escalation: "<delay since the incident opened> <action> [offender+owner+admins]", in order.
 # Actions: terminal, email, webhook, terminate (SIGTERM, then SIGKILL), kill, or the name a
 # plugin of yours listens for (see docs/plugins.md).
-steps = ["0s terminal offender", "0s webhook owner+admins", "60s email offender+admins", "300s terminate", "600s kill"]
+steps = [
+    "0s terminal offender",
+    "0s webhook owner+admins",
+    "60s email offender+admins",
+    "300s terminate",
+    "600s kill",
+]
 # Built-in handlers this service runs, each a consumer on its own queue.
 handlers = ["terminal", "email", "webhook", "terminate", "kill"]
 # terminal/terminate/kill log in as the offender with Warden's key (ssh_key_file, in their
@@ -786,6 +792,7 @@ smtp_security = "starttls"
 smtp_username = ""
 smtp_password = ""
 mail_from = "warden@localhost"
+smtp_timeout_s = 10.0
 # Who gets "admins" mail besides the addresses of admin accounts.
 admin_emails = []
 # Webhooks: per-URL minimum interval between two messages, retries on 429 and 5xx.

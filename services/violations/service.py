@@ -1,17 +1,72 @@
 """Composition root of the violations service."""
 
-from contextlib import AsyncExitStack
+from __future__ import annotations
 
-from services.shared.bus import Teardown
+import asyncio
+import contextlib
+import logging
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
+
+from services.shared.bus import Bus, Teardown
+from services.shared.errors import ServiceUnavailable
+from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
-from services.violations.handlers import EVENT_HANDLERS, RPC_METHODS
+from services.shared.store import Store
+from services.violations.handlers import event_handlers, rpc_methods
+from services.violations.models import outbox
+from services.violations.tracker import Tracker
+
+log = logging.getLogger("warden.violations")
+
+# Reservations are at most days long; this reaches every one that holds a GPU now or soon.
+RESERVATIONS_AHEAD = timedelta(weeks=8)
+
+
+async def load_reservations(bus: Bus, tracker: Tracker, retry_max_s: float = 30.0) -> None:
+    """Ask the reservations service for current and coming reservations, until it answers."""
+    delay, warned = 1.0, False
+    while True:
+        now = datetime.now(UTC)
+        try:
+            found = await bus.call(
+                "reservations",
+                "calendar",
+                {"start": now.isoformat(), "end": (now + RESERVATIONS_AHEAD).isoformat()},
+            )
+            gpus = await bus.call("reservations", "list_gpus", {})
+        except ServiceUnavailable as err:
+            if not warned:
+                log.warning("reservations not loaded (%s); retrying", err.message)
+                warned = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, retry_max_s)
+            continue
+        await tracker.load_reservations(found, gpus)
+        log.info("%d reservations loaded", len(tracker.book))
+        return
 
 
 async def start(ctx: ServiceContext) -> Teardown:
     stack = AsyncExitStack()
     try:
-        await open_database(ctx, stack)
-        return await start_service(ctx, stack, RPC_METHODS, EVENT_HANDLERS)
+        store = Store(await open_database(ctx, stack))
+        relay = Relay(store, ctx.bus, outbox)
+        tracker = Tracker(store, ctx.settings.violations, on_commit=relay.kick)
+        await tracker.load()
+        await relay.start()
+        stack.push_async_callback(relay.stop)  # after the tracker: publishes its last events
+        await tracker.start()
+        stack.push_async_callback(tracker.stop)
+        loading = asyncio.create_task(load_reservations(ctx.bus, tracker))
+
+        async def stop_loading() -> None:
+            loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loading
+
+        stack.push_async_callback(stop_loading)
+        return await start_service(ctx, stack, rpc_methods(store, tracker), event_handlers(tracker))
     except BaseException:
         await stack.aclose()
         raise

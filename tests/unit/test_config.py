@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from marshmallow import fields
 
 from services.shared import config as config_module
 from services.shared.config import (
@@ -307,11 +308,24 @@ def test_template_generates_a_new_secret_each_time(tmp_path: Path) -> None:
     assert first != second
 
 
+def _table_lists(schema: type) -> set[str]:
+    """Keys holding arrays of tables: the template shows them as commented examples."""
+    return {
+        key
+        for key, declared in schema().fields.items()
+        if isinstance(declared, fields.List) and isinstance(declared.inner, fields.Nested)
+    }
+
+
 def test_template_lists_every_key_of_every_section(tmp_path: Path) -> None:
-    parsed = tomllib.loads(render_config_template(tmp_path))
+    text = render_config_template(tmp_path)
+    parsed = tomllib.loads(text)
     assert set(parsed) == set(SECTIONS)
     for section, schema in SECTIONS.items():
-        assert set(parsed[section]) == set(schema().fields), section
+        tables = _table_lists(schema)
+        assert set(parsed[section]) == set(schema().fields) - tables, section
+        for key in tables:
+            assert f"# [[{section}.{key}]]" in text
 
 
 def test_template_shows_the_schema_defaults(tmp_path: Path) -> None:
@@ -320,6 +334,8 @@ def test_template_shows_the_schema_defaults(tmp_path: Path) -> None:
         for key, schema_field in schema().fields.items():
             if (section, key) in {("storage", "data_dir"), ("auth", "jwt_secret")}:
                 continue  # filled in by render_config_template
+            if key in _table_lists(schema):
+                continue
             default = schema_field.load_default
             default = default() if callable(default) else default
             assert parsed[section][key] == default, f"{section}.{key}"
@@ -335,6 +351,8 @@ def test_template_defaults_match_the_typed_settings(tmp_path: Path) -> None:
     assert from_template.gateway == defaults.gateway
     assert from_template.auth.access_token_ttl_s == defaults.auth.access_token_ttl_s
     assert from_template.auth.refresh_token_ttl_s == defaults.auth.refresh_token_ttl_s
+    assert from_template.reservations == defaults.reservations
+    assert from_template.violations == defaults.violations
 
 
 def test_template_default_data_dir_follows_xdg(isolated_home: Path) -> None:
@@ -370,3 +388,82 @@ def test_database_url_without_placeholder_is_shared() -> None:
 def test_module_has_no_import_time_state() -> None:
     # Settings are passed down, never read from a module global.
     assert not any(isinstance(v, Settings) for v in vars(config_module).values())
+
+
+# --- violations --------------------------------------------------------------------------------
+
+
+def test_violation_steps_allowlist_webhooks_and_overrides_are_read(
+    write_config: Callable[[str], Path],
+) -> None:
+    path = write_config(
+        f"""
+[auth]
+jwt_secret = "{SECRET}"
+[violations]
+mode = "strict"
+allow = ["root:Xorg", "*:dcgm*"]
+steps = ["0s webhook owner+admins", "90s terminate", "2m kill"]
+smtp_host = "smtp.lab.example"
+smtp_username = "warden"
+smtp_password = "hunter2"
+[[violations.webhooks]]
+url = "https://hooks.slack.com/services/T/B/X"
+[[violations.webhooks]]
+url = "http://127.0.0.1:9000/hook"
+format = "json"
+secret = "s3"
+name = "audit"
+[[violations.overrides]]
+hosts = ["dgx*"]
+steps = ["0s kill"]
+"""
+    )
+    violations = load_settings(path, environ={}).violations
+    assert violations.mode == "strict"
+    assert violations.allow == (("root", "Xorg"), ("*", "dcgm*"))
+    assert [(s.after_s, s.action, s.recipients) for s in violations.steps] == [
+        (0.0, "webhook", ("owner", "admins")),
+        (90.0, "terminate", ()),
+        (120.0, "kill", ()),
+    ]
+    assert [w.label for w in violations.webhooks] == ["slack", "audit"]
+    assert [s.text for s in violations.steps_for("dgx3")] == ["0s kill"]
+    assert violations.steps_for("node1") == violations.steps
+    assert "hunter2" not in repr(violations) and "hooks.slack" not in repr(violations)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "reason"),
+    [
+        ('steps = ["soon email admins"]', "violations.steps[0]", "is not"),
+        ('steps = ["60s email bosses"]', "violations.steps[0]", "unknown recipient"),
+        ('steps = ["60s email", "0s kill"]', "violations.steps", "in order"),
+        ('allow = ["Xorg"]', "violations.allow[0]", "user:command"),
+        ('mode = "paranoid"', "violations.mode", "Must be one of"),
+        ('smtp_password = "x"', "violations.smtp_password", "smtp_username"),
+        ('[[violations.webhooks]]\nurl = "ftp://x"', "violations.webhooks.0.url", "URL"),
+    ],
+)
+def test_bad_violation_settings_name_the_key(
+    write_config: Callable[[str], Path], toml: str, key: str, reason: str
+) -> None:
+    header = "[violations]\n" if not toml.startswith("[[") else ""
+    path = write_config(f'[auth]\njwt_secret = "{SECRET}"\n{header}{toml}\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, environ={})
+    assert key in caught.value.details, caught.value.details
+    assert reason in caught.value.details[key]
+
+
+def test_violation_lists_come_from_the_environment_too() -> None:
+    settings = load_settings(
+        environ={
+            "WARDEN_DEV": "1",
+            "WARDEN_VIOLATIONS_STEPS": "0s terminal offender, 30s kill",
+            "WARDEN_VIOLATIONS_SMTP_PASSWORD": "pw",
+            "WARDEN_VIOLATIONS_SMTP_USERNAME": "me",
+        }
+    )
+    assert [s.text for s in settings.violations.steps] == ["0s terminal offender", "30s kill"]
+    assert settings.violations.smtp.password == "pw"

@@ -1,0 +1,106 @@
+"""Events written in the same transaction as their change, published after the commit.
+
+`add_event` validates the event against its contract at once (a bug surfaces in the request
+that caused it) and stores the envelope; the `Relay` publishes stored envelopes in order and
+deletes them. A crash between publishing and deleting publishes an envelope again with the
+same id, which consumers treat as a duplicate (delivery is at least once anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.shared.bus import Bus
+from services.shared.contracts import make_envelope, parse_envelope
+from services.shared.store import Store, now_ms
+
+log = logging.getLogger("warden.outbox")
+
+
+def outbox_table(metadata: MetaData, service: str) -> Table:
+    """`<service>_outbox`: envelopes waiting to be published."""
+    return Table(
+        f"{service}_outbox",
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("envelope", Text, nullable=False),
+        Column("created_at_ms", BigInteger, nullable=False),
+    )
+
+
+async def add_event(
+    conn: AsyncConnection, table: Table, source: str, type_name: str, data: Mapping[str, Any]
+) -> None:
+    envelope = make_envelope(type_name, data, source=source)
+    await conn.execute(
+        insert(table).values(envelope=envelope.to_json().decode(), created_at_ms=now_ms())
+    )
+
+
+class Relay:
+    """Publishes the outbox: when kicked after a commit, and every `interval_s` as a backstop."""
+
+    def __init__(
+        self, store: Store, bus: Bus, table: Table, interval_s: float = 5.0, batch: int = 200
+    ) -> None:
+        self.store = store
+        self.bus = bus
+        self.table = table
+        self.interval_s = interval_s
+        self.batch = batch
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"{self.table.name} relay")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Publish everything waiting; returns how many envelopes went out."""
+        table = self.table
+        sent = 0
+        async with self._flushing:
+            while True:
+                async with self.store.read() as conn:
+                    rows = (
+                        await conn.execute(
+                            select(table.c.id, table.c.envelope)
+                            .order_by(table.c.id)
+                            .limit(self.batch)
+                        )
+                    ).all()
+                if not rows:
+                    return sent
+                for row in rows:
+                    await self.bus.publish(parse_envelope(row.envelope))
+                async with self.store.write() as conn:
+                    await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
+                sent += len(rows)
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("publishing %s failed; retrying", self.table.name)

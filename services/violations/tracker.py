@@ -1,0 +1,314 @@
+"""The violations service's working state: reservations, open incidents, escalation.
+
+Every change is written with its events (through the outbox) in one transaction, then applied
+to memory. One asyncio lock orders snapshots, reservation changes and escalation ticks, so
+the service runs as a single replica (state lives in its process; a restart reloads it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.shared.config import ViolationSettings
+from services.shared.outbox import add_event
+from services.shared.store import Store
+from services.violations import repository
+from services.violations.book import ReservationBook
+from services.violations.detector import SeenProcess, detect
+from services.violations.incidents import (
+    RESOLVED_RESERVATION_CANCELLED,
+    RESOLVED_RESERVATION_ENDED,
+    Incident,
+    open_incident,
+    reconcile,
+)
+from services.violations.models import outbox
+
+log = logging.getLogger("warden.violations")
+
+SOURCE = "violations"
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _time(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(str(value))
+
+
+def seen_processes(data: Mapping[str, Any]) -> list[SeenProcess]:
+    """The processes of a `processes.observed` event."""
+    return [
+        SeenProcess(
+            pid=p["pid"],
+            user=p["user"],
+            command=p["command"],
+            gpu_uuid=p["gpu_uuid"],
+            started_at=_time(p.get("started_at")),
+            used_memory_mib=p.get("used_memory_mib"),
+        )
+        for p in data["processes"]
+    ]
+
+
+class Tracker:
+    def __init__(
+        self,
+        store: Store,
+        settings: ViolationSettings,
+        *,
+        on_commit: Callable[[], None] = lambda: None,
+        clock: Clock = _utc_now,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.on_commit = on_commit
+        self.clock = clock
+        self.book = ReservationBook()
+        self.gpu_indexes: dict[str, int | None] = {}
+        self._open: dict[str, Incident] = {}
+        self._watermarks: dict[str, datetime] = {}
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        async with self.store.read() as conn:
+            for incident in await repository.load_open(conn):
+                self._open[incident.id] = incident
+            self._watermarks = await repository.host_watermarks(conn)
+        if self._open:
+            log.info("%d open incidents reloaded", len(self._open))
+
+    async def load_reservations(
+        self, reservations: Iterable[Mapping[str, Any]], gpus: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """What the reservations service answered at start-up (events may have come first)."""
+        async with self._lock:
+            self.book.load(reservations)
+            for gpu in gpus:
+                self.gpu_indexes.setdefault(gpu["uuid"], gpu.get("index"))
+
+    def open_incidents(self) -> list[Incident]:
+        return list(self._open.values())
+
+    # -- events -----------------------------------------------------------------------------
+
+    def on_gpu_discovered(self, data: Mapping[str, Any]) -> None:
+        self.gpu_indexes[data["uuid"]] = data.get("index")
+
+    async def on_processes(self, data: Mapping[str, Any]) -> None:
+        host = data["host"]
+        observed_at = datetime.fromisoformat(data["observed_at"])
+        offences = detect(
+            host,
+            seen_processes(data),
+            lambda gpu_uuid: self.book.holding(gpu_uuid, observed_at),
+            mode=self.settings.mode,
+            allow=self.settings.allow,
+        )
+        async with self._lock:
+            watermark = self._watermarks.get(host)
+            if watermark is not None and observed_at <= watermark:
+                return  # a duplicate or a late snapshot: a newer one was applied
+            self._watermarks[host] = observed_at
+            result = reconcile(
+                [i for i in self._open.values() if i.host == host], offences, observed_at
+            )
+            for incident in result.seen:
+                self._open[incident.id] = incident
+            if not (result.opened or result.changed or result.resolved):
+                return
+            now = self.clock()
+            opened: list[Incident] = []
+            async with self.store.write() as conn:
+                for offence in result.opened:
+                    held = offence.holding
+                    index = (
+                        held.gpus[offence.gpu_uuid][1]
+                        if held is not None
+                        else self.gpu_indexes.get(offence.gpu_uuid)
+                    )
+                    incident = open_incident(
+                        str(uuid.uuid4()),
+                        offence,
+                        observed_at,
+                        mode=self.settings.mode,
+                        steps=self.settings.steps_for(host),
+                        gpu_index=index,
+                    )
+                    await repository.insert_incident(conn, incident)
+                    await repository.add_action(
+                        conn, incident.id, now, "opened", detail=_pids_text(incident)
+                    )
+                    await add_event(conn, outbox, SOURCE, "violation.opened", incident.context())
+                    opened.append(await self._escalate(conn, incident, now))
+                for incident in result.changed:
+                    await repository.save_processes(conn, incident)
+                    await repository.add_action(
+                        conn, incident.id, now, "updated", detail=_pids_text(incident)
+                    )
+                for incident in result.resolved:
+                    await self._write_resolved(conn, incident, now)
+            for incident in [*opened, *result.changed]:
+                self._open[incident.id] = incident
+            for incident in result.resolved:
+                self._open.pop(incident.id, None)
+        self._committed()
+
+    async def on_reservation(self, event_type: str, data: Mapping[str, Any]) -> None:
+        async with self._lock:
+            gone = self.book.apply(event_type, data)
+            if gone is None:
+                return
+            reason = (
+                RESOLVED_RESERVATION_ENDED
+                if event_type == "reservation.ended"
+                else RESOLVED_RESERVATION_CANCELLED
+            )
+            await self._resolve_reservations({gone.reservation_id}, reason)
+
+    # -- time -------------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """Take the steps that are due; resolve incidents whose reservation's end has passed."""
+        now = self.clock()
+        async with self._lock:
+            ended = {held.reservation_id for held in self.book.ended(now)}
+            if ended:
+                await self._resolve_reservations(ended, RESOLVED_RESERVATION_ENDED)
+            due = [i for i in self._open.values() if i.due_steps(now)]
+            if not due:
+                return
+            escalated = []
+            async with self.store.write() as conn:
+                for incident in due:
+                    escalated.append(await self._escalate(conn, incident, now))
+            for incident in escalated:
+                self._open[incident.id] = incident
+        self._committed()
+
+    def next_wake(self) -> datetime | None:
+        times = [t for t in (i.next_due_at() for i in self._open.values()) if t is not None]
+        return min(times, default=None)
+
+    async def start(self, interval_s: float = 0.5) -> None:
+        self._task = asyncio.create_task(self._run(interval_s), name="violations escalation")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    async def _run(self, interval_s: float) -> None:
+        while True:
+            wake = self.next_wake()
+            wait_s = interval_s
+            if wake is not None:
+                wait_s = min(interval_s, max(0.0, (wake - self.clock()).total_seconds()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_s)
+            self._wake.clear()
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("escalating incidents failed; retrying")
+
+    # -- handlers' results ------------------------------------------------------------------
+
+    async def record_actions(
+        self, incident_id: str, step_index: int, handler: str, outcomes: Iterable[Mapping[str, Any]]
+    ) -> int:
+        now = self.clock()
+        count = 0
+        async with self.store.write() as conn:
+            for outcome in outcomes:
+                await repository.add_action(
+                    conn,
+                    incident_id,
+                    now,
+                    "action",
+                    step_index=step_index,
+                    handler=handler,
+                    target=outcome["target"],
+                    ok=outcome["ok"],
+                    detail=outcome.get("detail", ""),
+                )
+                count += 1
+        return count
+
+    # -- inside a transaction ---------------------------------------------------------------
+
+    async def _escalate(self, conn: AsyncConnection, incident: Incident, now: datetime) -> Incident:
+        due = incident.due_steps(now)
+        for index in due:
+            await repository.add_action(
+                conn,
+                incident.id,
+                now,
+                "escalated",
+                step_index=index,
+                handler=incident.steps[index].action,
+                detail=incident.steps[index].text,
+            )
+            await add_event(conn, outbox, SOURCE, "violation.escalated", incident.escalation(index))
+        return replace(incident, steps_done=incident.steps_done | set(due))
+
+    async def _write_resolved(
+        self, conn: AsyncConnection, incident: Incident, now: datetime
+    ) -> None:
+        assert incident.resolved_at is not None and incident.resolve_reason is not None
+        await repository.save_resolved(conn, incident)
+        await repository.add_action(
+            conn, incident.id, now, "resolved", detail=incident.resolve_reason
+        )
+        await add_event(
+            conn,
+            outbox,
+            SOURCE,
+            "violation.resolved",
+            {
+                **incident.context(),
+                "resolved_at": incident.resolved_at.isoformat(),
+                "reason": incident.resolve_reason,
+            },
+        )
+
+    async def _resolve_reservations(self, reservation_ids: set[int], reason: str) -> None:
+        """Resolve the open incidents of these reservations (the caller holds the lock)."""
+        affected = [i for i in self._open.values() if i.reservation_id in reservation_ids]
+        if not affected:
+            return
+        now = self.clock()
+        resolved = [replace(i, resolved_at=now, resolve_reason=reason) for i in affected]
+        async with self.store.write() as conn:
+            for incident in resolved:
+                await self._write_resolved(conn, incident, now)
+        for incident in resolved:
+            self._open.pop(incident.id, None)
+        self._committed()
+
+    def _committed(self) -> None:
+        self.on_commit()
+        self._wake.set()
+
+
+def _pids_text(incident: Incident) -> str:
+    return "pids " + ", ".join(f"{p.pid} ({p.command[:80]})" for p in incident.processes)
