@@ -152,8 +152,9 @@ class Reconciled:
     resolved: list[Incident] = field(default_factory=list)  # resolved by this snapshot
 
 
-def _identity(processes: Iterable[SeenProcess]) -> set[tuple[int, datetime | None]]:
-    return {(p.pid, p.started_at) for p in processes}
+def _identity(processes: Iterable[SeenProcess]) -> set[int]:
+    # By pid only: a start time derived from `etimes` may move by a second between polls.
+    return {p.pid for p in processes}
 
 
 def reconcile(
