@@ -13,8 +13,12 @@ from services.shared.errors import ServiceUnavailable
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
+from services.violations.actions.mail import MailSender
+from services.violations.actions.remote import SshHostShell
+from services.violations.actions.webhook import WebhookSender
 from services.violations.handlers import event_handlers, rpc_methods
 from services.violations.models import outbox
+from services.violations.responders import Responders
 from services.violations.tracker import Tracker
 
 log = logging.getLogger("warden.violations")
@@ -45,6 +49,37 @@ async def load_reservations(bus: Bus, tracker: Tracker, retry_max_s: float = 30.
         await tracker.load_reservations(found, gpus)
         log.info("%d reservations loaded", len(tracker.book))
         return
+
+
+# Steps of many incidents run at once (a terminate step waits out its grace period).
+RESPONDER_CONCURRENCY = 16
+
+
+async def start_responders(ctx: ServiceContext, stack: AsyncExitStack) -> None:
+    """One consumer per built-in handler turned on; after the RPC they call is served."""
+    settings = ctx.settings.violations
+    if not settings.handlers:
+        return
+    webhooks = WebhookSender.from_settings(settings)
+    await webhooks.start()
+    stack.push_async_callback(webhooks.close)
+    responders = Responders(
+        ctx.bus,
+        ctx.settings,
+        shell=SshHostShell(ctx.settings.monitor, settings.ssh_key_file),
+        mail=MailSender(settings.smtp),
+        webhooks=webhooks,
+    )
+    for name, consumer in responders.consumers().items():
+        stack.push_async_callback(
+            await ctx.bus.subscribe(
+                "violations",
+                "violation.escalated",
+                f"violations.{name}",
+                consumer,
+                concurrency=RESPONDER_CONCURRENCY,
+            )
+        )
 
 
 async def start(ctx: ServiceContext) -> Teardown:

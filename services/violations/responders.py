@@ -1,0 +1,169 @@
+"""The built-in handlers as consumers: each on its own durable queue of `violations.events`.
+
+Queue `evt-violations-violation.escalated--violations.<handler>` gets every escalation; the
+consumer acts on the steps whose action is its own name and ignores the rest. Before acting it
+asks the service whether the incident is still open (a step queued behind a resolution is not
+taken) and which targets this step already reached (a redelivered event mails nobody twice);
+after acting it records one outcome per target on the incident's timeline. Everything goes
+through RPC, so a handler can run in any process, be scaled or be replaced by a plugin.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from services.shared.bus import Bus, EventHandler
+from services.shared.config import HostConfig, Settings
+from services.shared.contracts import Envelope
+from services.shared.errors import WardenError
+from services.violations.actions.base import ActionOutcome, Alert
+from services.violations.actions.mail import MailSender, Recipient
+from services.violations.actions.remote import HostShell
+from services.violations.actions.signals import kill, terminate
+from services.violations.actions.terminal import notify_terminals
+from services.violations.actions.webhook import WebhookSender
+
+log = logging.getLogger("warden.violations")
+
+Act = Callable[[Alert, frozenset[str]], Awaitable[list[ActionOutcome]]]
+NOT_TAKEN = "not taken: the incident was resolved"
+
+
+class Responders:
+    def __init__(
+        self,
+        bus: Bus,
+        settings: Settings,
+        *,
+        shell: HostShell,
+        mail: MailSender,
+        webhooks: WebhookSender,
+    ) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.shell = shell
+        self.mail = mail
+        self.webhooks = webhooks
+        self.hosts: Mapping[str, HostConfig] = {h.name: h for h in settings.hosts}
+
+    def consumers(self) -> dict[str, EventHandler]:
+        """Handler name -> consumer, for the handlers the settings turn on."""
+        acts: dict[str, Act] = {
+            "terminal": self._terminal,
+            "email": self._email,
+            "webhook": self._webhook,
+            "terminate": self._terminate,
+            "kill": self._kill,
+        }
+        return {
+            name: self._consumer(name, acts[name]) for name in self.settings.violations.handlers
+        }
+
+    def _consumer(self, name: str, act: Act) -> EventHandler:
+        async def consume(envelope: Envelope) -> None:
+            alert = Alert.from_event(envelope.data)
+            if alert.action == name:
+                await self.respond(name, act, alert)
+
+        return consume
+
+    async def respond(self, name: str, act: Act, alert: Alert) -> list[ActionOutcome]:
+        incident = await self.bus.call("violations", "get_incident", {"id": alert.incident_id})
+        if incident["status"] != "open":
+            outcomes = [ActionOutcome(name, False, NOT_TAKEN)]
+        else:
+            reached = frozenset(
+                entry["target"]
+                for entry in incident["timeline"]
+                if entry["kind"] == "action"
+                and entry["handler"] == name
+                and entry["step_index"] == alert.step_index
+                and entry["ok"]
+            )
+            try:
+                outcomes = await act(alert, reached)
+            except WardenError as err:
+                outcomes = [ActionOutcome(name, False, err.message)]
+            except Exception as err:  # recorded on the incident; the event is not retried
+                log.exception("violation handler %s failed", name)
+                outcomes = [ActionOutcome(name, False, f"failed: {type(err).__name__}")]
+        if outcomes:
+            await self.bus.call(
+                "violations",
+                "record_actions",
+                {
+                    "incident_id": alert.incident_id,
+                    "step_index": alert.step_index,
+                    "handler": name,
+                    "outcomes": [asdict(o) for o in outcomes],
+                },
+            )
+        return outcomes
+
+    # -- the handlers ---------------------------------------------------------------------
+
+    def _host(self, alert: Alert) -> HostConfig | ActionOutcome:
+        host = self.hosts.get(alert.host)
+        if host is None or host.probe != "ssh":
+            return ActionOutcome(alert.host, False, f"{alert.host} is not an SSH host in [[hosts]]")
+        return host
+
+    async def _terminal(self, alert: Alert, _reached: frozenset[str]) -> list[ActionOutcome]:
+        host = self._host(alert)
+        if isinstance(host, ActionOutcome):
+            return [host]
+        return await notify_terminals(self.shell, host, alert, self.settings.violations)
+
+    async def _terminate(self, alert: Alert, _reached: frozenset[str]) -> list[ActionOutcome]:
+        host = self._host(alert)
+        if isinstance(host, ActionOutcome):
+            return [host]
+        return await terminate(self.shell, host, alert, self.settings.violations)
+
+    async def _kill(self, alert: Alert, _reached: frozenset[str]) -> list[ActionOutcome]:
+        host = self._host(alert)
+        if isinstance(host, ActionOutcome):
+            return [host]
+        return await kill(self.shell, host, alert, self.settings.violations)
+
+    async def _webhook(self, alert: Alert, reached: frozenset[str]) -> list[ActionOutcome]:
+        return await self.webhooks.send(alert, skip=reached)
+
+    async def _email(self, alert: Alert, reached: frozenset[str]) -> list[ActionOutcome]:
+        recipients, missing = await self.recipients(alert)
+        outcomes = await self.mail.send(alert, recipients, skip=reached)
+        return [*missing, *outcomes]
+
+    async def recipients(self, alert: Alert) -> tuple[list[Recipient], list[ActionOutcome]]:
+        """E-mail addresses for the step's recipients, from the accounts; who has none."""
+        wanted = alert.recipients
+        people = [
+            (role, username)
+            for role, username in (("offender", alert.offender), ("owner", alert.owner))
+            if role in wanted and username
+        ]
+        contacts: dict[str, Any] = await self.bus.call(
+            "reservations", "contacts", {"usernames": [username for _, username in people]}
+        )
+        found: list[Recipient] = []
+        missing: list[ActionOutcome] = []
+        for role, username in people:
+            email = (contacts["users"].get(username) or {}).get("email")
+            if email:
+                found.append(Recipient(role, username, email))
+            else:
+                missing.append(ActionOutcome(username, False, f"no e-mail address for {username}"))
+        if "admins" in wanted:
+            found += [
+                Recipient("admin", admin["username"], admin["email"])
+                for admin in contacts["admins"]
+                if admin.get("email")
+            ]
+            found += [
+                Recipient("admin", None, address)
+                for address in self.settings.violations.admin_emails
+            ]
+        return found, missing
