@@ -243,6 +243,12 @@ class ViolationContext(_Strict):
     processes = fields.List(fields.Nested(OffendingProcess), load_default=list)
 
 
+class UpcomingStep(_Strict):
+    step = _Str(required=True)
+    action = _Str(required=True)
+    at = fields.AwareDateTime(required=True)
+
+
 class ViolationEscalated(ViolationContext):
     step = _Str(required=True)  # as configured: "60s email offender+admins"
     step_index = _Integer(required=True, validate=validate.Range(min=0))
@@ -252,6 +258,8 @@ class ViolationEscalated(ViolationContext):
     # What comes after this step unless the incident ends first (None: nothing more).
     next_step = _Str(allow_none=True, load_default=None)
     next_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    # Every later step with its time (the first is next_step): notices say what is coming.
+    upcoming = fields.List(fields.Nested(UpcomingStep), load_default=list)
 
 
 class ViolationResolved(ViolationContext):

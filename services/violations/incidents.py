@@ -97,6 +97,14 @@ class Incident:
             "after_s": step.after_s,
             "next_step": None if following is None else self.steps[following].text,
             "next_at": None if following is None else self.step_at(following).isoformat(),
+            "upcoming": [
+                {
+                    "step": self.steps[later].text,
+                    "action": self.steps[later].action,
+                    "at": self.step_at(later).isoformat(),
+                }
+                for later in range(index + 1, len(self.steps))
+            ],
         }
 
 

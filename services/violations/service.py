@@ -101,7 +101,11 @@ async def start(ctx: ServiceContext) -> Teardown:
                 await loading
 
         stack.push_async_callback(stop_loading)
-        return await start_service(ctx, stack, rpc_methods(store, tracker), event_handlers(tracker))
+        teardown = await start_service(
+            ctx, stack, rpc_methods(store, tracker), event_handlers(tracker)
+        )
+        await start_responders(ctx, stack)
+        return teardown
     except BaseException:
         await stack.aclose()
         raise

@@ -70,7 +70,9 @@ class Running:
         deadline = asyncio.get_running_loop().time() + timeout
         while not condition():
             if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"timed out waiting for {what}; events: {[e.type for e in self.events]}")
+                pytest.fail(
+                    f"timed out waiting for {what}; events: {[e.type for e in self.events]}"
+                )
             await asyncio.sleep(0.02)
 
     async def reserve(
@@ -302,8 +304,12 @@ async def test_reservations_are_loaded_from_the_reservations_service_at_start(
     async with ReservationsStore(engine).write() as conn:
         for name in ("alice", "bob"):
             await accounts.create_user(
-                conn, username=name, email=f"{name}@lab.example", password="pw-123456",
-                is_admin=name == "alice", actor="test",
+                conn,
+                username=name,
+                email=f"{name}@lab.example",
+                password="pw-123456",
+                is_admin=name == "alice",
+                actor="test",
             )
     await engine.dispose()
     bus = InProcessBus()

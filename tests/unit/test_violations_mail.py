@@ -116,7 +116,7 @@ def test_owner_notice_names_offender_reservation_and_next_step() -> None:
     assert "bob is using GPU 3 on node07, reserved by alice until 2026-11-21 18:00 UTC" in body
     assert "owner of reservation #12" in body
     assert "What Warden does next" in body
-    assert "At 2026-11-21 13:10 UTC" in body
+    assert "Next, at 2026-11-21 13:10 UTC: the processes of bob" in body
     assert "processes of bob on this GPU will be terminated" in body
     assert "your processes" not in body  # that wording is for the offender
 
@@ -137,7 +137,7 @@ def test_last_step_says_so() -> None:
     last = replace(ALERT, next_step=None, next_at=None)
 
     assert "This is the last step." in _body(compose(last, OFFENDER, FROM, now=NOW))
-    assert "this is the last step" in _body(compose(last, ADMIN, FROM, now=NOW))
+    assert "This is the last step" in _body(compose(last, ADMIN, FROM, now=NOW))
 
 
 @pytest.mark.parametrize("recipient", [OFFENDER, ADMIN])

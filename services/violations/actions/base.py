@@ -23,6 +23,13 @@ class Process:
 
 
 @dataclass(frozen=True)
+class Upcoming:
+    step: str  # "300s terminate"
+    action: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class Alert:
     """One escalation step of one incident (the data of a `violation.escalated` event)."""
 
@@ -44,6 +51,7 @@ class Alert:
     recipients: tuple[str, ...] = ()
     next_step: str | None = None
     next_at: datetime | None = None
+    upcoming: tuple[Upcoming, ...] = ()
 
     @classmethod
     def from_event(cls, data: Mapping[str, Any]) -> Alert:
@@ -81,7 +89,20 @@ class Alert:
             recipients=tuple(data.get("recipients") or ()),
             next_step=data.get("next_step"),
             next_at=_time(data.get("next_at")),
+            upcoming=tuple(
+                Upcoming(u["step"], u["action"], _time(u["at"]) or since)
+                for u in data.get("upcoming") or ()
+            ),
         )
+
+    @property
+    def steps_ahead(self) -> tuple[Upcoming, ...]:
+        """The later steps; from `next_step` alone when the event carried no `upcoming`."""
+        if self.upcoming or self.next_step is None:
+            return self.upcoming
+        words = self.next_step.split()
+        action = words[1] if len(words) > 1 else self.next_step
+        return (Upcoming(self.next_step, action, self.next_at or self.since),)
 
     @property
     def gpu_label(self) -> str:

@@ -83,23 +83,6 @@ def subject(alert: Alert, recipient: Recipient) -> str:
     return f"{where}: {offender} is using the {reservation} of {owner}"
 
 
-def _next_for_others(alert: Alert) -> str:
-    """`next_text` speaks to the offender ("your processes"); this speaks about them."""
-    if alert.next_step is None:
-        return "Nothing more: this is the last step of the incident."
-    words = alert.next_step.split()
-    action = words[1] if len(words) > 1 else alert.next_step
-    offender = _one_line(alert.offender)
-    effect = {
-        "terminate": f"the processes of {offender} on this GPU will be terminated",
-        "kill": f"the processes of {offender} on this GPU will be killed",
-        "email": "another e-mail goes out",
-        "webhook": "a chat message goes out",
-        "terminal": f"{offender} gets another terminal message",
-    }.get(action, f"step {action!r} follows")
-    return f"At {when(alert.next_at)}, unless the processes stop: {effect}."
-
-
 def _offender_body(alert: Alert, recipient: Recipient) -> list[str]:
     where = f"{alert.gpu_label} on {alert.host}"
     if alert.owner is None:
@@ -142,7 +125,7 @@ def _others_body(alert: Alert, recipient: Recipient) -> list[str]:
         why,
         "",
         "What Warden does next:",
-        f"  {_next_for_others(alert)}",
+        f"  {next_text(alert, to_offender=False)}",
         "",
         f"{alert.offender} has been asked to stop.",
     ]

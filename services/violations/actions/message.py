@@ -35,19 +35,43 @@ def process_lines(alert: Alert, limit: int = MAX_COMMAND_CHARS) -> list[str]:
     return [f"pid {p.pid}: {_clip(p.command, limit)}" for p in alert.processes]
 
 
-def next_text(alert: Alert) -> str:
-    """What happens next unless the offending processes stop."""
-    if alert.next_step is None:
+_EFFECTS_ON_OFFENDER = {
+    "terminate": "your processes on this GPU will be terminated",
+    "kill": "your processes on this GPU will be killed",
+    "email": "an e-mail goes out",
+    "webhook": "a chat message goes out",
+    "terminal": "you get another terminal message",
+}
+_EFFECTS_ON_OTHERS = {
+    "terminate": "the processes of {offender} on this GPU will be terminated",
+    "kill": "the processes of {offender} on this GPU will be killed",
+    "email": "an e-mail goes out",
+    "webhook": "a chat message goes out",
+    "terminal": "{offender} gets another terminal message",
+}
+STOPPING = ("terminate", "kill")
+
+
+def effect(action: str, offender: str, *, to_offender: bool) -> str:
+    effects = _EFFECTS_ON_OFFENDER if to_offender else _EFFECTS_ON_OTHERS
+    return effects.get(action, f"step {action!r} follows").format(offender=offender)
+
+
+def next_text(alert: Alert, *, to_offender: bool = True) -> str:
+    """What happens next unless the offending processes stop, said to or about the offender."""
+    ahead = alert.steps_ahead
+    if not ahead:
         return "This is the last step."
-    action = alert.next_step.split()[1] if len(alert.next_step.split()) > 1 else alert.next_step
-    effect = {
-        "terminate": "your processes on this GPU will be terminated",
-        "kill": "your processes on this GPU will be killed",
-        "email": "an e-mail goes out",
-        "webhook": "a chat message goes out",
-        "terminal": "you get another terminal message",
-    }.get(action, f"step {action!r} follows")
-    return f"Next, at {when(alert.next_at)}: {effect}."
+    following = ahead[0]
+    said = effect(following.action, alert.offender, to_offender=to_offender)
+    text = f"Next, at {when(following.at)}: {said}."
+    stopping = next((u for u in ahead if u.action in STOPPING), None)
+    if stopping is not None and stopping is not following:
+        text += (
+            f" At {when(stopping.at)}: "
+            f"{effect(stopping.action, alert.offender, to_offender=to_offender)}."
+        )
+    return text
 
 
 def details(alert: Alert) -> list[str]:
@@ -69,7 +93,7 @@ def details(alert: Alert) -> list[str]:
 
 
 def terminal_text(alert: Alert) -> str:
-    """What the offender reads on their terminal: plain ASCII-safe lines, no markup."""
+    """What the offender reads on their terminal: plain lines, no markup."""
     owner = (
         f"{alert.owner} reserved it until {when(alert.reservation_end)}"
         if alert.owner is not None

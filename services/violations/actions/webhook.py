@@ -231,7 +231,9 @@ def _slack_payload(alert: Alert) -> dict[str, Any]:
             {"type": "section", "text": {"type": "mrkdwn", "text": procs_text}},
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": _slack(next_text(alert), 1000)}],
+                "elements": [
+                    {"type": "mrkdwn", "text": _slack(next_text(alert, to_offender=False), 1000)}
+                ],
             },
         ],
     }
@@ -248,7 +250,7 @@ def _mattermost_payload(alert: Alert) -> dict[str, Any]:
     lines.append("```")
     lines += _processes(alert, line_chars=300, max_lines=100, budget=8000)
     lines.append("```")
-    lines.append(_line(next_text(alert), 1000))
+    lines.append(_line(next_text(alert, to_offender=False), 1000))
     return {"text": "\n".join(lines)}
 
 
@@ -261,7 +263,7 @@ def _discord_payload(alert: Alert) -> dict[str, Any]:
     ]
     procs = _processes(alert, line_chars=200, max_lines=20, budget=DISCORD_FIELD_VALUE_CHARS - 8)
     fields.append({"name": "Processes", "value": "```\n" + "\n".join(procs) + "```"})
-    fields.append({"name": "Next", "value": _line(next_text(alert), 512)})
+    fields.append({"name": "Next", "value": _line(next_text(alert, to_offender=False), 512)})
     embed: dict[str, Any] = {
         "title": _line(headline(alert), DISCORD_TITLE_CHARS),
         "color": 0xE67E22,
@@ -313,7 +315,9 @@ def _teams_payload(alert: Alert) -> dict[str, Any]:
         }
         for text in _processes(alert, line_chars=200, max_lines=20, budget=3000)
     ]
-    body.append({"type": "TextBlock", "text": _line(next_text(alert), 500), "wrap": True})
+    body.append(
+        {"type": "TextBlock", "text": _line(next_text(alert, to_offender=False), 500), "wrap": True}
+    )
     card = {
         "$schema": ADAPTIVE_CARD_SCHEMA,
         "type": "AdaptiveCard",

@@ -1,0 +1,331 @@
+"""A violation from start to end, on the simulated fleet served over real SSH.
+
+Every service runs (`run_services`, as `warden run all` does) on the in-process bus and, in the
+second variant, on RabbitMQ. alice reserves GPU 2 of a host; bob, logged in there, starts a
+process on it. Then: violation.opened; bob's terminal gets the message (the sim's tty), a
+local HTTP receiver gets the Slack message, a local SMTP server the e-mails; the kill step
+ends bob's process in the sim; the incident resolves and the last step is never taken. On
+RabbitMQ, the example CSV plugin is started while everything runs and receives the next
+violation. Deadlines are generous and nothing asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email import message_from_bytes
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+from aiohttp import web
+from aiosmtpd.controller import Controller
+
+from services.monitor.sim.model import SimFleet
+from services.monitor.sim.server import SimServer
+from services.reservations import accounts
+from services.reservations.store import Store
+from services.shared import db
+from services.shared.bus import Bus
+from services.shared.bus.inproc import InProcessBus
+from services.shared.config import Settings, load_settings
+from services.shared.contracts import Envelope
+from services.shared.runtime import make_bus, run_services
+from tests.sshd import free_port
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+PIKA_CONSUMER = ROOT / "examples" / "plugins" / "pika_csv" / "consumer.py"
+DEADLINE_S = 30.0
+STEPS = [
+    "0s terminal offender",
+    "0s webhook owner+admins",
+    "0s email offender+admins",
+    "2s kill",
+    "8s webhook admins",  # after the kill resolved the incident: never taken
+]
+
+
+class Mailbox:
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], Any]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+@dataclass
+class System:
+    fleet: SimFleet
+    bus: Bus
+    settings: Settings
+    webhook: list[dict[str, Any]]
+    mailbox: Mailbox
+    events: list[Envelope] = field(default_factory=list)
+
+    def of(self, event_type: str) -> list[dict[str, Any]]:
+        return [e.data for e in self.events if e.type == event_type]
+
+    async def until(self, condition: Callable[[], Any], what: str) -> Any:
+        deadline = asyncio.get_running_loop().time() + DEADLINE_S
+        while True:
+            found = condition()
+            if found:
+                return found
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail(
+                    f"{what}: not within {DEADLINE_S:g}s; events {[e.type for e in self.events]}"
+                )
+            await asyncio.sleep(0.05)
+
+
+def _toml(value: Any) -> str:
+    return json.dumps(value)
+
+
+async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hooks/slack", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
+async def _accounts(settings: Settings) -> None:
+    for name in db.SERVICES_WITH_DATABASE:
+        engine = db.create_engine(settings.storage.database_url_for(name))
+        try:
+            await db.upgrade(engine, name)
+            if name == "reservations":
+                async with Store(engine).write() as conn:
+                    for user, admin in (("admin", True), ("alice", False), ("bob", False)):
+                        await accounts.create_user(
+                            conn,
+                            username=user,
+                            email=f"{user}@lab.example",
+                            password="pw-12345678",
+                            is_admin=admin,
+                            actor="test",
+                        )
+        finally:
+            await engine.dispose()
+
+
+@pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
+async def system(
+    request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
+) -> AsyncIterator[System]:
+    kind = request.param
+    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key_file = tmp_path / "warden_key"
+    key.write_private_key(str(key_file))
+    key_file.chmod(0o600)
+    fleet = SimFleet(2, 4, seed=3, churn=False)
+    received: list[dict[str, Any]] = []
+    mailbox = Mailbox()
+    smtp_port = free_port()
+    smtp = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
+    smtp.start()
+    receiver = await _webhook_receiver(received)
+    hook_port = receiver.addresses[0][1]
+    try:
+        async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
+            known_hosts = tmp_path / "known_hosts"
+            known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
+            lines = [
+                "[storage]",
+                f"data_dir = {_toml(str(tmp_path / 'data'))}",
+                "[auth]",
+                f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
+                "[gateway]",
+                "port = 0",
+                "[monitor]",
+                "interval_s = 1.0",
+                f"known_hosts = {_toml(str(known_hosts))}",
+                'local_nvml = "off"',
+                "[violations]",
+                f"steps = {_toml(STEPS)}",
+                'smtp_host = "127.0.0.1"',
+                f"smtp_port = {smtp_port}",
+                'smtp_security = "none"',
+                "[[violations.webhooks]]",
+                f'url = "http://127.0.0.1:{hook_port}/hooks/slack"',
+                'format = "slack"',
+                'name = "lab-chat"',
+            ]
+            if amqp_url is not None:
+                lines[0:0] = ["[bus]", f"amqp_url = {_toml(amqp_url)}"]
+            for host in server.hosts_config("warden", key_file):
+                lines.append("[[hosts]]")
+                lines += [f"{k} = {_toml(v)}" for k, v in host.items()]
+            config = tmp_path / "warden.toml"
+            config.write_text("\n".join(lines) + "\n")
+            settings = load_settings(config, environ={"HOME": str(tmp_path)})
+            await _accounts(settings)
+
+            bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
+            client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
+            stop = asyncio.Event()
+            running = asyncio.create_task(
+                run_services(
+                    ["monitor", "reservations", "violations", "gateway"],
+                    settings,
+                    bus_kind=kind,
+                    bus=bus,
+                    stop=stop,
+                )
+            )
+            system = System(fleet, client, settings, received, mailbox)
+            try:
+                if client is not bus:
+                    await client.start()
+
+                async def record(envelope: Envelope) -> None:
+                    system.events.append(envelope)
+
+                await client.subscribe("violations", "#", "test.recorder", record)
+                yield system
+            finally:
+                stop.set()
+                await asyncio.wait_for(running, 60)
+                if client is not bus:
+                    await client.close()
+    finally:
+        await receiver.cleanup()
+        smtp.stop()
+
+
+async def _gpu(system: System, host: str, index: int) -> str:
+    async def known() -> str | None:
+        with contextlib.suppress(Exception):
+            for gpu in await system.bus.call("reservations", "list_gpus", {}):
+                if gpu["host"] == host and gpu["index"] == index:
+                    return str(gpu["uuid"])
+        return None
+
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while (uuid := await known()) is None:
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"GPU {index} of {host} never reached the reservations service")
+        await asyncio.sleep(0.2)
+    return uuid
+
+
+async def _reserve(system: System, uuid: str) -> dict[str, Any]:
+    start = datetime.now(UTC)
+    created: dict[str, Any] = await system.bus.call(
+        "reservations",
+        "create_reservation",
+        {
+            "actor": "alice",
+            "gpus": [uuid],
+            "start": start.isoformat(),
+            "end": (start + timedelta(hours=1)).isoformat(),
+            "title": "protected",
+        },
+    )
+    return created
+
+
+def _alive(fleet: SimFleet, host: str, pid: int) -> bool:
+    return any(p["pid"] == pid for p in fleet.snapshot(host)["hosts"][0]["processes"])
+
+
+async def test_a_violation_is_told_everywhere_stopped_and_resolved(system: System) -> None:
+    fleet, host = system.fleet, system.fleet.hosts[0]
+    uuid = await _gpu(system, host, 2)
+    reservation = await _reserve(system, uuid)
+    tty = fleet.login(host, "bob")
+    pid = fleet.start_process(host, 2, "bob", "python steal_gpu.py --epochs 100")
+
+    opened = (await system.until(lambda: system.of("violation.opened"), "violation.opened"))[0]
+    assert (opened["offender"], opened["owner"]) == ("bob", "alice")
+    assert (opened["host"], opened["gpu_index"], opened["pids"]) == (host, 2, [pid])
+    assert opened["reservation_id"] == reservation["id"]
+
+    # terminal: on bob's own tty, saying whose GPU it is and what happens next
+    messages = await system.until(lambda: fleet.tty_messages(host, tty), "terminal message")
+    assert "alice" in messages[0] and "killed" in messages[0]
+    # webhook: one Slack message naming the offender
+    hook = (await system.until(lambda: system.webhook, "webhook delivery"))[0]
+    assert "bob" in hook["text"] and "blocks" in hook
+    # e-mail: to bob (the offender) and to the admin account
+    await system.until(lambda: len(system.mailbox.messages) >= 2, "two e-mails")
+    recipients = sorted(rcpt for rcpts, _ in system.mailbox.messages for rcpt in rcpts)
+    assert recipients == ["admin@lab.example", "bob@lab.example"]
+    assert all(
+        msg["X-Warden-Incident"] == opened["incident_id"] for _, msg in system.mailbox.messages
+    )
+
+    # kill after 2 s: the process is gone in the sim, so the incident resolves
+    await system.until(lambda: not _alive(fleet, host, pid), "the kill step")
+    resolved = (await system.until(lambda: system.of("violation.resolved"), "resolution"))[0]
+    assert resolved["reason"] == "no offending process left"
+
+    opened_at = datetime.fromisoformat(system.events[0].occurred_at)
+    await asyncio.sleep(
+        max(0.0, (opened_at + timedelta(seconds=9.5) - datetime.now(UTC)).total_seconds())
+    )
+    assert [e["step_index"] for e in system.of("violation.escalated")] == [0, 1, 2, 3]
+    assert len(system.webhook) == 1
+
+    incident = await system.bus.call("violations", "get_incident", {"id": opened["incident_id"]})
+    done = {(e["handler"], e["ok"]) for e in incident["timeline"] if e["kind"] == "action"}
+    assert {("terminal", True), ("webhook", True), ("email", True), ("kill", True)} <= done
+    assert incident["status"] == "resolved"
+
+
+@pytest.mark.amqp
+async def test_a_plugin_started_at_run_time_gets_the_next_violation(
+    system: System, tmp_path: Path
+) -> None:
+    if isinstance(system.bus, InProcessBus):
+        pytest.skip("plugins bind queues on RabbitMQ")
+    fleet, host = system.fleet, system.fleet.hosts[1]
+    uuid = await _gpu(system, host, 1)
+    await _reserve(system, uuid)
+    out = tmp_path / "violations.csv"
+    plugin = subprocess.Popen(
+        [sys.executable, str(PIKA_CONSUMER), "--out", str(out)],
+        cwd=PIKA_CONSUMER.parent,
+        env={**os.environ, "WARDEN_AMQP_URL": system.settings.bus.amqp_url},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.sleep(1.0)  # its queue is declared and bound when it starts consuming
+        fleet.start_process(host, 1, "eve", "python mine.py")
+        opened = (await system.until(lambda: system.of("violation.opened"), "violation"))[0]
+
+        def row() -> dict[str, str] | None:
+            if not out.exists():
+                return None
+            with out.open(newline="", encoding="utf-8") as rows:
+                return next(
+                    (r for r in csv.DictReader(rows) if r["incident_id"] == opened["incident_id"]),
+                    None,
+                )
+
+        found = await system.until(row, "the plugin's CSV row")
+        assert found["offender"] == "eve"
+    finally:
+        plugin.terminate()
+        plugin.wait(timeout=10)
