@@ -17,7 +17,6 @@ import csv
 import json
 import os
 import secrets
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ class Mailbox:
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], Any]] = []
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
         return "250 OK"
 
@@ -303,12 +302,15 @@ async def test_a_plugin_started_at_run_time_gets_the_next_violation(
     uuid = await _gpu(system, host, 1)
     await _reserve(system, uuid)
     out = tmp_path / "violations.csv"
-    plugin = subprocess.Popen(
-        [sys.executable, str(PIKA_CONSUMER), "--out", str(out)],
+    plugin = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(PIKA_CONSUMER),
+        "--out",
+        str(out),
         cwd=PIKA_CONSUMER.parent,
         env={**os.environ, "WARDEN_AMQP_URL": system.settings.bus.amqp_url},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         await asyncio.sleep(1.0)  # its queue is declared and bound when it starts consuming
@@ -328,4 +330,4 @@ async def test_a_plugin_started_at_run_time_gets_the_next_violation(
         assert found["offender"] == "eve"
     finally:
         plugin.terminate()
-        plugin.wait(timeout=10)
+        await asyncio.wait_for(plugin.wait(), 10)

@@ -245,8 +245,10 @@ async def test_unreserved_gpus_are_free_unless_strict(
     assert not service.of("violation.opened")
     async for strict in _running(database_url, tmp_path / "strict", mode="strict"):
         await strict.observe((200, "bob"), (1, "root"))
-        await strict.until(lambda: strict.of("violation.opened"), "strict opened")
-        await strict.until(lambda: len(strict.of("violation.opened")) == 2, "both offenders")
+        await strict.until(
+            lambda s=strict: len(s.of("violation.opened")) == 2,  # type: ignore[misc]
+            "both offenders",
+        )
         opened = strict.of("violation.opened")
         assert all(o["owner"] is None and o["mode"] == "strict" for o in opened)
         # root's python is no Xorg: only allowlisted (user, command) pairs are spared

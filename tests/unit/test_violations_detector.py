@@ -116,8 +116,7 @@ def test_detector_agrees_with_a_naive_reading(seen, mode):
     for p in processes:
         reserved = p.gpu_uuid in ("GPU-1", "GPU-2")
         expected = p.user is not None and (
-            (reserved and p.user not in ("alice", "carol"))
-            or (not reserved and mode == "strict")
+            (reserved and p.user not in ("alice", "carol")) or (not reserved and mode == "strict")
         )
         assert (p.pid in flagged) == expected, p
     for offence in offences:
