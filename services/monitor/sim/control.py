@@ -2,8 +2,12 @@
 
     GET    /fleet                               every host: state, GPUs, processes, port
     GET    /hosts/{host}                        one host
-    POST   /hosts/{host}/processes              {gpu, user, command, used_memory_mib} -> {pid}
+    POST   /hosts/{host}/processes              {gpu, user, command, used_memory_mib,
+                                                 ignore_sigterm, pid} -> {pid}
     DELETE /hosts/{host}/processes/{pid}
+    POST   /hosts/{host}/logins                 {user} -> {tty}: a terminal session
+    DELETE /hosts/{host}/logins/{tty}           (tty: pts/N) the session ends
+    GET    /hosts/{host}/ttys                   the sessions, each with the messages written to it
     POST   /hosts/{host}/hang                   {seconds: number | null | "forever"}
     POST   /hosts/{host}/down                   {down: bool}
     POST   /hosts/{host}/nvidia-smi             {mode: ok | missing | failing | no_devices}
@@ -76,6 +80,8 @@ async def start_process(request: web.Request) -> web.Response:
         body["user"],
         body["command"],
         used_memory_mib=body.get("used_memory_mib", 1024),
+        ignore_sigterm=body.get("ignore_sigterm", False),
+        pid=body.get("pid"),
     )
     return web.json_response({"host": host, "pid": pid}, status=201)
 
@@ -85,6 +91,27 @@ async def stop_process(request: web.Request) -> web.Response:
     pid = _int(request.match_info["pid"], "pid")
     server.fleet.stop_process(host, pid)
     return web.json_response({"host": host, "pid": pid, "stopped": True})
+
+
+async def login(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    body = await _body(request)
+    if "user" not in body:
+        raise InvalidRequest('give "user": who logs in')
+    tty = server.fleet.login(host, body["user"])
+    return web.json_response({"host": host, "tty": tty, "user": body["user"]}, status=201)
+
+
+async def logout(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    tty = request.match_info["tty"]
+    server.fleet.logout(host, tty)
+    return web.json_response({"host": host, "tty": tty, "logged_out": True})
+
+
+async def ttys(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    return web.json_response({"host": host, "sessions": server.fleet.sessions(host)})
 
 
 async def hang(request: web.Request) -> web.Response:
@@ -133,6 +160,9 @@ def create_control_app(server: SimServer) -> web.Application:
     app.router.add_get("/hosts/{host}", get_host)
     app.router.add_post("/hosts/{host}/processes", start_process)
     app.router.add_delete("/hosts/{host}/processes/{pid}", stop_process)
+    app.router.add_post("/hosts/{host}/logins", login)
+    app.router.add_delete("/hosts/{host}/logins/{tty:.+}", logout)
+    app.router.add_get("/hosts/{host}/ttys", ttys)
     app.router.add_post("/hosts/{host}/hang", hang)
     app.router.add_post("/hosts/{host}/down", down)
     app.router.add_post("/hosts/{host}/nvidia-smi", nvidia_smi)

@@ -17,6 +17,19 @@ such a host, byte for byte as the real tools would print it: `nvidia-smi` CSV wi
 separators, procps' right-aligned `pid`/`etimes` and 64-wide `user` columns, `/proc` lines in
 the kernel's layout, and the real error texts when nvidia-smi is missing, failing or finds
 no GPU.
+
+`run_command` answers the commands Warden runs on a host:
+
+- the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`;
+- the violation actions' scripts (`services.violations.actions.remote`), recognised as
+  `[sudo -n] sh -c <SCRIPT> warden <args>` with SCRIPT one of its constants: WHO lists the
+  terminal sessions opened with `login(host, user)` in `who`'s layout; WRITE_TTY appends the
+  message to the session's `tty_messages` when the owner matches; SIGNAL checks the owner and
+  start time as the real script does (`now - etimes` on the host clock) and stops the process
+  (SIGTERM not when it was started with `ignore_sigterm=True`; SIGKILL always). Without sudo,
+  only the login's own terminals and processes can be written to or signalled (root: any).
+
+Anything else answers "sim: unsupported command" with exit status 127.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +45,14 @@ from typing import Any, Literal, cast
 
 from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
 from services.shared.errors import InvalidRequest, NotFound
+from services.violations.actions.remote import (
+    SCRIPT_NAME,
+    SIGNAL_SCRIPT,
+    SIGNALS,
+    TTY_RE,
+    WHO_SCRIPT,
+    WRITE_TTY_SCRIPT,
+)
 
 NA = "[N/A]"
 NVIDIA_SMI_MODES = ("ok", "missing", "failing", "no_devices")
@@ -50,6 +72,7 @@ CHECK_ECHO = "echo ok"
 CHECK_WHICH = "command -v nvidia-smi"
 CHECK_LIST = "nvidia-smi -L"
 UNSUPPORTED = "sim: unsupported command\n"
+LOGIN_ADDRESS = "192.0.2.10"  # where simulated terminal sessions come from (TEST-NET-1)
 
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 USER_HZ = 100  # /proc/stat ticks per second per core
@@ -161,6 +184,7 @@ class SimProcess:
     started_at: float
     ends_at: float | None = None  # background jobs end by themselves; scripted ones do not
     scripted: bool = False
+    ignore_sigterm: bool = False  # SIGTERM leaves it running (SIGKILL does not)
 
     @property
     def process_name(self) -> str:
@@ -177,6 +201,7 @@ class SimProcess:
             "started_at": self.started_at,
             "ends_at": self.ends_at,
             "scripted": self.scripted,
+            "ignore_sigterm": self.ignore_sigterm,
         }
 
 
@@ -206,12 +231,30 @@ class CommandResult:
     exit_status: int
 
 
+@dataclass
+class TerminalSession:
+    """One login with a terminal (`who` lists it) and what was written to that terminal."""
+
+    user: str
+    tty: str
+    login_at: float
+    messages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tty": self.tty,
+            "user": self.user,
+            "login_at": self.login_at,
+            "messages": list(self.messages),
+        }
+
+
 @dataclass(frozen=True)
 class SimEvent:
     """A scripted change, for listeners (the SSH server closes connections on `down`)."""
 
     host: str
-    what: str  # down | hang | nvidia_smi | processes | gpus
+    what: str  # down | hang | nvidia_smi | processes | gpus | ttys
 
 
 @dataclass
@@ -258,6 +301,7 @@ class _Host:
     next_pid: int
     scripted: dict[int, SimProcess] = field(default_factory=dict)
     killed: set[tuple[int, float]] = field(default_factory=set)  # (pid, started_at)
+    sessions: dict[str, TerminalSession] = field(default_factory=dict)  # by tty
     down: bool = False
     hang_s: float | None = None  # math.inf: never answers
     nvidia_smi: NvidiaSmiMode = "ok"
@@ -325,6 +369,28 @@ _PROBE_GPU_LINE = _line_of(PROBE_COMMAND, "nvidia-smi --query-gpu")
 _PROBE_APPS_LINE = _line_of(PROBE_COMMAND, "nvidia-smi --query-compute-apps")
 _PROBE_HEAD = f"@@warden-probe {PROBE_VERSION}\n"
 _PROBE_TRIMMED = PROBE_COMMAND.rstrip("\n")  # as `ssh host "$(cat probe.sh)"` sends it
+# Where dash's error messages (`warden: LINE: ...`) say the scripts failed.
+_KILL_LINE = _line_of(SIGNAL_SCRIPT, "kill -s")
+_WRITE_LINE = _line_of(WRITE_TTY_SCRIPT, "printf")
+
+
+def _number(text: str) -> bool:
+    """What the SIGNAL script accepts as a number: ASCII digits, no leading zero."""
+    return bool(re.fullmatch(r"0|[1-9][0-9]*", text))
+
+
+def _warden_script(command: str) -> tuple[str, list[str], bool] | None:
+    """(script, args, sudo?) of `[sudo -n] sh -c SCRIPT warden ARGS...`; None for others."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    sudo = argv[:2] == ["sudo", "-n"]
+    if sudo:
+        argv = argv[2:]
+    if len(argv) < 4 or argv[:2] != ["sh", "-c"] or argv[3] != SCRIPT_NAME:
+        return None
+    return argv[2], argv[4:], sudo
 
 
 class SimFleet:
@@ -705,8 +771,11 @@ class SimFleet:
                 rows.extend(self._app_row(proc, gpu) for proc in procs)
         return CommandResult("".join(rows), "", 0)
 
-    def run_command(self, host: str, command: str, now: float) -> CommandResult:
-        """What `command` prints on `host`: the probe, the `warden hosts check` commands."""
+    def run_command(
+        self, host: str, command: str, now: float, *, login: str | None = None
+    ) -> CommandResult:
+        """What `command` prints on `host` when `login` (None: root) runs it: the probe, the
+        `warden hosts check` commands, the violation actions' scripts (see the module doc)."""
         h = self._host(host)
         if command in (PROBE_COMMAND, _PROBE_TRIMMED):
             return CommandResult(self.render_probe_output(host, now), "", 0)
@@ -729,7 +798,107 @@ class SimFleet:
             if h.nvidia_smi == "missing":
                 return CommandResult("", text, rc)
             return CommandResult(text, "", rc)
+        script = _warden_script(command)
+        if script is not None:
+            text, args, sudo = script
+            as_root = sudo or login is None or login == "root"
+            if text == WHO_SCRIPT and not args:
+                return CommandResult(self._who(h), "", 0)
+            if text == WRITE_TTY_SCRIPT and len(args) == 3:
+                return self._write_tty(h, args[0], args[1], args[2], as_root, login)
+            if text == SIGNAL_SCRIPT and len(args) == 5:
+                return self._signal(h, args, as_root, login, now)
         return CommandResult("", UNSUPPORTED, 127)
+
+    # -- terminal sessions and the violation actions' scripts -----------------------------
+
+    def login(self, host: str, user: str) -> str:
+        """`user` opens a terminal session on `host`; returns its tty (the lowest free pts/N)."""
+        h = self._host(host)
+        if not isinstance(user, str) or not _USER_RE.match(user):
+            raise InvalidRequest("user must be a Unix user name", {"user": user})
+        number = 0
+        while f"pts/{number}" in h.sessions:
+            number += 1
+        tty = f"pts/{number}"
+        h.sessions[tty] = TerminalSession(user=user, tty=tty, login_at=self.now())
+        self._emit(host, "ttys")
+        return tty
+
+    def logout(self, host: str, tty: str) -> None:
+        """The session on `tty` ends (its messages go with it); NotFound when there is none."""
+        h = self._host(host)
+        if h.sessions.pop(tty, None) is None:
+            raise NotFound(f"no session on {tty} of {host}", {"host": host, "tty": tty})
+        self._emit(host, "ttys")
+
+    def sessions(self, host: str) -> list[dict[str, Any]]:
+        """The terminal sessions of `host` in login order, each with what was written to it."""
+        return [session.to_dict() for session in self._host(host).sessions.values()]
+
+    def tty_messages(self, host: str, tty: str) -> list[str]:
+        """What was written to `tty` of `host`, in order; NotFound when no session has it."""
+        session = self._host(host).sessions.get(tty)
+        if session is None:
+            raise NotFound(f"no session on {tty} of {host}", {"host": host, "tty": tty})
+        return list(session.messages)
+
+    def _who(self, host: _Host) -> str:
+        """`LC_ALL=C who`: name (8 wide), line (12 wide), `%b %e %H:%M`, (address)."""
+        lines = []
+        for session in host.sessions.values():
+            stamp = time.gmtime(session.login_at)
+            when = f"{time.strftime('%b', stamp)} {stamp.tm_mday:>2} {stamp.tm_hour:02d}:"
+            when += f"{stamp.tm_min:02d}"
+            lines.append(f"{session.user:<8} {session.tty:<12} {when} ({LOGIN_ADDRESS})\n")
+        return "".join(lines)
+
+    def _write_tty(
+        self, host: _Host, tty: str, owner: str, message: str, as_root: bool, login: str | None
+    ) -> CommandResult:
+        if not TTY_RE.fullmatch(tty):
+            return CommandResult("invalid\n", "", 2)
+        session = host.sessions.get(tty)
+        if session is None:  # /dev/ttyN always exists (root's while nobody is logged in)
+            return CommandResult("not-owner root\n" if tty.startswith("tty") else "gone\n", "", 0)
+        if session.user != owner:
+            return CommandResult(f"not-owner {session.user}\n", "", 0)
+        if not as_root and login != session.user:
+            denied = f"{SCRIPT_NAME}: {_WRITE_LINE}: cannot create /dev/{tty}: Permission denied\n"
+            return CommandResult("failed\n", denied, 1)
+        session.messages.append(message)
+        self._emit(host.name, "ttys")
+        return CommandResult("written\n", "", 0)
+
+    def _signal(
+        self, host: _Host, args: list[str], as_root: bool, login: str | None, now: float
+    ) -> CommandResult:
+        pid_text, user, start_text, tolerance_text, signal = args
+        if (
+            signal not in SIGNALS
+            or not _number(pid_text)
+            or not _number(tolerance_text)
+            or (start_text and not _number(start_text))
+        ):
+            return CommandResult("invalid\n", "", 2)
+        pid = int(pid_text)
+        proc = next((p for p in self._processes(host, now) if p.pid == pid), None)
+        if proc is None:
+            return CommandResult("gone\n", "", 0)
+        # As the real script: the host clock (whole seconds) minus ps's etimes.
+        started = int(now) - max(0, int(now - proc.started_at))
+        if (
+            not start_text
+            or proc.user != user
+            or abs(started - int(start_text)) > int(tolerance_text)
+        ):
+            return CommandResult(f"mismatch {proc.user} {started}\n", "", 0)
+        if not as_root and login != proc.user:
+            denied = f"{SCRIPT_NAME}: {_KILL_LINE}: kill: Operation not permitted\n"
+            return CommandResult("failed\n", denied, 1)
+        if signal == "KILL" or (signal == "TERM" and not proc.ignore_sigterm):
+            self.stop_process(host.name, pid)
+        return CommandResult("signalled\n", "", 0)
 
     # -- snapshot -------------------------------------------------------------------------
 
@@ -790,10 +959,24 @@ class SimFleet:
         used_memory_mib: int | None = 1024,
         *,
         started_at: float | None = None,
+        ignore_sigterm: bool = False,
+        pid: int | None = None,
     ) -> int:
-        """Start a process on one GPU (or several: one pid on each); returns its pid."""
+        """Start a process on one GPU (or several: one pid on each); returns its pid.
+
+        `pid`: this one (it must be free) instead of the next, as when the kernel reuses a
+        pid; `ignore_sigterm`: SIGTERM (the SIGNAL script's) leaves it running.
+        """
         h = self._host(host)
         gpus = self._gpu_indexes(h, gpu_index)
+        if not isinstance(ignore_sigterm, bool):
+            raise InvalidRequest(
+                "ignore_sigterm must be true or false", {"ignore_sigterm": ignore_sigterm}
+            )
+        if pid is not None and (
+            not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < self.pid_max
+        ):
+            raise InvalidRequest(f"pid must be an integer below {self.pid_max}", {"pid": pid})
         if not isinstance(user, str) or not _USER_RE.match(user):
             raise InvalidRequest("user must be a Unix user name", {"user": user})
         if (
@@ -812,11 +995,15 @@ class SimFleet:
                 {"used_memory_mib": used_memory_mib},
             )
         t = self.now() if started_at is None else started_at
-        taken = {p.pid for p in self._processes(h, t)}
-        while h.next_pid in taken or h.next_pid >= self.pid_max:
-            h.next_pid = 300 if h.next_pid >= self.pid_max else h.next_pid + 1
-        pid = h.next_pid
-        h.next_pid += 1 + pid % 13
+        taken = {p.pid for p in self._processes(h, t)} | set(h.scripted)
+        if pid is not None:
+            if pid in taken:
+                raise InvalidRequest(f"pid {pid} is in use on {host}", {"pid": pid})
+        else:
+            while h.next_pid in taken or h.next_pid >= self.pid_max:
+                h.next_pid = 300 if h.next_pid >= self.pid_max else h.next_pid + 1
+            pid = h.next_pid
+            h.next_pid += 1 + pid % 13
         h.scripted[pid] = SimProcess(
             pid=pid,
             user=user,
@@ -825,6 +1012,7 @@ class SimFleet:
             used_memory_mib=used_memory_mib,
             started_at=t,
             scripted=True,
+            ignore_sigterm=ignore_sigterm,
         )
         self._emit(host, "processes")
         return pid

@@ -2,9 +2,10 @@
 
 Each host listens on its own port of 127.0.0.1 (`base_port + i`, or free ports when
 `base_port` is 0) with one shared ed25519 host key. Clients authenticate with a public key
-from `authorized_keys` (or any key with `accept_any_key=True`, for the demo). An exec request
-runs `SimFleet.run_command`: the probe, the `warden hosts check` commands, and "sim:
-unsupported command" (exit 127) for anything else; no shell, no pty, no subsystem.
+from `authorized_keys` (or any key with `accept_any_key=True`, for the demo), under any user
+name. An exec request runs `SimFleet.run_command` as that user: the probe, the `warden hosts
+check` commands, the violation actions' scripts (who, write to a terminal, signal a process),
+and "sim: unsupported command" (exit 127) for anything else; no shell, no pty, no subsystem.
 
 Per request the server does one table look-up, renders the host's text and writes it: the
 key exchange happens once per connection (clients keep one connection per host), so the
@@ -124,7 +125,10 @@ class _Session(asyncssh.SSHServerSession[bytes]):
         if chan is None or command is None:
             return
         fleet = self._server.fleet
-        result = fleet.run_command(self._host, command, fleet.now())
+        login = chan.get_extra_info("username")
+        result = fleet.run_command(
+            self._host, command, fleet.now(), login=login if isinstance(login, str) else None
+        )
         try:
             if result.stdout:
                 chan.write(result.stdout.encode())
