@@ -1,92 +1,17 @@
-"""Events written in the same transaction as their change, published after the commit.
-
-`add_event` validates the event against its contract at once (a bug surfaces in the request
-that caused it) and stores the envelope; the `Relay` publishes stored envelopes in order and
-deletes them. A crash between publishing and deleting publishes an envelope again with the
-same id, which consumers treat as a duplicate (delivery is at least once anyway).
-"""
+"""The reservations service's outbox: events written with their change, published after it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.models import outbox
-from services.reservations.store import Store, now_ms
-from services.shared.bus import Bus
-from services.shared.contracts import make_envelope, parse_envelope
-
-log = logging.getLogger("warden.reservations")
+from services.shared import outbox as shared_outbox
 
 SOURCE = "reservations"
 
 
 async def add_event(conn: AsyncConnection, type_name: str, data: Mapping[str, Any]) -> None:
-    envelope = make_envelope(type_name, data, source=SOURCE)
-    await conn.execute(
-        insert(outbox).values(envelope=envelope.to_json().decode(), created_at_ms=now_ms())
-    )
-
-
-class Relay:
-    """Publishes the outbox: when kicked after a commit, and every `interval_s` as a backstop."""
-
-    def __init__(self, store: Store, bus: Bus, interval_s: float = 5.0, batch: int = 200) -> None:
-        self.store = store
-        self.bus = bus
-        self.interval_s = interval_s
-        self.batch = batch
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._flushing = asyncio.Lock()
-
-    def kick(self) -> None:
-        self._wake.set()
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="reservations outbox relay")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        with contextlib.suppress(Exception):
-            await self.flush()
-
-    async def flush(self) -> int:
-        """Publish everything waiting; returns how many envelopes went out."""
-        sent = 0
-        async with self._flushing:
-            while True:
-                async with self.store.read() as conn:
-                    rows = (
-                        await conn.execute(
-                            select(outbox.c.id, outbox.c.envelope)
-                            .order_by(outbox.c.id)
-                            .limit(self.batch)
-                        )
-                    ).all()
-                if not rows:
-                    return sent
-                for row in rows:
-                    await self.bus.publish(parse_envelope(row.envelope))
-                async with self.store.write() as conn:
-                    await conn.execute(delete(outbox).where(outbox.c.id.in_([r.id for r in rows])))
-                sent += len(rows)
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
-            self._wake.clear()
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("publishing reservation events failed; retrying")
+    await shared_outbox.add_event(conn, outbox, SOURCE, type_name, data)

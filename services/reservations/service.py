@@ -9,10 +9,11 @@ from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.handlers import event_handlers, rpc_methods
 from services.reservations.lifecycle import Lifecycle, UsageTracker
-from services.reservations.outbox import Relay
+from services.reservations.models import outbox
 from services.reservations.queries import Queries
 from services.reservations.store import Store
 from services.shared.bus import Teardown
+from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 
 
@@ -21,7 +22,7 @@ async def start(ctx: ServiceContext) -> Teardown:
     try:
         store = Store(await open_database(ctx, stack))
         settings = ctx.settings.reservations
-        relay = Relay(store, ctx.bus)
+        relay = Relay(store, ctx.bus, outbox)
         usage = UsageTracker(store, settings.idle_below_percent)
 
         def on_commit() -> None:
