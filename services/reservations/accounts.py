@@ -46,6 +46,7 @@ _USERNAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_EMAIL_LENGTH = 254
 MAX_DESCRIPTION_LENGTH = 500
+_CHUNK = 500  # names per IN (...) list
 WRONG_LOGIN = "wrong username or password"
 
 
@@ -332,6 +333,42 @@ async def is_admin(conn: AsyncConnection, username: str) -> bool | None:
     found = await conn.execute(select(users.c.is_admin).where(users.c.username == username))
     value = found.scalar_one_or_none()
     return None if value is None else bool(value)
+
+
+async def unknown_usernames(conn: AsyncConnection, usernames: Iterable[str]) -> list[str]:
+    """Those of `usernames` that name no account, sorted."""
+    wanted = set(usernames)
+    known: set[str] = set()
+    ordered = sorted(wanted)
+    for first in range(0, len(ordered), _CHUNK):
+        query = select(users.c.username).where(
+            users.c.username.in_(ordered[first : first + _CHUNK])
+        )
+        known.update((await conn.execute(query)).scalars())
+    return sorted(wanted - known)
+
+
+async def contacts(conn: AsyncConnection, usernames: Iterable[str]) -> dict[str, Any]:
+    """E-mail and roles of the known `usernames` (unknown ones are left out), and every admin's
+    username and e-mail: whom another service writes to about a user.
+    """
+    ordered = sorted(set(usernames))
+    found: dict[str, dict[str, Any]] = {}
+    for first in range(0, len(ordered), _CHUNK):
+        rows = await conn.execute(
+            select(users.c.username, users.c.email, users.c.is_admin).where(
+                users.c.username.in_(ordered[first : first + _CHUNK])
+            )
+        )
+        for row in rows:
+            found[row.username] = {"email": row.email, "roles": _roles(bool(row.is_admin))}
+    admins = await conn.execute(
+        select(users.c.username, users.c.email).where(users.c.is_admin).order_by(users.c.username)
+    )
+    return {
+        "users": {name: found[name] for name in sorted(found)},
+        "admins": [{"username": row.username, "email": row.email} for row in admins],
+    }
 
 
 async def count_admins(conn: AsyncConnection) -> int:

@@ -77,6 +77,19 @@ def text_refusals(title: str | None, description: str | None) -> list[Refusal]:
     return found
 
 
+def guest_refusals(owner: str, guests: Sequence[str] | None) -> list[Refusal]:
+    """Guests share the GPUs with the owner, who is never one of them (None: unchanged)."""
+    if guests is not None and owner in guests:
+        return [
+            Refusal(
+                "invalid",
+                f"{owner} owns the reservation and cannot also be its guest",
+                {"field": "guests", "username": owner},
+            )
+        ]
+    return []
+
+
 def interval_refusals(
     start: datetime, end: datetime, bounds: DurationBounds, now: datetime, *, new_start: bool
 ) -> list[Refusal]:

@@ -22,6 +22,7 @@ from services.reservations.booking import (
     conflict_refusals,
     edit_refusals,
     end_now_refusals,
+    guest_refusals,
     interval_refusals,
     text_refusals,
 )
@@ -103,6 +104,15 @@ class Commands:
             )
         return found
 
+    @staticmethod
+    async def _check_guests(conn: AsyncConnection, guests: Sequence[str]) -> None:
+        unknown = await accounts.unknown_usernames(conn, guests)
+        if unknown:
+            raise InvalidRequest(
+                f"unknown user {', '.join(unknown)} in guests",
+                {"field": "guests", "unknown": unknown},
+            )
+
     async def _access_refusals(
         self,
         conn: AsyncConnection,
@@ -163,11 +173,16 @@ class Commands:
         end: datetime,
         title: str,
         description: str = "",
+        guests: Sequence[str] = (),
     ) -> dict[str, Any]:
+        """A new reservation; `guests` may use its GPUs too (only the owner's access counts)."""
         now = self.clock()
         uuids = sorted(set(gpu_uuids))
-        refusals = text_refusals(title, description) + interval_refusals(
-            start, end, self.bounds, now, new_start=True
+        guest_names = tuple(sorted(set(guests)))
+        refusals = (
+            text_refusals(title, description)
+            + interval_refusals(start, end, self.bounds, now, new_start=True)
+            + guest_refusals(owner, guest_names)
         )
         if owner != actor.username and not actor.is_admin:
             refusals.insert(0, Refusal("forbidden", "only admins reserve for someone else"))
@@ -181,6 +196,7 @@ class Commands:
                 await lock_owner(conn, owner)
                 member = await accounts.member(conn, owner)
                 gpus = await self._gpus(conn, uuids)
+                await self._check_guests(conn, guest_names)
                 found = await repository.clashes(conn, uuids, start_ms, end_ms)
                 refusals = conflict_refusals(found, gpus)
                 refusals += await self._access_refusals(conn, member, gpus, start, end)
@@ -196,6 +212,7 @@ class Commands:
                     description=description,
                     created_by=actor.username,
                     now=to_ms(now),
+                    guest_names=guest_names,
                 )
                 record = ReservationRecord(
                     id=reservation_id,
@@ -216,6 +233,7 @@ class Commands:
                     ended_event_ms=None,
                     usage=None,
                     gpu_uuids=tuple(uuids),
+                    guests=guest_names,
                 )
                 # Built from what was written: no need to read it back.
                 await add_event(conn, "reservation.created", record.event_data(gpus))
@@ -240,8 +258,13 @@ class Commands:
         description: str | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
+        guests: Sequence[str] | None = None,
     ) -> dict[str, Any]:
+        """Change what is given (None: unchanged); `guests` replaces the list, any time while
+        the reservation is active (only times keep the past as it was).
+        """
         now = self.clock()
+        guest_names = None if guests is None else tuple(sorted(set(guests)))
         refusals = text_refusals(title, description)
         if refusals:
             raise refusal_error(refusals)
@@ -251,10 +274,14 @@ class Commands:
                 current = await self._current(conn, reservation_id)
                 await lock_owner(conn, current.owner)
                 refusals = edit_refusals(actor, current.current, now, start=start, end=end)
-                if title is None and description is None and start is None and end is None:
+                refusals += guest_refusals(current.owner, guest_names)
+                if all(v is None for v in (title, description, start, end, guest_names)):
                     refusals.append(Refusal("invalid", "nothing to change"))
                 if refusals:
                     raise refusal_error(refusals)
+                new_guests = guest_names if guest_names != current.guests else None
+                if new_guests is not None:
+                    await self._check_guests(conn, new_guests)
                 values: dict[str, Any] = {}
                 if title is not None and title.strip() != current.title:
                     values["title"] = title.strip()
@@ -269,10 +296,14 @@ class Commands:
                         values["start_ms"] = to_ms(new_start)
                     if new_end != current.current.end:
                         values["end_ms"] = to_ms(new_end)
-                if not values:
+                if not values and new_guests is None:
                     known = await repository.load_gpus(conn, current.gpu_uuids)
                     return current.to_dict(known)
-                changed = sorted(k.removesuffix("_ms") for k in values)
+                changed = [k.removesuffix("_ms") for k in values]
+                if new_guests is not None:
+                    await repository.set_guests(conn, reservation_id, new_guests)
+                    changed.append("guests")
+                changed.sort()
                 await repository.update_reservation(
                     conn, reservation_id, **values, updated_at_ms=to_ms(now)
                 )

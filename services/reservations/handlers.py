@@ -56,6 +56,7 @@ class CreateReservationArgs(_Args):
     end = _Time(required=True)
     title = _Str(required=True)
     description = _Str(load_default="")
+    guests = fields.List(_Str(validate=validate.Length(min=1)), load_default=list)
 
 
 class ReservationIdArgs(_Args):
@@ -67,6 +68,8 @@ class UpdateReservationArgs(ReservationIdArgs):
     description = _Str(load_default=None)
     start = _Time(load_default=None)
     end = _Time(load_default=None)
+    # Replaces the list ([] removes every guest); None leaves it as it is.
+    guests = fields.List(_Str(validate=validate.Length(min=1)), load_default=None)
 
 
 class CancelReservationArgs(ReservationIdArgs):
@@ -154,6 +157,10 @@ class AuthenticateArgs(Schema):
     password = _Str(required=True)
 
 
+class ContactsArgs(Schema):
+    usernames = fields.List(_Str(validate=validate.Length(min=1)), required=True)
+
+
 class UserArgs(_Args):
     username = _Str(required=True)
 
@@ -232,6 +239,14 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
         query = _load(AuthenticateArgs(), args)
         async with store.read() as conn:
             return await accounts.authenticate(conn, query["username"], query["password"])
+
+    async def contacts(args: dict[str, Any]) -> dict[str, Any]:
+        """For other services (no actor): e-mail and roles of the known usernames (unknown
+        ones are left out), and every admin's username and e-mail.
+        """
+        query = _load(ContactsArgs(), args)
+        async with store.read() as conn:
+            return await accounts.contacts(conn, query["usernames"])
 
     async def get_user(args: dict[str, Any]) -> dict[str, Any]:
         query = _load(UserArgs(), args)
@@ -367,6 +382,7 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
             end=query["end"],
             title=query["title"],
             description=query["description"],
+            guests=query["guests"],
         )
 
     async def get_reservation(args: dict[str, Any]) -> dict[str, Any]:
@@ -382,6 +398,7 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
             description=query["description"],
             start=query["start"],
             end=query["end"],
+            guests=query["guests"],
         )
 
     async def cancel_reservation(args: dict[str, Any]) -> dict[str, Any]:
@@ -433,6 +450,7 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
 
     return {
         "authenticate": authenticate,
+        "contacts": contacts,
         "get_user": get_user,
         "list_users": list_users,
         "create_user": create_user,

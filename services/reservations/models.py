@@ -8,7 +8,7 @@ The invariant "no two active reservations overlap on one GPU" lives in
 whether it is active). The database enforces it: on PostgreSQL with an exclusion constraint
 (btree_gist), on SQLite with triggers that abort an overlapping insert or update; the service
 also writes inside a serialised transaction on SQLite. Both are created by migration
-`reservations_0002`.
+`reservations_0002`; `reservations_0003` adds the guests of shared bookings.
 """
 
 from sqlalchemy import (
@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 
 from services.shared.db import applied_events_table
+from services.shared.outbox import outbox_table
 
 metadata = MetaData()
 
@@ -162,12 +163,21 @@ gpu_slots = Table(
     Index("ix_reservations_gpu_slots_gpu_end", "gpu_uuid", "end_ms"),
 )
 
+# Users who may use a reservation's GPUs too (a shared booking): the violations service does
+# not flag their processes. The owner is never one of them. Quotas and rules count the owner's
+# reservation only.
+guests = Table(
+    "reservations_guests",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("username", String(32), primary_key=True),
+)
+
 # Events written in the same transaction as the change they describe, published after the
 # commit (and again after a crash): a change is never committed without its event.
-outbox = Table(
-    "reservations_outbox",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("envelope", Text, nullable=False),
-    Column("created_at_ms", BigInteger, nullable=False),
-)
+outbox = outbox_table(metadata, "reservations")

@@ -212,7 +212,9 @@ class Queries:
     async def active_at(
         self, at: datetime, gpu_uuids: Sequence[str] | None = None, host: str | None = None
     ) -> list[dict[str, Any]]:
-        """Per GPU, the active reservation holding it at `at` (GPUs without one are left out)."""
+        """Per GPU, the active reservation holding it at `at` (GPUs without one are left out),
+        with the reservation's guests: who besides the owner may use the GPU.
+        """
         at_ms = to_ms(at)
         async with self.store.read() as conn:
             if host is not None:
@@ -230,6 +232,7 @@ class Queries:
                 "reservation_id": row.reservation_id,
                 "owner": row.owner,
                 "title": found[row.reservation_id].title,
+                "guests": list(found[row.reservation_id].guests),
                 "start": from_ms(row.start_ms).isoformat(),
                 "end": from_ms(row.end_ms).isoformat(),
             }

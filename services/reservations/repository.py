@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import time, timedelta
 from typing import Any
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.booking import Clash, Current
 from services.reservations.model import AccessRule, Booking, Gpu, Limits, WeeklyWindow
-from services.reservations.models import access_rules, gpu_slots, gpus, reservations
+from services.reservations.models import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.store import from_ms, iso_ms, to_ms
 from services.reservations.usage import from_row, summary
 
@@ -181,6 +181,7 @@ class ReservationRecord:
     ended_event_ms: int | None
     usage: dict[str, Any] | None
     gpu_uuids: tuple[str, ...] = field(default=())
+    guests: tuple[str, ...] = field(default=())  # usernames, sorted
 
     @property
     def current(self) -> Current:
@@ -220,6 +221,7 @@ class ReservationRecord:
             "cancelled_at": iso_ms(self.cancelled_at_ms),
             "cancelled_by": self.cancelled_by,
             "cancel_reason": self.cancel_reason,
+            "guests": list(self.guests),
         }
 
     def to_dict(self, known: dict[str, Gpu]) -> dict[str, Any]:
@@ -241,11 +243,12 @@ class ReservationRecord:
 
 
 async def records(conn: AsyncConnection, ids: Iterable[int]) -> dict[int, ReservationRecord]:
-    """Reservations by id, each with its GPUs (two queries whatever the number)."""
+    """Reservations by id, each with its GPUs and guests (three queries per 500 ids)."""
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return {}
     gpus_of: dict[int, list[str]] = {}
+    guests_of: dict[int, list[str]] = {}
     found: dict[int, ReservationRecord] = {}
     for chunk_start in range(0, len(wanted), 500):
         chunk = wanted[chunk_start : chunk_start + 500]
@@ -256,9 +259,18 @@ async def records(conn: AsyncConnection, ids: Iterable[int]) -> dict[int, Reserv
         )
         for reservation_id, uuid in slots:
             gpus_of.setdefault(reservation_id, []).append(uuid)
+        named = await conn.execute(
+            select(guests.c.reservation_id, guests.c.username).where(
+                guests.c.reservation_id.in_(chunk)
+            )
+        )
+        for reservation_id, username in named:
+            guests_of.setdefault(reservation_id, []).append(username)
         for row in await conn.execute(select(reservations).where(reservations.c.id.in_(chunk))):
             found[row.id] = ReservationRecord(
-                **row._asdict(), gpu_uuids=tuple(sorted(gpus_of.get(row.id, ())))
+                **row._asdict(),
+                gpu_uuids=tuple(sorted(gpus_of.get(row.id, ()))),
+                guests=tuple(sorted(guests_of.get(row.id, ()))),
             )
     return found
 
@@ -278,6 +290,7 @@ async def insert_reservation(
     description: str,
     created_by: str,
     now: int,
+    guest_names: Sequence[str] = (),
 ) -> int:
     result = await conn.execute(
         insert(reservations)
@@ -310,7 +323,18 @@ async def insert_reservation(
             for uuid in gpu_uuids
         ],
     )
+    await set_guests(conn, reservation_id, guest_names)
     return reservation_id
+
+
+async def set_guests(conn: AsyncConnection, reservation_id: int, usernames: Sequence[str]) -> None:
+    """Make `usernames` the reservation's guests (none: no guests)."""
+    await conn.execute(delete(guests).where(guests.c.reservation_id == reservation_id))
+    if usernames:
+        await conn.execute(
+            insert(guests),
+            [{"reservation_id": reservation_id, "username": name} for name in usernames],
+        )
 
 
 async def update_reservation(conn: AsyncConnection, reservation_id: int, **values: Any) -> None:
