@@ -58,6 +58,7 @@ class Relay:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
+        self._stopping = False
 
     def kick(self) -> None:
         self._wake.set()
@@ -65,13 +66,20 @@ class Relay:
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"{self.table.name} relay")
 
-    async def stop(self) -> None:
-        if self._task is not None:
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Publish what is waiting and stop. The loop is let finish its flush, not cancelled in
+        the middle of one (which would publish its envelopes again at the next start)."""
+        if self._task is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+        except TimeoutError:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(Exception):
-            await self.flush()
+        self._task = None
 
     async def flush(self) -> int:
         """Publish everything waiting; returns how many envelopes went out."""
@@ -104,3 +112,5 @@ class Relay:
                 await self.flush()
             except Exception:
                 log.exception("publishing %s failed; retrying", self.table.name)
+            if self._stopping:
+                return

@@ -30,6 +30,9 @@ log = logging.getLogger("warden.violations")
 
 Act = Callable[[Alert, frozenset[str]], Awaitable[list[ActionOutcome]]]
 NOT_TAKEN = "not taken: the incident was resolved"
+# Handlers whose step is done once whatever the outcome (signals are not resent on a
+# redelivery); the others retry only the targets not reached yet.
+ONCE_PER_STEP = frozenset({"terminal", "terminate", "kill"})
 
 
 class Responders:
@@ -72,17 +75,19 @@ class Responders:
 
     async def respond(self, name: str, act: Act, alert: Alert) -> list[ActionOutcome]:
         incident = await self.bus.call("violations", "get_incident", {"id": alert.incident_id})
+        recorded = [
+            entry
+            for entry in incident["timeline"]
+            if entry["kind"] == "action"
+            and entry["handler"] == name
+            and entry["step_index"] == alert.step_index
+        ]
+        if name in ONCE_PER_STEP and recorded:
+            return []  # a redelivered escalation: this step was taken already
         if incident["status"] != "open":
             outcomes = [ActionOutcome(name, False, NOT_TAKEN)]
         else:
-            reached = frozenset(
-                entry["target"]
-                for entry in incident["timeline"]
-                if entry["kind"] == "action"
-                and entry["handler"] == name
-                and entry["step_index"] == alert.step_index
-                and entry["ok"]
-            )
+            reached = frozenset(entry["target"] for entry in recorded if entry["ok"])
             try:
                 outcomes = await act(alert, reached)
             except WardenError as err:
