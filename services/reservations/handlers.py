@@ -24,21 +24,9 @@ from services.reservations.store import Store, to_ms
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import Forbidden, InvalidRequest
+from services.shared.validation import load_args as _load
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-
-
-def _load(schema: Schema, args: dict[str, Any]) -> dict[str, Any]:
-    try:
-        loaded: dict[str, Any] = schema.load(args)
-    except ValidationError as err:
-        messages = err.normalized_messages()
-        summary = "; ".join(
-            f"{key}: {' '.join(map(str, value)) if isinstance(value, list) else value}"
-            for key, value in sorted(messages.items())
-        )
-        raise InvalidRequest(f"invalid arguments: {summary}", {"errors": messages}) from err
-    return loaded
 
 
 _Str = fields.String

@@ -9,26 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validate
+from marshmallow import Schema, fields, validate
 
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
-from services.shared.errors import InvalidRequest, NotFound
+from services.shared.errors import NotFound
 from services.shared.store import Store
+from services.shared.validation import load_args as _load
 from services.violations import repository
 from services.violations.tracker import Tracker
 
 _Str = fields.String
-
-
-def _load(schema: Schema, args: dict[str, Any]) -> dict[str, Any]:
-    try:
-        loaded: dict[str, Any] = schema.load(args)
-    except ValidationError as err:
-        messages = err.normalized_messages()
-        summary = "; ".join(f"{key}: {value}" for key, value in sorted(messages.items()))
-        raise InvalidRequest(f"invalid arguments: {summary}", {"errors": messages}) from err
-    return loaded
 
 
 class ListArgs(Schema):
