@@ -84,9 +84,6 @@ class ReservationBook:
                 return held
         return None
 
-    def get(self, reservation_id: int) -> Holding | None:
-        return self._by_id.get(reservation_id)
-
     def ended(self, now: datetime) -> list[Holding]:
         """Remove and return the reservations whose end has passed."""
         over = [held for held in self._by_id.values() if held.end <= now]

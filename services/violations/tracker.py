@@ -102,9 +102,6 @@ class Tracker:
             for gpu in gpus:
                 self.gpu_indexes.setdefault(gpu["uuid"], gpu.get("index"))
 
-    def open_incidents(self) -> list[Incident]:
-        return list(self._open.values())
-
     # -- events -----------------------------------------------------------------------------
 
     def on_gpu_discovered(self, data: Mapping[str, Any]) -> None:
