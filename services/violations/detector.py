@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from services.violations.book import Holding
+from services.shared.reservation_book import Holding
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,9 @@ import asyncio
 import contextlib
 import logging
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
 
 from services.shared.bus import Bus, Teardown
-from services.shared.errors import ServiceUnavailable
+from services.shared.calendar import fetch_calendar
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
@@ -23,32 +22,12 @@ from services.violations.tracker import Tracker
 
 log = logging.getLogger("warden.violations")
 
-# Reservations are at most days long; this reaches every one that holds a GPU now or soon.
-RESERVATIONS_AHEAD = timedelta(weeks=8)
 
-
-async def load_reservations(bus: Bus, tracker: Tracker, retry_max_s: float = 30.0) -> None:
+async def load_reservations(bus: Bus, tracker: Tracker) -> None:
     """Ask the reservations service for current and coming reservations, until it answers."""
-    delay, warned = 1.0, False
-    while True:
-        now = datetime.now(UTC)
-        try:
-            found = await bus.call(
-                "reservations",
-                "calendar",
-                {"start": now.isoformat(), "end": (now + RESERVATIONS_AHEAD).isoformat()},
-            )
-            gpus = await bus.call("reservations", "list_gpus", {})
-        except ServiceUnavailable as err:
-            if not warned:
-                log.warning("reservations not loaded (%s); retrying", err.message)
-                warned = True
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, retry_max_s)
-            continue
-        await tracker.load_reservations(found, gpus)
-        log.info("%d reservations loaded", len(tracker.book))
-        return
+    found, gpus = await fetch_calendar(bus, log)
+    await tracker.load_reservations(found, gpus)
+    log.info("%d reservations loaded", len(tracker.book))
 
 
 # Steps of many incidents run at once (a terminate step waits out its grace period).

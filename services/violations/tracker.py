@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.config import ViolationSettings
 from services.shared.outbox import add_event
+from services.shared.reservation_book import ReservationBook
 from services.shared.store import Store
 from services.violations import repository
-from services.violations.book import ReservationBook
 from services.violations.detector import SeenProcess, detect
 from services.violations.incidents import (
     RESOLVED_RESERVATION_CANCELLED,

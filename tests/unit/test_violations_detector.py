@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.shared.config import DEFAULT_ALLOW, EscalationStep, parse_allow_entry, parse_step
-from services.violations.book import Holding, ReservationBook
+from services.shared.reservation_book import Holding, ReservationBook
 from services.violations.detector import SeenProcess, detect, executable, is_allowed
 from services.violations.incidents import (
     RESOLVED_GONE,

@@ -1,4 +1,6 @@
-"""Which reservation holds which GPU when: the violations service's own copy (pure).
+"""Which reservation holds which GPU when: a service's own copy of the calendar (pure).
+
+The violations and jobs services each keep one (a service never reads another's tables).
 
 Built from an RPC answer at start-up and kept up to date from `reservation.*` events, which may
 arrive more than once or out of order: a cancelled or ended reservation leaves a tombstone so a
@@ -83,6 +85,16 @@ class ReservationBook:
             if held.covers(at):
                 return held
         return None
+
+    def on_gpu(self, gpu_uuid: str) -> list[Holding]:
+        """The GPU's reservations, by start time."""
+        return sorted(self._by_gpu.get(gpu_uuid, ()), key=lambda held: held.start)
+
+    def get(self, reservation_id: int) -> Holding | None:
+        return self._by_id.get(reservation_id)
+
+    def all(self) -> list[Holding]:
+        return list(self._by_id.values())
 
     def ended(self, now: datetime) -> list[Holding]:
         """Remove and return the reservations whose end has passed."""
