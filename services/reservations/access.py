@@ -263,8 +263,23 @@ def access_refusals(
     return not_allowed + [refusal for i in by_rule for refusal in failed[i]]
 
 
+def use_refusals(
+    member: Member, rules: Sequence[AccessRule], gpus: Sequence[Gpu], start: datetime, end: datetime
+) -> list[Refusal]:
+    """Why `member` may not use `gpus` over [start, end) without reserving them (a job on free
+    GPUs): only the rules' times count, their reservation limits do not."""
+    allowed = allowed_by_gpu(member, rules, gpus, start, end)
+    target = Interval(start, end)
+    refusals = []
+    for gpu in sorted(gpus, key=lambda g: (g.host, g.index, g.uuid)):
+        gaps = uncovered(target, allowed[gpu.uuid])
+        if gaps:
+            refusals.append(_not_allowed(member, gpu, gaps))
+    return refusals
+
+
 def _not_allowed(member: Member, gpu: Gpu, gaps: list[Interval]) -> Refusal:
-    periods = [_period(gap) for gap in gaps[:_LISTED_GAPS]]
+    periods = [period_text(gap) for gap in gaps[:_LISTED_GAPS]]
     if len(gaps) > _LISTED_GAPS:
         periods.append(f"{len(gaps) - _LISTED_GAPS} more periods")
     when = periods[0] if len(periods) == 1 else ", ".join(periods[:-1]) + " and " + periods[-1]
@@ -283,7 +298,7 @@ def _not_allowed(member: Member, gpu: Gpu, gaps: list[Interval]) -> Refusal:
     )
 
 
-def _period(interval: Interval) -> str:
+def period_text(interval: Interval) -> str:
     """'from 2026-11-23 18:00 to 20:00 UTC' (the end's date only when it differs)."""
     start, end = interval.start.astimezone(UTC), interval.end.astimezone(UTC)
     end_format = "%H:%M" if end.date() == start.date() else "%Y-%m-%d %H:%M"

@@ -98,6 +98,18 @@ class ActiveArgs(Schema):
     host = _Str(load_default=None)
 
 
+class UseArgs(Schema):
+    user = _Str(required=True, validate=validate.Length(min=1))
+    gpus = fields.List(_Str(), required=True, validate=validate.Length(min=1, max=1024))
+    start = _Time(required=True)
+    end = _Time(required=True)
+
+    @validates_schema
+    def ordered(self, data: dict[str, Any], **_: Any) -> None:
+        if data["end"] <= data["start"]:
+            raise ValidationError("must be after start", "end")
+
+
 class WindowArgs(Schema):
     days = fields.List(fields.Raw(), required=True, validate=validate.Length(min=1))
     start = _Str(required=True, validate=validate.Regexp(r"^([01]\d|2[0-3]):[0-5]\d$"))
@@ -436,6 +448,14 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
         query = _load(ActiveArgs(), args)
         return await queries.active_at(query["at"] or now(), query["gpus"], query["host"])
 
+    async def check_use(args: dict[str, Any]) -> dict[str, Any]:
+        """May `user` run on these GPUs over [start, end) without reserving them? (jobs)"""
+        query = _load(UseArgs(), args)
+        refusals = await queries.use_refusals(
+            query["user"], query["gpus"], query["start"], query["end"]
+        )
+        return {"allowed": not refusals, "reasons": refusals}
+
     return {
         "authenticate": authenticate,
         "contacts": contacts,
@@ -463,6 +483,7 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
         "overview": overview,
         "find_slot": find_slot,
         "active_reservations": active_reservations,
+        "check_use": check_use,
     }
 
 

@@ -11,7 +11,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations import accounts, repository
-from services.reservations.access import allowed_by_gpu, rule_applies_to
+from services.reservations.access import (
+    allowed_by_gpu,
+    period_text,
+    rule_applies_to,
+    use_refusals,
+)
 from services.reservations.intervals import merge
 from services.reservations.model import AccessRule, Gpu, Interval, Member
 from services.reservations.planner import Slot, earliest_slot, overview_by_gpu
@@ -208,6 +213,47 @@ class Queries:
             horizon,
             same_host=same_host,
         )
+
+    async def use_refusals(
+        self, username: str, gpu_uuids: Sequence[str], start: datetime, end: datetime
+    ) -> list[dict[str, Any]]:
+        """Why `username` may not use these GPUs over [start, end) without a reservation: no
+        access rule covers the time, or someone else (who did not make them a guest) reserved
+        them. An empty list: allowed."""
+        async with self.store.read() as conn:
+            member = await accounts.member(conn, username)
+            known = await repository.load_gpus(conn, gpu_uuids)
+            missing = sorted(set(gpu_uuids) - set(known))
+            if missing:
+                raise InvalidRequest(
+                    f"unknown GPU {', '.join(missing)}", {"field": "gpus", "unknown": missing}
+                )
+            rules = await repository.load_rules(conn)
+            rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
+            found = await repository.records(conn, {row.reservation_id for row in rows})
+        refusals = [
+            r.to_dict() for r in use_refusals(member, rules, list(known.values()), start, end)
+        ]
+        for row in sorted(rows, key=lambda r: (r.start_ms, r.gpu_uuid)):
+            record = found[row.reservation_id]
+            if row.owner == username or username in record.guests:
+                continue
+            gpu = known[row.gpu_uuid]
+            refusals.append(
+                {
+                    "code": "conflict",
+                    "message": (
+                        f"{gpu.host} GPU {gpu.index} is reserved by {row.owner} "
+                        f"{period_text(Interval(from_ms(row.start_ms), from_ms(row.end_ms)))}"
+                    ),
+                    "gpu": gpu.uuid,
+                    "host": gpu.host,
+                    "index": gpu.index,
+                    "reservation_id": row.reservation_id,
+                    "owner": row.owner,
+                }
+            )
+        return refusals
 
     async def active_at(
         self, at: datetime, gpu_uuids: Sequence[str] | None = None, host: str | None = None
