@@ -25,6 +25,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "not_allowed": 403,
     "already_exists": 409,
     "reservation_conflict": 409,
+    "state_conflict": 409,
     "service_unavailable": 503,
     "remote_error": 502,
 }

@@ -258,6 +258,37 @@ class ViolationSettings:
         return self.steps
 
 
+MULTIPLEXERS = ("screen", "tmux")
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    # Tasks run in detached sessions named warden-<job>-<task>: `screen -x` or `tmux attach`.
+    multiplexer: str = "screen"
+    # Warden's key for logging in as each job's owner (their authorized_keys holds its public
+    # half: `warden key` prints it); empty: the host's key_file.
+    ssh_key_file: str = ""
+    # Where a task keeps its pid, exit code and log on the host (relative: to the owner's home).
+    state_dir: str = ".warden/tasks"
+    poll_interval_s: float = 2.0
+    # Stop: SIGINT, SIGTERM after int_grace_s, SIGKILL term_grace_s after that.
+    int_grace_s: float = 10.0
+    term_grace_s: float = 10.0
+    # A task whose host does not answer for this long is lost (until the host answers again).
+    lost_after_s: float = 60.0
+    # A queued job without a declared maximum run time needs its GPUs free this long.
+    queue_min_window_s: float = 3600.0
+    # A queued job gets SIGINT this long before someone else's reservation of its GPUs
+    # starts, SIGKILL at the start; requeue_on_preempt puts it back in the queue.
+    preempt_lead_s: float = 300.0
+    requeue_on_preempt: bool = True
+    # A job inside a reservation gets SIGINT this long before the reservation ends.
+    reservation_stop_lead_s: float = 60.0
+    # Ports for distributed-training templates (master port, TF cluster addresses).
+    port_min: int = 29500
+    port_max: int = 29999
+
+
 @dataclass(frozen=True)
 class HostConfig:
     """One monitored host: over SSH by default, or this machine through NVML."""
@@ -280,6 +311,7 @@ class Settings:
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     violations: ViolationSettings = field(default_factory=ViolationSettings)
+    jobs: JobSettings = field(default_factory=JobSettings)
     hosts: tuple[HostConfig, ...] = ()
     dev: bool = False
     source: str = "defaults"
@@ -508,6 +540,30 @@ class ViolationsSchema(_Section):
         )
 
 
+class JobsSchema(_Section):
+    multiplexer = fields.String(load_default="screen", validate=validate.OneOf(MULTIPLEXERS))
+    ssh_key_file = fields.String(load_default="")
+    state_dir = fields.String(load_default=".warden/tasks", validate=validate.Length(min=1))
+    poll_interval_s = fields.Float(load_default=2.0, validate=validate.Range(min=0.05))
+    int_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
+    term_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
+    lost_after_s = fields.Float(load_default=60.0, validate=validate.Range(min=0))
+    queue_min_window_s = fields.Float(load_default=3600.0, validate=validate.Range(min=0))
+    preempt_lead_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
+    requeue_on_preempt = fields.Boolean(load_default=True)
+    reservation_stop_lead_s = fields.Float(load_default=60.0, validate=validate.Range(min=0))
+    port_min = fields.Integer(load_default=29500, validate=validate.Range(min=1024, max=65535))
+    port_max = fields.Integer(load_default=29999, validate=validate.Range(min=1024, max=65535))
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> JobSettings:
+        if data["port_max"] < data["port_min"]:
+            raise ValidationError("must be at least port_min", "port_max")
+        if "\n" in data["state_dir"] or "\0" in data["state_dir"]:
+            raise ValidationError("must be one line", "state_dir")
+        return JobSettings(**data)
+
+
 class HostSchema(_Section):
     name = fields.String(
         required=True,
@@ -565,6 +621,7 @@ SECTIONS: dict[str, type[_Section]] = {
     "monitor": MonitorSchema,
     "reservations": ReservationsSchema,
     "violations": ViolationsSchema,
+    "jobs": JobsSchema,
 }
 
 
@@ -806,6 +863,31 @@ webhook_retries = 4
 # [[violations.overrides]]                       # other steps for some hosts
 # hosts = ["dgx*"]
 # steps = ["0s terminal offender", "120s kill"]
+
+[jobs]
+# Tasks run as their owner's account (Warden's key, `warden key`, in their authorized_keys)
+# inside a detached screen or tmux session named warden-<job>-<task>.
+multiplexer = "screen"
+ssh_key_file = ""
+# pid, exit code and log of each task on the host (relative to the owner's home).
+state_dir = ".warden/tasks"
+poll_interval_s = 2.0
+# Stop: SIGINT, then SIGTERM after int_grace_s, then SIGKILL after term_grace_s more.
+int_grace_s = 10.0
+term_grace_s = 10.0
+# A task whose host does not answer for this long is "lost" until the host answers again.
+lost_after_s = 60.0
+# Queue: GPUs must be free and unreserved by others this long when a job declares no
+# maximum run time; SIGINT this long before someone else's reservation starts (SIGKILL at
+# its start), then back in the queue if requeue_on_preempt.
+queue_min_window_s = 3600.0
+preempt_lead_s = 300.0
+requeue_on_preempt = true
+# Jobs inside a reservation get SIGINT this long before it ends.
+reservation_stop_lead_s = 60.0
+# Ports for the distributed-training templates.
+port_min = 29500
+port_max = 29999
 
 # One [[hosts]] table per GPU server, polled over SSH with one command per interval.
 # `warden hosts check` tests them all. Options: name, address, port (22), user,

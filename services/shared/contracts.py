@@ -267,6 +267,73 @@ class ViolationResolved(ViolationContext):
     reason = _Str(required=True)
 
 
+JOB_STATUSES = (
+    "pending",
+    "scheduled",
+    "queued",
+    "starting",
+    "running",
+    "stopping",
+    "succeeded",
+    "failed",
+    "stopped",
+    "lost",
+)
+TASK_STATUSES = ("pending", "starting", "running", "succeeded", "failed", "stopped", "lost")
+
+
+class TaskData(_Strict):
+    """A task as job events carry it: where and how it runs, never its command or environment
+    (they may hold secrets; the owner reads them by RPC)."""
+
+    index = _Integer(required=True, validate=validate.Range(min=0))
+    host = _Str(required=True, allow_none=True)  # None: a queued task not placed yet
+    gpus = fields.List(_Str(), required=True)
+    gpu_count = _Integer(allow_none=True, load_default=None)
+    status = _Str(required=True, validate=validate.OneOf(TASK_STATUSES))
+    session = _Str(required=True)  # screen/tmux session name on the host
+    exit_code = _Integer(allow_none=True, load_default=None)
+    reason = _Str(allow_none=True, load_default=None)
+    started_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    ended_at = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+class JobData(_Strict):
+    """A job after the change (every job.* event)."""
+
+    id = _Integer(required=True)
+    owner = _Str(required=True, validate=_NonEmpty)
+    name = _Str(required=True)
+    status = _Str(required=True, validate=validate.OneOf(JOB_STATUSES))
+    queued = fields.Boolean(required=True)
+    start_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    stop_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    reservation_id = _Integer(allow_none=True, load_default=None)
+    max_runtime_s = _Number(allow_none=True, load_default=None)
+    template = _Str(allow_none=True, load_default=None)  # the template's kind
+    waiting_reason = _Str(allow_none=True, load_default=None)  # why a queued job waits
+    tasks = fields.List(fields.Nested(TaskData), required=True)
+    created_at = fields.AwareDateTime(required=True)
+    updated_at = fields.AwareDateTime(required=True)
+
+
+class JobChanged(JobData):
+    actor = _Str(required=True)
+    changed = fields.List(_Str(), load_default=list)  # job.updated: the fields edited
+
+
+class JobStatusChanged(JobData):
+    previous_status = _Str(required=True, validate=validate.OneOf(JOB_STATUSES))
+
+
+class TaskStatusChanged(_Strict):
+    job_id = _Integer(required=True)
+    owner = _Str(required=True, validate=_NonEmpty)
+    task = fields.Nested(TaskData, required=True)
+    previous_status = _Str(required=True, validate=validate.OneOf(TASK_STATUSES))
+    at = fields.AwareDateTime(required=True)
+
+
 # --- a fast path for validation ----------------------------------------------------------------
 # Every event is validated when published and again when it arrives from the wire, so the
 # common case (valid data) is checked by plain functions compiled once per schema from its
@@ -522,6 +589,41 @@ EVENT_TYPES: tuple[EventType, ...] = (
         "reservations",
         UserUpdated,
         "An account's e-mail, password, roles or groups changed.",
+    ),
+    EventType(
+        "job.created",
+        1,
+        "jobs",
+        JobChanged,
+        "A job was defined (it starts later: now, at a time, in a reservation or from the queue).",
+    ),
+    EventType(
+        "job.updated",
+        1,
+        "jobs",
+        JobChanged,
+        "A job's definition or schedule changed, or it was put in or taken out of the queue.",
+    ),
+    EventType(
+        "job.deleted",
+        1,
+        "jobs",
+        JobChanged,
+        "A job that was not running was deleted.",
+    ),
+    EventType(
+        "job.status_changed",
+        1,
+        "jobs",
+        JobStatusChanged,
+        "A job's status (derived from its tasks') changed.",
+    ),
+    EventType(
+        "task.status_changed",
+        1,
+        "jobs",
+        TaskStatusChanged,
+        "A task started, is running, ended (with its exit code), was stopped or lost its host.",
     ),
     EventType(
         "violation.opened",

@@ -64,6 +64,12 @@ class ReservationConflict(WardenError):
     code = "reservation_conflict"
 
 
+class StateConflict(WardenError):
+    """The thing is in a state that does not allow this now (edit a running job, say)."""
+
+    code = "state_conflict"
+
+
 class NotAllowed(WardenError):
     """The owner's access rules (or their limits) do not cover the request; reasons as data."""
 
@@ -98,6 +104,7 @@ def register_error(cls: type[WardenError]) -> type[WardenError]:
 
 for _cls in (
     ContractError,
+    StateConflict,
     NotFound,
     InvalidRequest,
     Forbidden,

@@ -37,6 +37,24 @@ _VIOLATION = {
     "since": NOW,
 }
 
+_TASK = {
+    "index": 0,
+    "host": "gpu-01",
+    "gpus": ["GPU-0000"],
+    "status": "pending",
+    "session": "warden-12-0",
+}
+_JOB = {
+    "id": 12,
+    "owner": "alice",
+    "name": "train",
+    "status": "queued",
+    "queued": True,
+    "tasks": [_TASK],
+    "created_at": NOW,
+    "updated_at": NOW,
+}
+
 _RESERVATION = {
     "id": 7,
     "owner": "alice",
@@ -134,6 +152,17 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "user.updated": {**_USER, "changed": ["roles"]},
     "violation.escalated": {**_VIOLATION, "step": "email_owner", "step_index": 1},
     "violation.resolved": {**_VIOLATION, "resolved_at": NOW, "reason": "process ended"},
+    "job.created": {**_JOB, "actor": "alice"},
+    "job.updated": {**_JOB, "actor": "alice", "changed": ["queued"]},
+    "job.deleted": {**_JOB, "actor": "admin"},
+    "job.status_changed": {**_JOB, "status": "running", "previous_status": "starting"},
+    "task.status_changed": {
+        "job_id": 12,
+        "owner": "alice",
+        "task": {**_TASK, "status": "failed", "exit_code": 3, "reason": "exit code 3"},
+        "previous_status": "running",
+        "at": NOW,
+    },
 }
 
 TYPE_NAMES = sorted({t.name for t in EVENT_TYPES})
