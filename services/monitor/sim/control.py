@@ -8,6 +8,8 @@
     POST   /hosts/{host}/logins                 {user} -> {tty}: a terminal session
     DELETE /hosts/{host}/logins/{tty}           (tty: pts/N) the session ends
     GET    /hosts/{host}/ttys                   the sessions, each with the messages written to it
+    GET    /hosts/{host}/tasks                  the job tasks started over SSH (every login's),
+                                                each with its state and exit status
     POST   /hosts/{host}/hang                   {seconds: number | null | "forever"}
     POST   /hosts/{host}/down                   {down: bool}
     POST   /hosts/{host}/nvidia-smi             {mode: ok | missing | failing | no_devices}
@@ -114,6 +116,11 @@ async def ttys(request: web.Request) -> web.Response:
     return web.json_response({"host": host, "sessions": server.fleet.sessions(host)})
 
 
+async def tasks(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    return web.json_response({"host": host, "tasks": server.fleet.tasks(host)})
+
+
 async def hang(request: web.Request) -> web.Response:
     server, host = request.app[SERVER], request.match_info["host"]
     body = await _body(request)
@@ -163,6 +170,7 @@ def create_control_app(server: SimServer) -> web.Application:
     app.router.add_post("/hosts/{host}/logins", login)
     app.router.add_delete("/hosts/{host}/logins/{tty:.+}", logout)
     app.router.add_get("/hosts/{host}/ttys", ttys)
+    app.router.add_get("/hosts/{host}/tasks", tasks)
     app.router.add_post("/hosts/{host}/hang", hang)
     app.router.add_post("/hosts/{host}/down", down)
     app.router.add_post("/hosts/{host}/nvidia-smi", nvidia_smi)

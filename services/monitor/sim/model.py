@@ -27,7 +27,18 @@ no GPU.
   message to the session's `tty_messages` when the owner matches; SIGNAL checks the owner and
   start time as the real script does (`now - etimes` on the host clock) and stops the process
   (SIGTERM not when it was started with `ignore_sigterm=True`; SIGKILL always). Without sudo,
-  only the login's own terminals and processes can be written to or signalled (root: any).
+  only the login's own terminals and processes can be written to or signalled (root: any);
+- the jobs' task scripts (`services.jobs.runner`), `sh -c <SCRIPT> warden-job <args>`, for any
+  login user, whose tasks only that login sees (the state directory is not modelled): START
+  makes a task (`exists` while one of that name runs) with one GPU process (owned by the
+  login, one pid on each GPU named by uuid or index in CUDA_VISIBLE_DEVICES, the command as
+  its command line); the command decides how it ends: `sleep N` anywhere ends it after N s
+  with status 0, `exit N` anywhere with N (at once, or after the sleep), anything else runs
+  until signalled; `trap '' INT TERM` in it ignores those signals. SIGNAL: INT ends it with
+  130, TERM with 143, KILL with no status (STATUS says `gone`); 0 only checks. STATUS says
+  running, exited, gone or unknown per session; LOG prints a few `sim: ...` lines. Stopping
+  a task's GPU process (`stop_process`, the violations' SIGNAL) ends the task too (137; 143
+  for SIGTERM), as its runner shell would write.
 
 Anything else answers "sim: unsupported command" with exit status 127.
 """
@@ -43,6 +54,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
+from services.jobs.runner import ENV_NAME_RE as JOB_ENV_NAME_RE
+from services.jobs.runner import LOG_MARK as JOB_LOG_MARK
+from services.jobs.runner import LOG_SCRIPT as JOB_LOG_SCRIPT
+from services.jobs.runner import MULTIPLEXERS as JOB_MULTIPLEXERS
+from services.jobs.runner import RUNNER_SCRIPT as JOB_RUNNER_SCRIPT
+from services.jobs.runner import SCRIPT_NAME as JOB_SCRIPT_NAME
+from services.jobs.runner import SESSION_RE as JOB_SESSION_RE
+from services.jobs.runner import SIGNAL_SCRIPT as JOB_SIGNAL_SCRIPT
+from services.jobs.runner import SIGNALS as JOB_SIGNALS
+from services.jobs.runner import START_SCRIPT as JOB_START_SCRIPT
+from services.jobs.runner import STATUS_SCRIPT as JOB_STATUS_SCRIPT
 from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
 from services.shared.errors import InvalidRequest, NotFound
 from services.violations.actions.remote import (
@@ -254,7 +276,90 @@ class SimEvent:
     """A scripted change, for listeners (the SSH server closes connections on `down`)."""
 
     host: str
-    what: str  # down | hang | nvidia_smi | processes | gpus | ttys
+    what: str  # down | hang | nvidia_smi | processes | gpus | ttys | tasks
+
+
+TaskState = Literal["running", "exited", "gone"]
+
+
+@dataclass
+class SimTask:
+    """One job task START began as `user` (see the module doc). It ends by itself at `ends_at`
+    with `natural_exit`, or when signalled (`ended_at`, `exit_code`: None when killed)."""
+
+    user: str
+    session: str
+    multiplexer: str
+    cwd: str
+    command: str
+    env: dict[str, str]
+    pid: int  # the task's runner shell (what STATUS reports)
+    started_at: float
+    gpus: tuple[int, ...]
+    gpu_pid: int | None  # its process on `gpus`
+    ends_at: float | None
+    natural_exit: int
+    ignores: frozenset[str]  # signals the command ignores (`trap '' INT`)
+    ended_at: float | None = None
+    exit_code: int | None = None
+
+    def state(self, t: float) -> tuple[TaskState, int | None]:
+        """(running | exited | gone, exit status) at `t`."""
+        if self.ended_at is not None and self.ended_at <= t:
+            return ("gone", None) if self.exit_code is None else ("exited", self.exit_code)
+        if self.ends_at is not None and self.ends_at <= t:
+            return "exited", self.natural_exit
+        return "running", None
+
+    def log(self, t: float) -> str:
+        lines = [
+            f"sim: {self.session} started: {self.command}",
+            f"sim: pid {self.pid} in {self.cwd or '~'} with {self.multiplexer}, "
+            f"CUDA_VISIBLE_DEVICES={self.env.get('CUDA_VISIBLE_DEVICES', '')}",
+        ]
+        state, code = self.state(t)
+        if state == "exited":
+            lines.append(f"sim: {self.session} exited with status {code}")
+        elif state == "gone":
+            lines.append(f"sim: {self.session} was killed")
+        return "".join(line + "\n" for line in lines)
+
+    def to_dict(self, t: float) -> dict[str, Any]:
+        state, code = self.state(t)
+        return {
+            "user": self.user,
+            "session": self.session,
+            "multiplexer": self.multiplexer,
+            "cwd": self.cwd,
+            "command": self.command,
+            "env": dict(self.env),
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "gpus": list(self.gpus),
+            "gpu_pid": self.gpu_pid,
+            "state": state,
+            "exit_code": code,
+        }
+
+
+# What a task's command does in the simulator (see the module doc).
+_TASK_SLEEP_RE = re.compile(r"(?<![\w.-])sleep\s+([0-9]+(?:\.[0-9]+)?)(?![\w.])")
+_TASK_EXIT_RE = re.compile(r"(?<![\w.-])exit\s+([0-9]+)(?![\w.])")
+_TASK_TRAP_RE = re.compile(r"""trap\s+(?:''|"")((?:\s+(?:SIG)?(?:INT|TERM)\b)+)""")
+_TASK_SIGNAL_EXIT = {"INT": 130, "TERM": 143}
+
+
+def _task_behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
+    """(seconds until it ends by itself or None, its exit status then, signals it ignores)."""
+    sleep = _TASK_SLEEP_RE.search(command)
+    exit_ = _TASK_EXIT_RE.search(command)
+    duration = float(sleep[1]) if sleep else (0.0 if exit_ else None)
+    ignores = {
+        word.removeprefix("SIG")
+        for match in _TASK_TRAP_RE.finditer(command)
+        for word in match[1].split()
+    }
+    return duration, int(exit_[1]) % 256 if exit_ else 0, frozenset(ignores)
 
 
 @dataclass
@@ -302,6 +407,7 @@ class _Host:
     scripted: dict[int, SimProcess] = field(default_factory=dict)
     killed: set[tuple[int, float]] = field(default_factory=set)  # (pid, started_at)
     sessions: dict[str, TerminalSession] = field(default_factory=dict)  # by tty
+    tasks: dict[tuple[str, str], SimTask] = field(default_factory=dict)  # by (user, session)
     down: bool = False
     hang_s: float | None = None  # math.inf: never answers
     nvidia_smi: NvidiaSmiMode = "ok"
@@ -379,8 +485,9 @@ def _number(text: str) -> bool:
     return bool(re.fullmatch(r"0|[1-9][0-9]*", text))
 
 
-def _warden_script(command: str) -> tuple[str, list[str], bool] | None:
-    """(script, args, sudo?) of `[sudo -n] sh -c SCRIPT warden ARGS...`; None for others."""
+def _warden_script(command: str) -> tuple[str, str, list[str], bool] | None:
+    """(name, script, args, sudo?) of `[sudo -n] sh -c SCRIPT NAME ARGS...` with NAME `warden`
+    or `warden-job`; None for others."""
     try:
         argv = shlex.split(command)
     except ValueError:
@@ -388,9 +495,9 @@ def _warden_script(command: str) -> tuple[str, list[str], bool] | None:
     sudo = argv[:2] == ["sudo", "-n"]
     if sudo:
         argv = argv[2:]
-    if len(argv) < 4 or argv[:2] != ["sh", "-c"] or argv[3] != SCRIPT_NAME:
+    if len(argv) < 4 or argv[:2] != ["sh", "-c"] or argv[3] not in (SCRIPT_NAME, JOB_SCRIPT_NAME):
         return None
-    return argv[2], argv[4:], sudo
+    return argv[3], argv[2], argv[4:], sudo
 
 
 class SimFleet:
@@ -551,7 +658,11 @@ class SimFleet:
 
     def _processes(self, host: _Host, t: float) -> list[SimProcess]:
         """Processes running at `t`, scripted first, then background jobs by GPU."""
-        running = [p for p in host.scripted.values() if p.started_at <= t]
+        running = [
+            p
+            for p in host.scripted.values()
+            if p.started_at <= t and (p.ends_at is None or t < p.ends_at)
+        ]
         if self.churn:
             for lane in host.lanes:
                 job = self._lane_job(host, lane, t)
@@ -629,6 +740,11 @@ class SimFleet:
             g.index: g.last_stop if g.last_stop is not None and g.last_stop <= t else None
             for g in host.gpus
         }
+        for proc in host.scripted.values():  # tasks that ended by themselves
+            if proc.ends_at is not None and proc.started_at <= proc.ends_at <= t:
+                for index in proc.gpus:
+                    end = ends[index]
+                    ends[index] = proc.ends_at if end is None else max(end, proc.ends_at)
         if self.churn:  # _processes brought each lane's job up to `t`
             for lane in host.lanes:
                 job = lane.job
@@ -799,8 +915,12 @@ class SimFleet:
                 return CommandResult("", text, rc)
             return CommandResult(text, "", rc)
         script = _warden_script(command)
-        if script is not None:
-            text, args, sudo = script
+        if script is not None and script[0] == JOB_SCRIPT_NAME and not script[3]:
+            answer = self._job_script(h, script[1], script[2], login or "root", now)
+            if answer is not None:
+                return answer
+        elif script is not None and script[0] == SCRIPT_NAME:
+            _name, text, args, sudo = script
             as_root = sudo or login is None or login == "root"
             if text == WHO_SCRIPT and not args:
                 return CommandResult(self._who(h), "", 0)
@@ -897,8 +1017,154 @@ class SimFleet:
             denied = f"{SCRIPT_NAME}: {_KILL_LINE}: kill: Operation not permitted\n"
             return CommandResult("failed\n", denied, 1)
         if signal == "KILL" or (signal == "TERM" and not proc.ignore_sigterm):
-            self.stop_process(host.name, pid)
+            self.stop_process(host.name, pid, exit_code=137 if signal == "KILL" else 143)
         return CommandResult("signalled\n", "", 0)
+
+    # -- job tasks (services.jobs.runner's scripts) ----------------------------------------
+
+    def tasks(self, host: str, now: float | None = None) -> list[dict[str, Any]]:
+        """The job tasks of `host` (of every login), in start order, with their state."""
+        t = self.now() if now is None else float(now)
+        tasks = sorted(self._host(host).tasks.values(), key=lambda task: task.started_at)
+        return [task.to_dict(t) for task in tasks]
+
+    def _job_script(
+        self, host: _Host, text: str, args: list[str], login: str, now: float
+    ) -> CommandResult | None:
+        """START, STATUS, SIGNAL or LOG as `login`; None for another script."""
+        if text == JOB_START_SCRIPT and len(args) >= 6:
+            return self._start_task(host, login, args, now)
+        if text == JOB_STATUS_SCRIPT and args:
+            return self._task_status(host, login, args[0], args[1:], now)
+        if text == JOB_SIGNAL_SCRIPT and len(args) == 3:
+            return self._signal_task(host, login, args, now)
+        if text == JOB_LOG_SCRIPT and len(args) == 3:
+            return self._task_log(host, login, args, now)
+        return None
+
+    def _visible_gpus(self, host: _Host, visible: str) -> tuple[int, ...]:
+        """The GPUs CUDA_VISIBLE_DEVICES names (uuids or indexes); others are skipped."""
+        by_uuid = {g.uuid: g.index for g in host.gpus if not g.removed}
+        found = []
+        for word in visible.split(","):
+            word = word.strip()
+            if word in by_uuid:
+                found.append(by_uuid[word])
+            elif word.isdigit() and int(word) in by_uuid.values():
+                found.append(int(word))
+        return tuple(sorted(set(found)))
+
+    def _start_task(
+        self, host: _Host, login: str, args: list[str], now: float
+    ) -> CommandResult | None:
+        mux, session, state_dir, cwd, command, runner, *pairs = args
+        if runner != JOB_RUNNER_SCRIPT:
+            return None
+        if (
+            mux not in JOB_MULTIPLEXERS
+            or not JOB_SESSION_RE.fullmatch(session)
+            or not state_dir
+            or not command
+            or any(
+                "=" not in pair or not JOB_ENV_NAME_RE.fullmatch(pair.split("=", 1)[0])
+                for pair in pairs
+            )
+        ):
+            return CommandResult("invalid\n", "", 2)
+        old = host.tasks.get((login, session))
+        if old is not None and old.state(now)[0] == "running":
+            return CommandResult("exists\n", "", 0)
+        env = dict(pair.split("=", 1) for pair in pairs)
+        gpus = self._visible_gpus(host, env.get("CUDA_VISIBLE_DEVICES", ""))
+        duration, natural_exit, ignores = _task_behaviour(command)
+        ends_at = None if duration is None else now + duration
+        pid = self._free_pid(host, now)
+        line = " ".join(command.split())[:256]
+        gpu_pid = None
+        if gpus:
+            gpu_pid = self._free_pid(host, now, also=(pid,))
+            rng = random.Random(f"{self.seed}/{host.name}/{login}/{session}/{pid}")
+            total = host.gpus[gpus[0]].model.memory_total_mib
+            host.scripted[gpu_pid] = SimProcess(
+                pid=gpu_pid,
+                user=login,
+                command=line,
+                gpus=gpus,
+                used_memory_mib=int(total * rng.uniform(0.1, 0.6)),
+                started_at=now,
+                ends_at=ends_at,
+                scripted=True,
+                ignore_sigterm="TERM" in ignores,
+            )
+        host.tasks[(login, session)] = SimTask(
+            user=login,
+            session=session,
+            multiplexer=mux,
+            cwd=cwd,
+            command=line,
+            env=env,
+            pid=pid,
+            started_at=now,
+            gpus=gpus,
+            gpu_pid=gpu_pid,
+            ends_at=ends_at,
+            natural_exit=natural_exit,
+            ignores=ignores,
+        )
+        self._emit(host.name, "tasks")
+        if gpus:
+            self._emit(host.name, "processes")
+        return CommandResult(f"started {pid} {int(now)}\n", "", 0)
+
+    def _task_status(
+        self, host: _Host, login: str, state_dir: str, sessions: list[str], now: float
+    ) -> CommandResult:
+        if not state_dir or not all(JOB_SESSION_RE.fullmatch(s) for s in sessions):
+            return CommandResult("invalid\n", "", 2)
+        lines = []
+        for session in sessions:
+            task = host.tasks.get((login, session))
+            if task is None:
+                lines.append(f"{session} unknown\n")
+                continue
+            state, code = task.state(now)
+            if state == "running":
+                lines.append(f"{session} running {task.pid} {int(task.started_at)}\n")
+            elif state == "exited":
+                lines.append(f"{session} exited {code}\n")
+            else:
+                lines.append(f"{session} gone\n")
+        return CommandResult("".join(lines) + "ok\n", "", 0)
+
+    def _signal_task(self, host: _Host, login: str, args: list[str], now: float) -> CommandResult:
+        state_dir, session, signal = args
+        if signal not in JOB_SIGNALS or not state_dir or not JOB_SESSION_RE.fullmatch(session):
+            return CommandResult("invalid\n", "", 2)
+        task = host.tasks.get((login, session))
+        if task is None or task.state(now)[0] != "running":
+            return CommandResult("gone\n", "", 0)
+        if signal == "0" or signal in task.ignores:
+            return CommandResult("signalled\n", "", 0)
+        task.ended_at, task.exit_code = now, _TASK_SIGNAL_EXIT.get(signal)
+        proc = host.scripted.pop(task.gpu_pid, None) if task.gpu_pid is not None else None
+        if proc is not None:
+            for index in proc.gpus:
+                host.gpus[index].last_stop = now
+            self._emit(host.name, "processes")
+        self._emit(host.name, "tasks")
+        return CommandResult("signalled\n", "", 0)
+
+    def _task_log(self, host: _Host, login: str, args: list[str], now: float) -> CommandResult:
+        state_dir, session, max_text = args
+        if not state_dir or not JOB_SESSION_RE.fullmatch(session) or not _number(max_text):
+            return CommandResult("invalid\n", "", 2)
+        task = host.tasks.get((login, session))
+        if task is None:
+            return CommandResult(f"{JOB_LOG_MARK} missing\n", "", 0)
+        data = task.log(now).encode()
+        tail = data[len(data) - min(len(data), int(max_text)) :]
+        text = f"{JOB_LOG_MARK} begin\n{tail.decode(errors='replace')}\n"
+        return CommandResult(f"{text}{JOB_LOG_MARK} ok {len(data)}\n", "", 0)
 
     # -- snapshot -------------------------------------------------------------------------
 
@@ -928,7 +1194,13 @@ class SimFleet:
                 }
                 for g in host.gpus
             ],
-            "processes": [procs[pid].to_dict() for pid in sorted(procs)],
+            "processes": [
+                {
+                    **procs[pid].to_dict(),
+                    "gpu_uuids": [host.gpus[i].uuid for i in procs[pid].gpus],
+                }
+                for pid in sorted(procs)
+            ],
         }
 
     # -- scripting ------------------------------------------------------------------------
@@ -995,15 +1267,11 @@ class SimFleet:
                 {"used_memory_mib": used_memory_mib},
             )
         t = self.now() if started_at is None else started_at
-        taken = {p.pid for p in self._processes(h, t)} | set(h.scripted)
         if pid is not None:
-            if pid in taken:
+            if pid in self._taken_pids(h, t):
                 raise InvalidRequest(f"pid {pid} is in use on {host}", {"pid": pid})
         else:
-            while h.next_pid in taken or h.next_pid >= self.pid_max:
-                h.next_pid = 300 if h.next_pid >= self.pid_max else h.next_pid + 1
-            pid = h.next_pid
-            h.next_pid += 1 + pid % 13
+            pid = self._free_pid(h, t)
         h.scripted[pid] = SimProcess(
             pid=pid,
             user=user,
@@ -1017,11 +1285,30 @@ class SimFleet:
         self._emit(host, "processes")
         return pid
 
-    def stop_process(self, host: str, pid: int) -> None:
-        """End a scripted or background process; NotFound when no such process runs."""
+    def _taken_pids(self, h: _Host, t: float) -> set[int]:
+        taken = {p.pid for p in self._processes(h, t)} | set(h.scripted)
+        return taken | {task.pid for task in h.tasks.values()}
+
+    def _free_pid(self, h: _Host, t: float, also: Iterable[int] = ()) -> int:
+        """The next free pid of `h` (as the kernel hands them out: upwards, then wrapping),
+        not one of `also` either."""
+        taken = self._taken_pids(h, t) | set(also)
+        while h.next_pid in taken or h.next_pid >= self.pid_max:
+            h.next_pid = 300 if h.next_pid >= self.pid_max else h.next_pid + 1
+        pid = h.next_pid
+        h.next_pid += 1 + pid % 13
+        return pid
+
+    def stop_process(self, host: str, pid: int, *, exit_code: int = 137) -> None:
+        """End a scripted or background process; NotFound when no such process runs.
+
+        A task's GPU process ends its task with `exit_code` (what the task's runner writes
+        when its command is killed: 137 for SIGKILL, 143 for SIGTERM)."""
         h = self._host(host)
         t = self.now()
         proc = h.scripted.pop(pid, None)
+        if proc is not None and proc.ends_at is not None and proc.ends_at <= t:
+            proc = None  # a task's process that ended by itself
         if proc is None:
             proc = next((p for p in self._processes(h, t) if p.pid == pid), None)
             if proc is None:
@@ -1029,6 +1316,10 @@ class SimFleet:
             h.killed.add((pid, proc.started_at))
         for index in proc.gpus:
             h.gpus[index].last_stop = t
+        for task in h.tasks.values():
+            if task.gpu_pid == pid and task.state(t)[0] == "running":
+                task.ended_at, task.exit_code = t, exit_code
+                self._emit(host, "tasks")
         self._emit(host, "processes")
 
     def set_hang(self, host: str, seconds: float | None) -> None:

@@ -5,7 +5,8 @@ Each host listens on its own port of 127.0.0.1 (`base_port + i`, or free ports w
 from `authorized_keys` (or any key with `accept_any_key=True`, for the demo), under any user
 name. An exec request runs `SimFleet.run_command` as that user: the probe, the `warden hosts
 check` commands, the violation actions' scripts (who, write to a terminal, signal a process),
-and "sim: unsupported command" (exit 127) for anything else; no shell, no pty, no subsystem.
+the jobs' task scripts (start, status, signal, log: that user's own tasks), and "sim:
+unsupported command" (exit 127) for anything else; no shell, no pty, no subsystem.
 
 Per request the server does one table look-up, renders the host's text and writes it: the
 key exchange happens once per connection (clients keep one connection per host), so the
