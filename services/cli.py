@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
     )
 
+    commands.add_parser(
+        "key",
+        parents=[common],
+        help="print the public key users add to ~/.ssh/authorized_keys so their jobs can run",
+    )
+
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -463,6 +469,18 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     return 0 if all(result.ok for result in results) else 1
 
 
+def cmd_key(args: argparse.Namespace) -> int:
+    from services.jobs.runner import public_key_line
+
+    line = public_key_line(_settings(args))
+    print(line)
+    print(
+        "# each user who runs jobs adds the line above to ~/.ssh/authorized_keys on every host",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from services.monitor.demo import run_demo
 
@@ -488,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": cmd_run,
         "db": cmd_db,
         "hosts": cmd_hosts,
+        "key": cmd_key,
         "sim": cmd_sim,
         "demo": cmd_demo,
         "user": cmd_user,

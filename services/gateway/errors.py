@@ -28,6 +28,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "state_conflict": 409,
     "service_unavailable": 503,
     "remote_error": 502,
+    # A GPU host could not be reached or did not do what was asked (the reason says which).
+    "host_unreachable": 502,
+    "task_remote_failed": 502,
+    "remote_command_failed": 502,
 }
 
 

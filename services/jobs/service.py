@@ -1,17 +1,53 @@
 """Composition root of the jobs service."""
 
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
 from contextlib import AsyncExitStack
 
-from services.jobs.handlers import EVENT_HANDLERS, RPC_METHODS
+from services.jobs.engine import Engine
+from services.jobs.handlers import event_handlers, rpc_methods
+from services.jobs.models import outbox
+from services.jobs.runner import TaskRunner
 from services.shared.bus import Teardown
+from services.shared.calendar import fetch_calendar
+from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
+from services.shared.store import Store
+
+log = logging.getLogger("warden.jobs")
+
+
+async def load_reservations(engine: Engine) -> None:
+    found, gpus = await fetch_calendar(engine.bus, log)
+    await engine.load_reservations(found, gpus)
+    log.info("%d reservations and %d GPUs loaded", len(engine.book), len(engine.gpus))
 
 
 async def start(ctx: ServiceContext) -> Teardown:
     stack = AsyncExitStack()
     try:
-        await open_database(ctx, stack)
-        return await start_service(ctx, stack, RPC_METHODS, EVENT_HANDLERS)
+        store = Store(await open_database(ctx, stack))
+        relay = Relay(store, ctx.bus, outbox)
+        runner = TaskRunner(ctx.settings)
+        stack.push_async_callback(runner.close)
+        engine = Engine(store, ctx.bus, ctx.settings, runner, on_commit=relay.kick)
+        await engine.load()
+        await relay.start()
+        stack.push_async_callback(relay.stop)  # after the engine: publishes its last events
+        await engine.start()
+        stack.push_async_callback(engine.stop)
+        loading = asyncio.create_task(load_reservations(engine))
+
+        async def stop_loading() -> None:
+            loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loading
+
+        stack.push_async_callback(stop_loading)
+        return await start_service(ctx, stack, rpc_methods(engine), event_handlers(engine))
     except BaseException:
         await stack.aclose()
         raise

@@ -278,6 +278,9 @@ class JobSettings:
     lost_after_s: float = 60.0
     # A queued job without a declared maximum run time needs its GPUs free this long.
     queue_min_window_s: float = 3600.0
+    # Anti-starvation: the first queued job waiting this long keeps the free GPUs it needs
+    # away from later jobs until it can start (0: off, later jobs always backfill).
+    queue_hold_after_s: float = 0.0
     # A queued job gets SIGINT this long before someone else's reservation of its GPUs
     # starts, SIGKILL at the start; requeue_on_preempt puts it back in the queue.
     preempt_lead_s: float = 300.0
@@ -549,6 +552,7 @@ class JobsSchema(_Section):
     term_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
     lost_after_s = fields.Float(load_default=60.0, validate=validate.Range(min=0))
     queue_min_window_s = fields.Float(load_default=3600.0, validate=validate.Range(min=0))
+    queue_hold_after_s = fields.Float(load_default=0.0, validate=validate.Range(min=0))
     preempt_lead_s = fields.Float(load_default=300.0, validate=validate.Range(min=0))
     requeue_on_preempt = fields.Boolean(load_default=True)
     reservation_stop_lead_s = fields.Float(load_default=60.0, validate=validate.Range(min=0))
@@ -881,6 +885,8 @@ lost_after_s = 60.0
 # maximum run time; SIGINT this long before someone else's reservation starts (SIGKILL at
 # its start), then back in the queue if requeue_on_preempt.
 queue_min_window_s = 3600.0
+# The first job waiting this long keeps the free GPUs it needs from later jobs (0: off).
+queue_hold_after_s = 0.0
 preempt_lead_s = 300.0
 requeue_on_preempt = true
 # Jobs inside a reservation get SIGINT this long before it ends.

@@ -1,0 +1,405 @@
+"""Jobs from definition to end, on the simulated fleet served over real SSH.
+
+monitor, reservations and jobs run together (`run_services`, as `warden run all` does) on the
+in-process bus and, in the second variant, on RabbitMQ. The jobs service logs in to the sim
+hosts as the job's owner with Warden's key and starts tasks in (simulated) screen sessions;
+the sim shows their GPU processes to the monitor like any other. Deadlines are generous and
+nothing asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+
+from services.monitor.sim.model import SimFleet
+from services.monitor.sim.server import SimServer
+from services.reservations import accounts
+from services.reservations.store import Store
+from services.shared import db
+from services.shared.bus import Bus
+from services.shared.bus.inproc import InProcessBus
+from services.shared.config import Settings, load_settings
+from services.shared.contracts import Envelope
+from services.shared.errors import (
+    Forbidden,
+    ReservationConflict,
+    ServiceUnavailable,
+    StateConflict,
+)
+from services.shared.runtime import make_bus, run_services
+
+pytestmark = pytest.mark.timeout(240)
+
+DEADLINE_S = 30.0
+
+
+@dataclass
+class System:
+    fleet: SimFleet
+    bus: Bus
+    settings: Settings
+    events: list[Envelope] = field(default_factory=list)
+
+    def of(self, event_type: str, job_id: int | None = None) -> list[dict[str, Any]]:
+        return [
+            e.data
+            for e in self.events
+            if e.type == event_type
+            and (job_id is None or e.data.get("id", e.data.get("job_id")) == job_id)
+        ]
+
+    async def until(self, condition: Callable[[], Any], what: str) -> Any:
+        deadline = asyncio.get_running_loop().time() + DEADLINE_S
+        while True:
+            found = condition()
+            if found:
+                return found
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail(f"{what}: not within {DEADLINE_S:g}s; events {self.event_log()}")
+            await asyncio.sleep(0.05)
+
+    def event_log(self) -> list[str]:
+        return [f"{e.type}:{e.data.get('status', '')}" for e in self.events]
+
+    async def call(self, method: str, **args: Any) -> Any:
+        return await self.bus.call("jobs", method, args, timeout=20)
+
+    async def job_status(self, job_id: int, *statuses: str) -> dict[str, Any]:
+        async def reached() -> dict[str, Any] | None:
+            job: dict[str, Any] = await self.call("get_job", id=job_id, actor="admin", admin=True)
+            return job if job["status"] in statuses else None
+
+        deadline = asyncio.get_running_loop().time() + DEADLINE_S
+        while (job := await reached()) is None:
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail(f"job {job_id} never {statuses}; events {self.event_log()}")
+            await asyncio.sleep(0.1)
+        return job
+
+
+def _toml(value: Any) -> str:
+    return json.dumps(value)
+
+
+async def _accounts(settings: Settings) -> None:
+    for name in db.SERVICES_WITH_DATABASE:
+        engine = db.create_engine(settings.storage.database_url_for(name))
+        try:
+            await db.upgrade(engine, name)
+            if name == "reservations":
+                async with Store(engine).write() as conn:
+                    for user, admin in (("admin", True), ("alice", False), ("bob", False)):
+                        await accounts.create_user(
+                            conn,
+                            username=user,
+                            email=f"{user}@lab.example",
+                            password="pw-12345678",
+                            is_admin=admin,
+                            actor="test",
+                        )
+        finally:
+            await engine.dispose()
+
+
+@pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
+async def system(
+    request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
+) -> AsyncIterator[System]:
+    kind = request.param
+    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key_file = tmp_path / "warden_key"
+    key.write_private_key(str(key_file))
+    key_file.chmod(0o600)
+    fleet = SimFleet(2, 4, seed=3, churn=False)
+    async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
+        lines = [
+            "[storage]",
+            f"data_dir = {_toml(str(tmp_path / 'data'))}",
+            "[auth]",
+            f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
+            "[monitor]",
+            "interval_s = 0.5",
+            f"known_hosts = {_toml(str(known_hosts))}",
+            'local_nvml = "off"',
+            "[jobs]",
+            f"ssh_key_file = {_toml(str(key_file))}",
+            "poll_interval_s = 0.3",
+            "int_grace_s = 1.0",
+            "term_grace_s = 1.0",
+            "queue_min_window_s = 600",
+            "preempt_lead_s = 300",
+        ]
+        if amqp_url is not None:
+            lines[0:0] = ["[bus]", f"amqp_url = {_toml(amqp_url)}"]
+        for host in server.hosts_config("warden", key_file):
+            lines.append("[[hosts]]")
+            lines += [f"{k} = {_toml(v)}" for k, v in host.items()]
+        config = tmp_path / "warden.toml"
+        config.write_text("\n".join(lines) + "\n")
+        settings = load_settings(config, environ={"HOME": str(tmp_path)})
+        await _accounts(settings)
+
+        bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
+        client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
+        stop = asyncio.Event()
+        running = asyncio.create_task(
+            run_services(
+                ["monitor", "reservations", "jobs"],
+                settings,
+                bus_kind=kind,
+                bus=bus,
+                stop=stop,
+            )
+        )
+        system = System(fleet, client, settings)
+        try:
+            if client is not bus:
+                await client.start()
+
+            async def record(envelope: Envelope) -> None:
+                system.events.append(envelope)
+
+            await client.subscribe("jobs", "#", "test.recorder", record)
+            await client.subscribe("monitor", "processes.observed", "test.recorder", record)
+            await _wait_for(client, "jobs")
+            yield system
+        finally:
+            stop.set()
+            await asyncio.wait_for(running, 60)
+            if client is not bus:
+                await client.close()
+
+
+async def _wait_for(bus: Bus, service: str) -> None:
+    """Until the service answers (on RabbitMQ the services start after the fixture)."""
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while True:
+        try:
+            await bus.call(service, "health", {}, timeout=1)
+            return
+        except ServiceUnavailable:
+            if asyncio.get_running_loop().time() > deadline:
+                pytest.fail(f"{service} never answered")
+            await asyncio.sleep(0.2)
+
+
+async def _gpu(system: System, host: str, index: int) -> str:
+    """The GPU's uuid once the jobs service can resolve it (the monitor discovered it)."""
+
+    async def known() -> str | None:
+        with contextlib.suppress(Exception):
+            for gpu in await system.bus.call("reservations", "list_gpus", {}):
+                if gpu["host"] == host and gpu["index"] == index:
+                    return str(gpu["uuid"])
+        return None
+
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while (uuid := await known()) is None:
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"GPU {index} of {host} never discovered")
+        await asyncio.sleep(0.2)
+    return uuid
+
+
+def _sim_users(fleet: SimFleet, host: str, gpu: str) -> set[str]:
+    return {
+        p["user"]
+        for p in fleet.snapshot(host)["hosts"][0]["processes"]
+        if p.get("gpu_uuid") == gpu or gpu in p.get("gpu_uuids", ())
+    }
+
+
+async def test_a_job_of_two_tasks_runs_and_ends_with_their_exit_codes(system: System) -> None:
+    host = system.fleet.hosts[0]
+    first, second = await _gpu(system, host, 0), await _gpu(system, host, 1)
+    created = await system.call(
+        "create_job",
+        actor="alice",
+        name="two tasks",
+        env={"SEED": "42"},
+        tasks=[
+            {"host": host, "command": "sleep 2", "gpus": [0]},
+            {"host": host, "command": "exit 3", "gpus": [1]},
+        ],
+    )
+    job_id = created["id"]
+    assert created["status"] == "pending"
+    assert [t["gpus"] for t in created["tasks"]] == [[first], [second]]
+
+    # bob may read it, not start it
+    with pytest.raises(Forbidden):
+        await system.call("start_job", id=job_id, actor="bob")
+    public = await system.call("get_job", id=job_id, actor="bob")
+    assert "env" not in public and "command" not in public["tasks"][0]
+
+    await system.call("start_job", id=job_id, actor="alice")
+    done = await system.job_status(job_id, "failed")
+    assert [t["status"] for t in done["tasks"]] == ["succeeded", "failed"]
+    assert [t["exit_code"] for t in done["tasks"]] == [0, 3]
+    assert done["tasks"][1]["reason"] == "exit code 3"
+
+    def task_statuses() -> set[tuple[int, str]]:
+        changes = system.of("task.status_changed", job_id)
+        return {(c["task"]["index"], c["task"]["status"]) for c in changes}
+
+    expected = {(0, "running"), (0, "succeeded"), (1, "failed")}
+    await system.until(lambda: task_statuses() >= expected, "every task event")
+    statuses = await system.until(
+        lambda: (
+            [e["status"] for e in system.of("job.status_changed", job_id)][-1:] == ["failed"]
+            and [e["status"] for e in system.of("job.status_changed", job_id)]
+        ),
+        "the job's last status event",
+    )
+    assert statuses[0] == "starting"
+
+    log = await system.call("task_logs", id=job_id, task=0, actor="alice")
+    assert log["session"] == f"warden-{job_id}-0" and log["log"]
+    history = await system.call("job_history", id=job_id, actor="alice")
+    assert {(h["task"], h["status"], h["exit_code"]) for h in history} == {
+        (0, "succeeded", 0),
+        (1, "failed", 3),
+    }
+    # an ended job may run again, and be deleted; a running one may not be edited
+    await system.call("start_job", id=job_id, actor="alice")
+    with pytest.raises(StateConflict):
+        await system.call(
+            "update_job", id=job_id, actor="alice", name="x", tasks=[{"host": host, "command": "y"}]
+        )
+    await system.job_status(job_id, "failed")
+    assert (await system.call("delete_job", id=job_id, actor="alice")) == {"deleted": job_id}
+
+
+async def test_a_long_job_is_stopped_gracefully(system: System) -> None:
+    host = system.fleet.hosts[1]
+    gpu = await _gpu(system, host, 2)
+    job_id = (
+        await system.call(
+            "create_job",
+            actor="alice",
+            name="long",
+            tasks=[{"host": host, "command": "python train.py", "gpus": [2]}],
+        )
+    )["id"]
+    await system.call("start_job", id=job_id, actor="alice")
+    await system.job_status(job_id, "running")
+    await system.until(lambda: "alice" in _sim_users(system.fleet, host, gpu), "its GPU process")
+    stopping = await system.call("stop_job", id=job_id, actor="alice")
+    assert stopping["status"] == "stopping"
+    stopped = await system.job_status(job_id, "stopped")
+    assert stopped["tasks"][0]["exit_code"] == 130  # SIGINT reached it
+    assert stopped["stop_reason"] == "stopped by alice"
+
+
+async def test_a_job_may_not_start_on_a_gpu_someone_else_reserved(system: System) -> None:
+    host = system.fleet.hosts[0]
+    gpu = await _gpu(system, host, 3)
+    now = datetime.now(UTC)
+    await system.bus.call(
+        "reservations",
+        "create_reservation",
+        {
+            "actor": "bob",
+            "gpus": [gpu],
+            "start": now.isoformat(),
+            "end": (now + timedelta(hours=1)).isoformat(),
+            "title": "bob's",
+        },
+    )
+    job_id = (
+        await system.call(
+            "create_job",
+            actor="alice",
+            name="intruder",
+            tasks=[{"host": host, "command": "python x.py", "gpus": [3]}],
+        )
+    )["id"]
+    with pytest.raises(ReservationConflict) as refused:
+        await system.call("start_job", id=job_id, actor="alice")
+    assert "reserved by bob" in refused.value.message
+    assert (await system.call("get_job", id=job_id, actor="alice"))["status"] == "pending"
+
+
+async def test_a_queued_job_waits_for_free_gpus_and_yields_to_a_reservation(
+    system: System,
+) -> None:
+    fleet, host = system.fleet, system.fleet.hosts[1]
+    gpu = await _gpu(system, host, 0)
+    squatter = fleet.start_process(host, 0, "bob", "python other.py")
+    await system.until(
+        lambda: any(
+            p["pid"] == squatter
+            for seen in system.of("processes.observed")
+            for p in seen["processes"]
+        ),
+        "the monitor seeing bob's process",
+    )
+    job_id = (
+        await system.call(
+            "create_job",
+            actor="alice",
+            name="backfill",
+            queued=True,
+            max_runtime_s=600,
+            tasks=[{"host": host, "command": "python train.py", "gpus": [0]}],
+        )
+    )["id"]
+    waiting = await system.job_status(job_id, "queued")
+    await asyncio.sleep(1.0)  # a few scheduling passes: GPU 0 is busy
+    waiting = await system.call("get_job", id=job_id, actor="alice")
+    assert waiting["status"] == "queued"
+    assert waiting["waiting_reason"] and "busy" in waiting["waiting_reason"]
+
+    fleet.stop_process(host, squatter)
+    await system.job_status(job_id, "running")
+
+    # bob reserves the GPU from a minute from now: alice's job gets SIGINT (the lead is 5 min)
+    # and goes back to the queue
+    start = datetime.now(UTC) + timedelta(minutes=1)
+    reservation = await system.bus.call(
+        "reservations",
+        "create_reservation",
+        {
+            "actor": "bob",
+            "gpus": [gpu],
+            "start": start.isoformat(),
+            "end": (start + timedelta(hours=1)).isoformat(),
+            "title": "bob's run",
+        },
+    )
+    await system.until(
+        lambda: any(
+            c["task"]["status"] == "stopped" for c in system.of("task.status_changed", job_id)
+        ),
+        "the job yielding",
+    )
+    requeued = await system.job_status(job_id, "queued")
+    assert requeued["queued"] is True
+    updates = [u["changed"] for u in system.of("job.updated", job_id)]
+    assert ["queued"] in updates
+    stopped = [
+        c["task"]
+        for c in system.of("task.status_changed", job_id)
+        if c["task"]["status"] == "stopped"
+    ]
+    assert stopped[0]["exit_code"] == 130
+    assert str(reservation["id"]) in (stopped[0]["reason"] or "")
+    # it does not start again while bob's reservation is coming within its window
+    await asyncio.sleep(1.0)
+    again = await system.call("get_job", id=job_id, actor="alice")
+    assert again["status"] == "queued"
+    assert "reserved by bob" in (again["waiting_reason"] or "")
