@@ -462,7 +462,7 @@ class Engine:
         job = self.build(0, owner, definition)
         placement = {}
         for task in job.tasks:
-            placeholder = tuple(f"<gpu {n}>" for n in range(task.gpu_count or 0))
+            placeholder = tuple(f"<gpu-{n}>" for n in range(task.gpu_count or 0))
             placement[task.index] = (task.host or "<host>", task.gpus or placeholder)
         return [_rendered_dict(r) for r in self._render(job, placement)]
 

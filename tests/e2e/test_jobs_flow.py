@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,6 +50,9 @@ class System:
     bus: Bus
     settings: Settings
     events: list[Envelope] = field(default_factory=list)
+    # Stops every service and starts them again (RabbitMQ only: the in-process bus is the
+    # services' own and ends with them).
+    restart: Callable[[], Awaitable[None]] | None = None
 
     def of(self, event_type: str, job_id: int | None = None) -> list[dict[str, Any]]:
         return [
@@ -156,16 +159,26 @@ async def system(
         bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
         client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
         stop = asyncio.Event()
-        running = asyncio.create_task(
-            run_services(
-                ["monitor", "reservations", "jobs"],
-                settings,
-                bus_kind=kind,
-                bus=bus,
-                stop=stop,
+
+        def run(on: Bus) -> asyncio.Task[None]:
+            services = ["monitor", "reservations", "jobs"]
+            return asyncio.create_task(
+                run_services(services, settings, bus_kind=kind, bus=on, stop=stop)
             )
-        )
+
+        running = run(bus)
         system = System(fleet, client, settings)
+
+        async def restart() -> None:
+            nonlocal running
+            stop.set()
+            await asyncio.wait_for(running, 60)
+            stop.clear()
+            running = run(make_bus(settings, "amqp", name="t2"))
+            await _wait_for(client, "jobs")
+
+        if kind == "amqp":
+            system.restart = restart
         try:
             if client is not bus:
                 await client.start()
@@ -267,6 +280,21 @@ async def test_a_job_of_two_tasks_runs_and_ends_with_their_exit_codes(system: Sy
     )
     assert statuses[0] == "starting"
 
+    # the same tasks under the torchrun template, previewed: ranks, the master and its port
+    preview = await system.call(
+        "preview_job",
+        actor="alice",
+        name="ddp",
+        template={"kind": "torchrun", "options": {"style": "env"}},
+        tasks=[
+            {"host": host, "command": "python train.py", "gpus": [0]},
+            {"host": host, "command": "python train.py", "gpus": [1]},
+        ],
+    )
+    assert [p["env"]["RANK"] for p in preview] == ["0", "1"]
+    assert {p["env"]["MASTER_PORT"] for p in preview} == {str(preview[0]["port"])}
+    assert preview[1]["env"]["CUDA_VISIBLE_DEVICES"] == second
+
     log = await system.call("task_logs", id=job_id, task=0, actor="alice")
     assert log["session"] == f"warden-{job_id}-0" and log["log"]
     history = await system.call("job_history", id=job_id, actor="alice")
@@ -275,7 +303,8 @@ async def test_a_job_of_two_tasks_runs_and_ends_with_their_exit_codes(system: Sy
         (1, "failed", 3),
     }
     # an ended job may run again, and be deleted; a running one may not be edited
-    await system.call("start_job", id=job_id, actor="alice")
+    again = await system.call("start_job", id=job_id, actor="alice")
+    assert again["tasks"][0]["status"] in ("starting", "running"), again["tasks"]
     with pytest.raises(StateConflict):
         await system.call(
             "update_job", id=job_id, actor="alice", name="x", tasks=[{"host": host, "command": "y"}]
@@ -403,3 +432,27 @@ async def test_a_queued_job_waits_for_free_gpus_and_yields_to_a_reservation(
     again = await system.call("get_job", id=job_id, actor="alice")
     assert again["status"] == "queued"
     assert "reserved by bob" in (again["waiting_reason"] or "")
+
+
+async def test_running_jobs_are_still_followed_after_a_restart(system: System) -> None:
+    if system.restart is None:
+        pytest.skip("restarting the services needs RabbitMQ (the in-process bus ends with them)")
+    host = system.fleet.hosts[0]
+    await _gpu(system, host, 1)
+    job_id = (
+        await system.call(
+            "create_job",
+            actor="alice",
+            name="survivor",
+            tasks=[{"host": host, "command": "python train.py", "gpus": [1]}],
+        )
+    )["id"]
+    await system.call("start_job", id=job_id, actor="alice")
+    before = await system.job_status(job_id, "running")
+    await system.restart()
+    after = await system.call("get_job", id=job_id, actor="alice")
+    assert after["status"] == "running"
+    assert after["tasks"][0]["pid"] == before["tasks"][0]["pid"]
+    await system.call("stop_job", id=job_id, actor="alice")
+    stopped = await system.job_status(job_id, "stopped")
+    assert stopped["tasks"][0]["exit_code"] == 130
