@@ -10,8 +10,6 @@ nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,9 +22,6 @@ import pytest
 
 from services.monitor.sim.model import SimFleet
 from services.monitor.sim.server import SimServer
-from services.reservations import accounts
-from services.reservations.store import Store
-from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
@@ -38,6 +33,7 @@ from services.shared.errors import (
     StateConflict,
 )
 from services.shared.runtime import make_bus, run_services
+from tests.e2e.system import create_accounts, discovered_gpu, toml
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,30 +87,6 @@ class System:
         return job
 
 
-def _toml(value: Any) -> str:
-    return json.dumps(value)
-
-
-async def _accounts(settings: Settings) -> None:
-    for name in db.SERVICES_WITH_DATABASE:
-        engine = db.create_engine(settings.storage.database_url_for(name))
-        try:
-            await db.upgrade(engine, name)
-            if name == "reservations":
-                async with Store(engine).write() as conn:
-                    for user, admin in (("admin", True), ("alice", False), ("bob", False)):
-                        await accounts.create_user(
-                            conn,
-                            username=user,
-                            email=f"{user}@lab.example",
-                            password="pw-12345678",
-                            is_admin=admin,
-                            actor="test",
-                        )
-        finally:
-            await engine.dispose()
-
-
 @pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
@@ -131,15 +103,15 @@ async def system(
         known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
         lines = [
             "[storage]",
-            f"data_dir = {_toml(str(tmp_path / 'data'))}",
+            f"data_dir = {toml(str(tmp_path / 'data'))}",
             "[auth]",
-            f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
+            f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
             "[monitor]",
             "interval_s = 0.5",
-            f"known_hosts = {_toml(str(known_hosts))}",
+            f"known_hosts = {toml(str(known_hosts))}",
             'local_nvml = "off"',
             "[jobs]",
-            f"ssh_key_file = {_toml(str(key_file))}",
+            f"ssh_key_file = {toml(str(key_file))}",
             "poll_interval_s = 0.3",
             "int_grace_s = 1.0",
             "term_grace_s = 1.0",
@@ -147,14 +119,14 @@ async def system(
             "preempt_lead_s = 300",
         ]
         if amqp_url is not None:
-            lines[0:0] = ["[bus]", f"amqp_url = {_toml(amqp_url)}"]
+            lines[0:0] = ["[bus]", f"amqp_url = {toml(amqp_url)}"]
         for host in server.hosts_config("warden", key_file):
             lines.append("[[hosts]]")
-            lines += [f"{k} = {_toml(v)}" for k, v in host.items()]
+            lines += [f"{k} = {toml(v)}" for k, v in host.items()]
         config = tmp_path / "warden.toml"
         config.write_text("\n".join(lines) + "\n")
         settings = load_settings(config, environ={"HOME": str(tmp_path)})
-        await _accounts(settings)
+        await create_accounts(settings)
 
         bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
         client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
@@ -211,21 +183,7 @@ async def _wait_for(bus: Bus, service: str) -> None:
 
 
 async def _gpu(system: System, host: str, index: int) -> str:
-    """The GPU's uuid once the jobs service can resolve it (the monitor discovered it)."""
-
-    async def known() -> str | None:
-        with contextlib.suppress(Exception):
-            for gpu in await system.bus.call("reservations", "list_gpus", {}):
-                if gpu["host"] == host and gpu["index"] == index:
-                    return str(gpu["uuid"])
-        return None
-
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while (uuid := await known()) is None:
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"GPU {index} of {host} never discovered")
-        await asyncio.sleep(0.2)
-    return uuid
+    return await discovered_gpu(system.bus, host, index)
 
 
 def _sim_users(fleet: SimFleet, host: str, gpu: str) -> set[str]:

@@ -12,9 +12,7 @@ violation. Deadlines are generous and nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import csv
-import json
 import os
 import secrets
 import sys
@@ -32,14 +30,12 @@ from aiosmtpd.controller import Controller
 
 from services.monitor.sim.model import SimFleet
 from services.monitor.sim.server import SimServer
-from services.reservations import accounts
-from services.reservations.store import Store
-from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import make_bus, run_services
+from tests.e2e.system import create_accounts, discovered_gpu, toml
 from tests.sshd import free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -90,10 +86,6 @@ class System:
             await asyncio.sleep(0.05)
 
 
-def _toml(value: Any) -> str:
-    return json.dumps(value)
-
-
 async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
     async def hook(request: web.Request) -> web.Response:
         received.append(await request.json())
@@ -105,26 +97,6 @@ async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     return runner
-
-
-async def _accounts(settings: Settings) -> None:
-    for name in db.SERVICES_WITH_DATABASE:
-        engine = db.create_engine(settings.storage.database_url_for(name))
-        try:
-            await db.upgrade(engine, name)
-            if name == "reservations":
-                async with Store(engine).write() as conn:
-                    for user, admin in (("admin", True), ("alice", False), ("bob", False)):
-                        await accounts.create_user(
-                            conn,
-                            username=user,
-                            email=f"{user}@lab.example",
-                            password="pw-12345678",
-                            is_admin=admin,
-                            actor="test",
-                        )
-        finally:
-            await engine.dispose()
 
 
 @pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
@@ -151,17 +123,17 @@ async def system(
             known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
             lines = [
                 "[storage]",
-                f"data_dir = {_toml(str(tmp_path / 'data'))}",
+                f"data_dir = {toml(str(tmp_path / 'data'))}",
                 "[auth]",
-                f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
+                f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
                 "[gateway]",
                 "port = 0",
                 "[monitor]",
                 "interval_s = 1.0",
-                f"known_hosts = {_toml(str(known_hosts))}",
+                f"known_hosts = {toml(str(known_hosts))}",
                 'local_nvml = "off"',
                 "[violations]",
-                f"steps = {_toml(STEPS)}",
+                f"steps = {toml(STEPS)}",
                 'smtp_host = "127.0.0.1"',
                 f"smtp_port = {smtp_port}",
                 'smtp_security = "none"',
@@ -171,14 +143,14 @@ async def system(
                 'name = "lab-chat"',
             ]
             if amqp_url is not None:
-                lines[0:0] = ["[bus]", f"amqp_url = {_toml(amqp_url)}"]
+                lines[0:0] = ["[bus]", f"amqp_url = {toml(amqp_url)}"]
             for host in server.hosts_config("warden", key_file):
                 lines.append("[[hosts]]")
-                lines += [f"{k} = {_toml(v)}" for k, v in host.items()]
+                lines += [f"{k} = {toml(v)}" for k, v in host.items()]
             config = tmp_path / "warden.toml"
             config.write_text("\n".join(lines) + "\n")
             settings = load_settings(config, environ={"HOME": str(tmp_path)})
-            await _accounts(settings)
+            await create_accounts(settings)
 
             bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
             client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
@@ -213,19 +185,7 @@ async def system(
 
 
 async def _gpu(system: System, host: str, index: int) -> str:
-    async def known() -> str | None:
-        with contextlib.suppress(Exception):
-            for gpu in await system.bus.call("reservations", "list_gpus", {}):
-                if gpu["host"] == host and gpu["index"] == index:
-                    return str(gpu["uuid"])
-        return None
-
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while (uuid := await known()) is None:
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"GPU {index} of {host} never reached the reservations service")
-        await asyncio.sleep(0.2)
-    return uuid
+    return await discovered_gpu(system.bus, host, index)
 
 
 async def _reserve(system: System, uuid: str) -> dict[str, Any]:

@@ -1,0 +1,65 @@
+"""What the end-to-end tests that run every service against the simulated fleet share:
+TOML values for their config, migrated databases with the accounts admin, alice and bob, and
+waiting until the monitor's GPUs reached the reservations service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+from services.reservations import accounts
+from services.reservations.store import Store
+from services.shared import db
+from services.shared.bus import Bus
+from services.shared.config import Settings
+
+DEADLINE_S = 30.0
+USERS = (("admin", True), ("alice", False), ("bob", False))
+
+
+def toml(value: Any) -> str:
+    """A TOML value: JSON strings, numbers and arrays are valid TOML."""
+    return json.dumps(value)
+
+
+async def create_accounts(settings: Settings) -> None:
+    """Migrate every service's database; admin, alice and bob (e-mail user@lab.example)."""
+    for name in db.SERVICES_WITH_DATABASE:
+        engine = db.create_engine(settings.storage.database_url_for(name))
+        try:
+            await db.upgrade(engine, name)
+            if name == "reservations":
+                async with Store(engine).write() as conn:
+                    for user, admin in USERS:
+                        await accounts.create_user(
+                            conn,
+                            username=user,
+                            email=f"{user}@lab.example",
+                            password="pw-12345678",
+                            is_admin=admin,
+                            actor="test",
+                        )
+        finally:
+            await engine.dispose()
+
+
+async def discovered_gpu(bus: Bus, host: str, index: int) -> str:
+    """The uuid of GPU `index` of `host` once the reservations service knows it."""
+
+    async def known() -> str | None:
+        with contextlib.suppress(Exception):
+            for gpu in await bus.call("reservations", "list_gpus", {}):
+                if gpu["host"] == host and gpu["index"] == index:
+                    return str(gpu["uuid"])
+        return None
+
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while (uuid := await known()) is None:
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"GPU {index} of {host} never reached the reservations service")
+        await asyncio.sleep(0.2)
+    return uuid
