@@ -42,7 +42,7 @@ from services.jobs.scheduler import (
     Waiting,
     schedule,
 )
-from services.jobs.spec import to_job
+from services.jobs.spec import definition_of, to_job
 from services.jobs.state import JobState, TaskRun
 from services.shared.bus import Bus
 from services.shared.config import HostConfig, Settings
@@ -432,26 +432,10 @@ class Engine:
     @staticmethod
     def _definition(state: JobState) -> dict[str, Any]:
         """The job as a definition again (for re-checking it), without a schedule."""
-        answer = state.answer()
         return {
             "name": state.job.name,
             "description": state.job.description,
-            "params": answer["params"],
-            "env": answer["env"],
-            "template": answer["template"],
-            "tasks": [
-                {
-                    "host": spec.host,
-                    "command": spec.command,
-                    "gpus": list(spec.gpus),
-                    "gpu_count": spec.gpu_count,
-                    "cwd": spec.cwd,
-                    "params": [p.to_dict() for p in spec.params],
-                    "env": dict(spec.env),
-                    "role": spec.role,
-                }
-                for spec in state.job.tasks
-            ],
+            **definition_of(state.job),
             "max_runtime_s": state.max_runtime_s,
             "stop_at": state.stop_at,
         }
@@ -1062,5 +1046,4 @@ def _rendered_dict(task: RenderedTask) -> dict[str, Any]:
         "env": dict(task.env),
         "gpus": list(task.gpus),
         "port": task.port,
-        "session": None,
     }

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.jobs.models import jobs, runs, tasks
 from services.jobs.spec import from_spec, spec_json
 from services.jobs.state import JobState, TaskRun
-from services.shared.store import from_ms, to_ms
+from services.shared.store import from_ms, iso_ms, to_ms
 
 
 def _ms(moment: datetime | None) -> int | None:
@@ -188,10 +188,8 @@ async def task_runs(conn: AsyncConnection, job_id: int) -> list[dict[str, Any]]:
             "status": row.status,
             "exit_code": row.exit_code,
             "reason": row.reason,
-            "started_at": None
-            if row.started_at_ms is None
-            else from_ms(row.started_at_ms).isoformat(),
-            "ended_at": None if row.ended_at_ms is None else from_ms(row.ended_at_ms).isoformat(),
+            "started_at": iso_ms(row.started_at_ms),
+            "ended_at": iso_ms(row.ended_at_ms),
         }
         for row in found
     ]

@@ -138,19 +138,21 @@ def to_job(
     )
 
 
+def definition_of(job: Job) -> dict[str, Any]:
+    """What defines the job besides its name and schedule, as a definition (GPUs as uuids)."""
+    return {
+        "params": [p.to_dict() for p in job.params],
+        "env": dict(job.env),
+        "template": None
+        if job.template is None
+        else {"kind": job.template.kind, "options": dict(job.template.options)},
+        "tasks": [task_dict(task) for task in job.tasks],
+    }
+
+
 def spec_json(job: Job) -> str:
-    """The `spec` column: what defines the job besides its schedule (GPUs as uuids)."""
-    return json.dumps(
-        {
-            "params": [p.to_dict() for p in job.params],
-            "env": dict(job.env),
-            "template": None
-            if job.template is None
-            else {"kind": job.template.kind, "options": dict(job.template.options)},
-            "tasks": [task_dict(task) for task in job.tasks],
-        },
-        separators=(",", ":"),
-    )
+    """The `spec` column."""
+    return json.dumps(definition_of(job), separators=(",", ":"))
 
 
 def task_dict(task: Task) -> dict[str, Any]:
