@@ -1,53 +1,80 @@
-"""The gateway's aiohttp application: the REST API under /api/v1."""
+"""The gateway's aiohttp application: the REST API under /api/v1, its contract, the live stream
+and the web UI.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+import json
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
-from services import __version__
-from services.gateway.errors import error_middleware
+from services.gateway import frontend
+from services.gateway.auth import LoginLimiter, TokenIssuer
+from services.gateway.context import BUS, LIMITS, SETTINGS, STREAM, TOKENS, LoginLimits
+from services.gateway.errors import cors_middleware, error_middleware
+from services.gateway.openapi import build_spec, docs_page
+from services.gateway.routes import ROUTES
+from services.gateway.routes.meta import BACKENDS
+from services.gateway.routing import API, Authenticator, Route, wrap
+from services.gateway.stream import StreamHub
 from services.shared.bus import Bus
 from services.shared.config import Settings
-from services.shared.contracts import HEALTH_METHOD
-from services.shared.errors import ServiceUnavailable, WardenError
 
-SETTINGS = web.AppKey("settings", Settings)
-BUS = web.AppKey("bus", Bus)
-
-# The services the gateway asks for their health (it answers for itself).
-BACKENDS = ("monitor", "reservations", "jobs", "violations")
+__all__ = ["BACKENDS", "create_app"]
 
 
-async def _probe(bus: Bus, service: str, timeout: float) -> dict[str, Any]:
-    try:
-        answer = await bus.call(service, HEALTH_METHOD, timeout=timeout)
-    except ServiceUnavailable as err:
-        return {"status": "unreachable", "version": None, "detail": err.message}
-    except WardenError as err:
-        return {"status": "error", "version": None, "detail": err.message}
-    return {"status": answer.get("status", "ok"), "version": answer.get("version")}
+def _swagger_ui_dir() -> Path:
+    import swagger_ui_bundle  # the docs page's scripts, shipped in a wheel: no CDN
+
+    return Path(swagger_ui_bundle.swagger_ui_path)
 
 
-async def health(request: web.Request) -> web.Response:
-    """Public. Each service with ok / unreachable and its version, within a bounded time."""
-    bus, settings = request.app[BUS], request.app[SETTINGS]
-    timeout = settings.gateway.health_timeout_s
-    answers = await asyncio.gather(*(_probe(bus, name, timeout) for name in BACKENDS))
-    services = {"gateway": {"status": "ok", "version": __version__}}
-    services.update(zip(BACKENDS, answers, strict=True))
-    healthy = all(s["status"] == "ok" for s in services.values())
-    return web.json_response(
-        {"status": "ok" if healthy else "degraded", "version": __version__, "services": services},
-        status=200 if healthy else 503,
+def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -> web.Application:
+    app = web.Application(
+        middlewares=[cors_middleware(settings.gateway.cors_origins), error_middleware],
+        client_max_size=1024**2,
     )
-
-
-def create_app(settings: Settings, bus: Bus) -> web.Application:
-    app = web.Application(middlewares=[error_middleware])
+    secret = settings.auth.jwt_secret or secrets.token_urlsafe(48)  # --dev without a secret
+    tokens = TokenIssuer(secret, settings.auth.access_token_ttl_s)
     app[SETTINGS] = settings
     app[BUS] = bus
-    app.router.add_get("/api/v1/health", health)
+    app[TOKENS] = tokens
+    gateway = settings.gateway
+    app[LIMITS] = LoginLimits(
+        LoginLimiter(gateway.login_window_s, gateway.login_failures_per_user),
+        LoginLimiter(gateway.login_window_s, gateway.login_failures_per_ip),
+    )
+    app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
+    authenticator = Authenticator(tokens)
+    for route in routes:
+        app.router.add_route(
+            route.method, route.full_path, wrap(route, authenticator, bus, settings)
+        )
+
+    document = json.dumps(build_spec(routes))
+
+    async def openapi(_request: web.Request) -> web.Response:
+        """Public. The OpenAPI 3 document of this API."""
+        return web.Response(text=document, content_type="application/json")
+
+    async def docs(_request: web.Request) -> web.Response:
+        """Public. Interactive API documentation (Swagger UI, served from here)."""
+        return web.Response(text=docs_page(), content_type="text/html")
+
+    app.router.add_get(f"{API}/openapi.json", openapi)
+    app.router.add_get(f"{API}/docs", docs)
+    app.router.add_static(f"{API}/docs/static", _swagger_ui_dir())
+    frontend.add_routes(app, frontend.dist_dir(gateway.frontend_dir))
+
+    async def start_stream(app: web.Application) -> None:
+        await app[STREAM].start()
+
+    async def stop_stream(app: web.Application) -> None:
+        await app[STREAM].close()
+
+    app.on_startup.append(start_stream)
+    app.on_shutdown.append(stop_stream)
     return app

@@ -18,9 +18,13 @@ log = logging.getLogger("warden.gateway")
 
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
+    "invalid_json": 400,
+    "validation_failed": 422,
     "contract_violation": 422,
     "not_found": 404,
     "authentication_failed": 401,
+    "authentication_required": 401,
+    "too_many_attempts": 429,
     "forbidden": 403,
     "not_allowed": 403,
     "already_exists": 409,
@@ -36,9 +40,14 @@ STATUS_BY_CODE: dict[str, int] = {
 
 
 def error_response(status: int, code: str, message: str, details: Any = None) -> web.Response:
-    return web.json_response(
+    response = web.json_response(
         {"error": code, "message": message, "details": details or {}}, status=status
     )
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="warden"'
+    if status == 429 and isinstance(details, dict) and "retry_after_s" in details:
+        response.headers["Retry-After"] = str(max(1, int(details["retry_after_s"] + 0.999)))
+    return response
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -56,7 +65,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as err:
         if err.status < 400:
             raise
-        code = err.reason.lower().replace(" ", "_")
+        code = err.reason.lower().replace(" ", "_").replace("-", "_")
         response = error_response(err.status, code, err.reason)
         # Keep what the status needs, such as `Allow` on a 405.
         for name, value in err.headers.items():
@@ -66,3 +75,31 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception:
         log.exception("%s %s failed", request.method, request.path)
         return error_response(500, "internal_error", "internal error; see the gateway log")
+
+
+CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
+CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
+
+
+def cors_middleware(origins: tuple[str, ...]) -> Any:
+    """CORS for the configured origins only (`*` allows any); off when there are none."""
+    allowed = frozenset(origins)
+
+    @web.middleware
+    async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if not allowed or origin is None or not ("*" in allowed or origin in allowed):
+            return await handler(request)
+        preflight = request.method == "OPTIONS" and "Access-Control-Request-Method" in (
+            request.headers
+        )
+        response = web.Response(status=204) if preflight else await handler(request)
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+        if preflight:
+            response.headers["Access-Control-Allow-Methods"] = CORS_METHODS
+            response.headers["Access-Control-Allow-Headers"] = CORS_HEADERS
+            response.headers["Access-Control-Max-Age"] = "600"
+        return response
+
+    return cors

@@ -15,15 +15,15 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from services.reservations import accounts
+from services.reservations import accounts, sessions
 from services.reservations.commands import Commands
 from services.reservations.model import AccessRule, Limits, WeeklyWindow
 from services.reservations.models import gpus
 from services.reservations.queries import Queries
-from services.reservations.store import Store, to_ms
+from services.reservations.store import Store, now_ms, to_ms
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
-from services.shared.errors import Forbidden, InvalidRequest
+from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest
 from services.shared.validation import load_args as _load
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -157,6 +157,19 @@ class AuthenticateArgs(Schema):
     password = _Str(required=True)
 
 
+class LoginArgs(AuthenticateArgs):
+    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class RefreshArgs(Schema):
+    refresh_token = _Str(required=True, validate=validate.Length(min=1, max=256))
+    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class LogoutArgs(Schema):
+    refresh_token = _Str(required=True, validate=validate.Length(min=1, max=256))
+
+
 class ContactsArgs(Schema):
     usernames = fields.List(_Str(validate=validate.Length(min=1)), required=True)
 
@@ -240,6 +253,39 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
         async with store.read() as conn:
             return await accounts.authenticate(conn, query["username"], query["password"])
 
+    async def login(args: dict[str, Any]) -> dict[str, Any]:
+        """Check the password and open a session: the user and a first refresh token."""
+        query = _load(LoginArgs(), args)
+        async with store.write() as conn:
+            user = await accounts.authenticate(conn, query["username"], query["password"])
+            token = await sessions.open_session(
+                conn, user["username"], query["ttl_s"] * 1000, now_ms()
+            )
+        return {"user": user, **token}
+
+    async def refresh_session(args: dict[str, Any]) -> dict[str, Any]:
+        """The next refresh token of a session and its user as they are now."""
+        query = _load(RefreshArgs(), args)
+        async with store.write() as conn:
+            refreshed = await sessions.rotate(
+                conn, query["refresh_token"], query["ttl_s"] * 1000, now_ms()
+            )
+            user = None
+            if refreshed.username is not None:
+                user = await accounts.get_user(conn, refreshed.username)
+        # Raised after the commit, so that the family's revocation is kept.
+        if refreshed.reused:
+            raise AuthenticationFailed(sessions.REUSED_TOKEN, {"revoked": True})
+        if user is None or refreshed.token is None:
+            raise AuthenticationFailed(sessions.INVALID_TOKEN)
+        return {"user": user, **refreshed.token}
+
+    async def logout(args: dict[str, Any]) -> dict[str, Any]:
+        query = _load(LogoutArgs(), args)
+        async with store.write() as conn:
+            closed = await sessions.close_session(conn, query["refresh_token"], now_ms())
+        return {"revoked": closed}
+
     async def contacts(args: dict[str, Any]) -> dict[str, Any]:
         """For other services (no actor): e-mail and roles of the known usernames (unknown
         ones are left out), and every admin's username and e-mail.
@@ -284,6 +330,8 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
             if demoting and await accounts.count_admins(conn) <= 1:
                 raise InvalidRequest(f"{username} is the last admin", {"field": "is_admin"})
             updated = await accounts.update_user(conn, username, **query, actor=actor.username)
+            if query["password"] is not None:
+                await sessions.revoke_user(conn, username, now_ms())
         commands.on_commit()
         return updated
 
@@ -458,6 +506,9 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
 
     return {
         "authenticate": authenticate,
+        "login": login,
+        "refresh_session": refresh_session,
+        "logout": logout,
         "contacts": contacts,
         "get_user": get_user,
         "list_users": list_users,

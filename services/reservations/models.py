@@ -8,7 +8,8 @@ The invariant "no two active reservations overlap on one GPU" lives in
 whether it is active). The database enforces it: on PostgreSQL with an exclusion constraint
 (btree_gist), on SQLite with triggers that abort an overlapping insert or update; the service
 also writes inside a serialised transaction on SQLite. Both are created by migration
-`reservations_0002`; `reservations_0003` adds the guests of shared bookings.
+`reservations_0002`; `reservations_0003` adds the guests of shared bookings,
+`reservations_0004` the refresh-token sessions.
 """
 
 from sqlalchemy import (
@@ -176,6 +177,22 @@ guests = Table(
         primary_key=True,
     ),
     Column("username", String(32), primary_key=True),
+)
+
+# Refresh tokens of signed-in sessions, by hash (the token itself is never stored). Each login
+# starts a family; a refresh replaces the token with the next one of its family, and a token
+# presented again after it was replaced revokes the whole family (it was stolen or replayed).
+sessions = Table(
+    "reservations_sessions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("family", String(32), nullable=False, index=True),
+    Column("username", String(32), nullable=False, index=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("expires_at_ms", BigInteger, nullable=False),
+    Column("rotated_at_ms", BigInteger, nullable=True),
+    Column("revoked_at_ms", BigInteger, nullable=True),
 )
 
 # Events written in the same transaction as the change they describe, published after the

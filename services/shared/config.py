@@ -87,6 +87,14 @@ class GatewaySettings:
     port: int = 8080
     health_timeout_s: float = 2.0
     cors_origins: tuple[str, ...] = ()
+    # Failed logins allowed per username and per client address within the window.
+    login_window_s: float = 300.0
+    login_failures_per_user: int = 5
+    login_failures_per_ip: int = 20
+    # Events the live stream keeps so that a reconnecting browser resumes where it left off.
+    stream_replay_events: int = 2000
+    # The built web UI; empty means `frontend/dist` beside the code, when it exists.
+    frontend_dir: str = ""
 
 
 @dataclass(frozen=True)
@@ -376,6 +384,13 @@ class GatewaySchema(_Section):
     port = fields.Integer(load_default=8080, validate=validate.Range(min=0, max=65535))
     health_timeout_s = fields.Float(load_default=2.0, validate=validate.Range(min=0.05, max=60))
     cors_origins = fields.List(fields.String(), load_default=list)
+    login_window_s = fields.Float(load_default=300.0, validate=validate.Range(min=1))
+    login_failures_per_user = fields.Integer(load_default=5, validate=validate.Range(min=1))
+    login_failures_per_ip = fields.Integer(load_default=20, validate=validate.Range(min=1))
+    stream_replay_events = fields.Integer(
+        load_default=2000, validate=validate.Range(min=0, max=1_000_000)
+    )
+    frontend_dir = fields.String(load_default="")
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> GatewaySettings:
@@ -781,6 +796,14 @@ port = 8080
 health_timeout_s = 2.0
 # Origins allowed by CORS; empty means CORS is off.
 cors_origins = []
+# Failed logins allowed per username and per client address within login_window_s.
+login_window_s = 300.0
+login_failures_per_user = 5
+login_failures_per_ip = 20
+# Events the live stream keeps so that a reconnecting browser resumes without a full reload.
+stream_replay_events = 2000
+# The built web UI served at /; empty means frontend/dist beside the code, when it exists.
+frontend_dir = ""
 
 [auth]
 # Signs access tokens. Keep it secret; a random value was generated for this file.

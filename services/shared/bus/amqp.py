@@ -216,12 +216,18 @@ class AmqpBus(Bus):
         handler: EventHandler,
         *,
         concurrency: int = 1,
+        transient: bool = False,
     ) -> Teardown:
         connection = self._require_connection()
         name = queue_name(source, pattern, consumer)
         channel = await connection.channel()
         await channel.set_qos(prefetch_count=self.settings.prefetch)
-        queue = await self._declare_consumer_queue(channel, source, pattern, name)
+        queue: AbstractQueue
+        if transient:
+            queue = await channel.declare_queue(name, exclusive=True, auto_delete=True)
+            await queue.bind(await self._exchange(channel, events_exchange(source)), pattern)
+        else:
+            queue = await self._declare_consumer_queue(channel, source, pattern, name)
         gate = asyncio.Semaphore(max(1, concurrency))
         acks = _AckBatcher(every=max(1, self.settings.prefetch // 4))
 

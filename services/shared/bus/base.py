@@ -108,11 +108,14 @@ class Bus(ABC):
         handler: EventHandler,
         *,
         concurrency: int = 1,
+        transient: bool = False,
     ) -> Teardown:
         """Consume events of `source` matching `pattern` on the durable queue of `consumer`.
 
         `consumer` is `<service>.<handler>`. Returns the teardown that stops this consumer
-        (the queue and what waits in it stay).
+        (the queue and what waits in it stay). A `transient` queue belongs to this consumer
+        alone and goes away with it (each gateway replica's copy of the live events); what
+        its handler fails on is dropped, not dead-lettered.
         """
 
     @abstractmethod

@@ -101,6 +101,7 @@ class InProcessBus(Bus):
         handler: EventHandler,
         *,
         concurrency: int = 1,
+        transient: bool = False,
     ) -> Teardown:
         name = queue_name(source, pattern, consumer)
         queue = self._queues.get(name)
@@ -118,6 +119,11 @@ class InProcessBus(Bus):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._workers.difference_update(tasks)
+            if transient:
+                self._queues.pop(name, None)
+                bindings = self._bindings.get(events_exchange(source), [])
+                with contextlib.suppress(ValueError):
+                    bindings.remove((pattern, name))
 
         return teardown
 

@@ -1,0 +1,25 @@
+"""What the app holds for its handlers (aiohttp app keys), apart from the app that sets it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from services.gateway.auth import LoginLimiter, TokenIssuer
+from services.gateway.stream import StreamHub
+from services.shared.bus import Bus
+from services.shared.config import Settings
+
+
+@dataclass(frozen=True)
+class LoginLimits:
+    by_user: LoginLimiter
+    by_address: LoginLimiter
+
+
+SETTINGS = web.AppKey("settings", Settings)
+BUS = web.AppKey("bus", Bus)
+TOKENS = web.AppKey("tokens", TokenIssuer)
+LIMITS = web.AppKey("login_limits", LoginLimits)
+STREAM = web.AppKey("stream", StreamHub)

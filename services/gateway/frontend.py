@@ -1,0 +1,43 @@
+"""Serving the built web UI (`frontend/dist`) at `/`, with history-mode fallback.
+
+A path that names a file in the build is that file; any other path outside `/api/` is the
+app's `index.html`, so that a deep link such as `/reservations/42` opens the app there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from services.gateway.routing import API
+
+# `frontend/dist` beside the code (a source checkout; the Docker image copies it there too).
+DEFAULT_DIST = Path(__file__).resolve().parents[2] / "frontend" / "dist"
+
+
+def dist_dir(configured: str) -> Path:
+    return Path(configured) if configured else DEFAULT_DIST
+
+
+def add_routes(app: web.Application, dist: Path) -> None:
+    """Serve `dist` when it holds a build; without one, `/` says how to get one."""
+    index = dist / "index.html"
+    root = dist.resolve()
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        path = request.match_info["path"]
+        if request.path.startswith(API + "/") or request.path == API:
+            raise web.HTTPNotFound()
+        if not index.is_file():
+            return web.Response(
+                text="Warden's web UI is not built here (no frontend/dist). The API is at "
+                f"{API}/, its documentation at {API}/docs.\n",
+                content_type="text/plain",
+            )
+        wanted = (root / path).resolve()
+        if path and wanted.is_relative_to(root) and wanted.is_file():
+            return web.FileResponse(wanted)
+        return web.FileResponse(index, headers={"Cache-Control": "no-cache"})
+
+    app.router.add_get("/{path:.*}", serve)

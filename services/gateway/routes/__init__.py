@@ -1,0 +1,24 @@
+"""Every route of the API, by resource. Each module declares `ROUTES` (see `routing.Route`)."""
+
+from __future__ import annotations
+
+from services.gateway.routes import (
+    accounts,
+    hosts,
+    jobs,
+    meta,
+    reservations,
+    session,
+    violations,
+)
+from services.gateway.routing import Route
+
+ROUTES: tuple[Route, ...] = (
+    *meta.ROUTES,
+    *session.ROUTES,
+    *accounts.ROUTES,
+    *hosts.ROUTES,
+    *reservations.ROUTES,
+    *jobs.ROUTES,
+    *violations.ROUTES,
+)

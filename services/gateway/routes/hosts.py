@@ -1,0 +1,7 @@
+"""Routes of the API: hosts (to be written)."""
+
+from __future__ import annotations
+
+from services.gateway.routing import Route
+
+ROUTES: tuple[Route, ...] = ()

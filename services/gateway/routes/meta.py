@@ -1,0 +1,111 @@
+"""Health of the system and the live event stream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from marshmallow import Schema, fields, validate
+
+from services import __version__
+from services.gateway.context import STREAM
+from services.gateway.routing import Access, Call, Route
+from services.gateway.stream import TOPICS
+from services.shared.bus import Bus
+from services.shared.contracts import HEALTH_METHOD
+from services.shared.errors import ServiceUnavailable, WardenError
+
+# The services the gateway asks for their health (it answers for itself).
+BACKENDS = ("monitor", "reservations", "jobs", "violations")
+
+
+class ServiceHealthSchema(Schema):
+    status = fields.String(required=True, metadata={"description": "ok, unreachable or error"})
+    version = fields.String(required=True, allow_none=True)
+    detail = fields.String()
+
+
+class HealthSchema(Schema):
+    status = fields.String(required=True, metadata={"description": "ok or degraded"})
+    version = fields.String(required=True)
+    services = fields.Dict(
+        keys=fields.String(), values=fields.Nested(ServiceHealthSchema), required=True
+    )
+
+
+class StreamQuery(Schema):
+    topics = fields.List(
+        fields.String(validate=validate.OneOf(TOPICS)),
+        metadata={"description": "what to receive (default: everything you may see)"},
+    )
+    last_event_id = fields.String(
+        validate=validate.Length(max=64),
+        metadata={"description": "resume after this event (else the Last-Event-ID header)"},
+    )
+
+
+async def _probe(bus: Bus, service: str, timeout: float) -> dict[str, Any]:
+    try:
+        answer = await bus.call(service, HEALTH_METHOD, timeout=timeout)
+    except ServiceUnavailable as err:
+        return {"status": "unreachable", "version": None, "detail": err.message}
+    except WardenError as err:
+        return {"status": "error", "version": None, "detail": err.message}
+    return {"status": answer.get("status", "ok"), "version": answer.get("version")}
+
+
+async def health(call: Call) -> web.Response:
+    """Each service with ok / unreachable and its version, within a bounded time."""
+    timeout = call.settings.gateway.health_timeout_s
+    answers = await asyncio.gather(*(_probe(call.bus, name, timeout) for name in BACKENDS))
+    services = {"gateway": {"status": "ok", "version": __version__}}
+    services.update(zip(BACKENDS, answers, strict=True))
+    healthy = all(s["status"] == "ok" for s in services.values())
+    return web.json_response(
+        {"status": "ok" if healthy else "degraded", "version": __version__, "services": services},
+        status=200 if healthy else 503,
+    )
+
+
+async def stream(call: Call) -> web.StreamResponse:
+    resume = call.query.get("last_event_id") or call.request.headers.get("Last-Event-ID")
+    topics = frozenset(call.query.get("topics") or TOPICS)
+    return await call.request.app[STREAM].serve(call.request, call.user, topics, resume)
+
+
+ROUTES = (
+    Route(
+        "GET",
+        "/health",
+        health,
+        Access.PUBLIC,
+        "Health of every service",
+        "system",
+        raw=True,
+        response=HealthSchema,
+        extra={
+            "responses": {
+                "503": {
+                    "description": "a service does not answer",
+                    "content": {"application/json": {"schema": HealthSchema}},
+                }
+            }
+        },
+        description="200 when every service answers, 503 (same body) when one does not.",
+    ),
+    Route(
+        "GET",
+        "/stream",
+        stream,
+        Access.USER,
+        "Live events (Server-Sent Events)",
+        "system",
+        query=StreamQuery,
+        raw=True,
+        produces="text/event-stream",
+        description="Host samples, GPU processes, reservation, job and violation changes that "
+        "you may see. Each event has an `id`; reconnect with `Last-Event-ID` to resume. "
+        "Browsers (EventSource) may pass the token as `access_token`.",
+    ),
+)

@@ -1,0 +1,409 @@
+"""Reservations: the calendar by range and GPUs, booking, editing, cancelling, ending early, the
+long-term overview and the earliest free slot.
+
+The reservations service decides (who may, access rules, quotas, conflicts) and says why it
+refuses; the gateway validates the request, names GPUs as the user does (`dgx1:0` or a uuid)
+and hides the private fields of other people's reservations.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+
+from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
+from services.gateway.visibility import reservation_for
+from services.shared.errors import InvalidRequest
+
+_Str = fields.String
+_Time = fields.AwareDateTime
+GPU_REF = "a GPU uuid, or host:index (dgx1:0)"
+DEFAULT_RANGE = timedelta(days=7)
+
+
+class IdPath(Schema):
+    id = fields.Integer(required=True, validate=validate.Range(min=1, max=2**31 - 1))
+
+
+class GpuRefSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+    name = _Str()
+
+
+class UsageSchema(Answer):
+    samples = fields.Integer(required=True)
+    avg_utilization_percent = fields.Float(allow_none=True)
+    peak_utilization_percent = fields.Float(allow_none=True)
+    avg_memory_used_mib = fields.Float(allow_none=True)
+    peak_memory_used_mib = fields.Float(allow_none=True)
+    idle_share = fields.Float(allow_none=True)
+
+
+class ReservationSchema(Answer):
+    id = fields.Integer(required=True)
+    owner = _Str(required=True)
+    gpus = fields.List(fields.Nested(GpuRefSchema), required=True)
+    start = _Time(required=True)
+    end = _Time(required=True)
+    title = _Str(required=True)
+    description = _Str(
+        required=True, metadata={"description": "empty unless you own, share or administer it"}
+    )
+    status = _Str(required=True, metadata={"description": "active, cancelled or ended"})
+    guests = fields.List(_Str(), required=True)
+    created_by = _Str(required=True)
+    cancelled_at = _Time(allow_none=True)
+    cancelled_by = _Str(allow_none=True)
+    cancel_reason = _Str(allow_none=True)
+    created_at = _Time()
+    updated_at = _Time()
+    usage = fields.Nested(UsageSchema, allow_none=True)
+
+
+class ListQuery(Page):
+    start = _Time(metadata={"description": "default: now"})
+    end = _Time(metadata={"description": "default: start + 7 days (at most 8 weeks)"})
+    gpus = fields.List(
+        _Str(validate=validate.Length(min=1, max=128)),
+        metadata={"description": f"only these GPUs: each {GPU_REF}"},
+    )
+    owner = _Str(validate=validate.Length(min=1, max=64))
+    include_cancelled = fields.Boolean(load_default=False)
+
+
+def _ordered(data: dict[str, Any], *, required: bool) -> None:
+    end, duration = data.get("end"), data.get("duration_minutes")
+    if end is not None and duration is not None:
+        raise ValidationError("give end or duration_minutes, not both", "end")
+    if required and end is None and duration is None:
+        raise ValidationError("give end or duration_minutes", "end")
+
+
+class CreateBody(Schema):
+    gpus = fields.List(
+        _Str(validate=validate.Length(min=1, max=128)),
+        required=True,
+        validate=validate.Length(min=1, max=1024),
+        metadata={"description": f"each {GPU_REF}"},
+    )
+    start = _Time(required=True)
+    end = _Time()
+    duration_minutes = fields.Integer(validate=validate.Range(min=1, max=60 * 24 * 366))
+    title = _Str(required=True, validate=validate.Length(min=1, max=200))
+    description = _Str(load_default="", validate=validate.Length(max=5000))
+    guests = fields.List(_Str(validate=validate.Length(min=1, max=64)), load_default=list)
+    owner = _Str(
+        validate=validate.Length(min=1, max=64),
+        metadata={"description": "admins only: book for someone else"},
+    )
+
+    @validates_schema
+    def one_end(self, data: dict[str, Any], **_: Any) -> None:
+        _ordered(data, required=True)
+
+
+class UpdateBody(Schema):
+    title = _Str(validate=validate.Length(min=1, max=200))
+    description = _Str(validate=validate.Length(max=5000))
+    start = _Time()
+    end = _Time()
+    duration_minutes = fields.Integer(validate=validate.Range(min=1, max=60 * 24 * 366))
+    guests = fields.List(_Str(validate=validate.Length(min=1, max=64)))
+
+    @validates_schema
+    def one_end(self, data: dict[str, Any], **_: Any) -> None:
+        _ordered(data, required=False)
+
+
+class CancelQuery(Schema):
+    reason = _Str(load_default="", validate=validate.Length(max=500))
+
+
+class OverviewQuery(Schema):
+    start = _Time(metadata={"description": "default: now"})
+    end = _Time(metadata={"description": "default: start + 7 days (at most 8 weeks)"})
+    slot_minutes = fields.Integer(load_default=60, validate=validate.OneOf((30, 60)))
+    gpus = fields.List(_Str(validate=validate.Length(min=1, max=128)))
+
+
+class RunSchema(Answer):
+    state = _Str(required=True, metadata={"description": "free, mine, taken or not_allowed"})
+
+
+class OverviewGpuSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+    runs = fields.List(fields.Nested(RunSchema), required=True)
+
+
+class OverviewHostSchema(Answer):
+    host = _Str(required=True)
+    gpus = fields.List(fields.Nested(OverviewGpuSchema), required=True)
+
+
+class OverviewSchema(Answer):
+    start = _Time(required=True)
+    end = _Time(required=True)
+    slot_minutes = fields.Float(required=True)
+    slots = fields.Integer(required=True)
+    hosts = fields.List(fields.Nested(OverviewHostSchema), required=True)
+
+
+class SlotQuery(Schema):
+    count = fields.Integer(required=True, validate=validate.Range(min=1, max=1024))
+    duration_minutes = fields.Integer(
+        required=True, validate=validate.Range(min=1, max=60 * 24 * 7 * 8)
+    )
+    not_before = _Time()
+    host = _Str(validate=validate.Length(min=1, max=255))
+    gpu_model = _Str(validate=validate.Length(min=1, max=255))
+    same_host = fields.Boolean(load_default=False)
+
+
+class SlotGpuSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+
+
+class SlotSchema(Answer):
+    start = _Time(required=True)
+    end = _Time(required=True)
+    gpus = fields.List(fields.Nested(SlotGpuSchema), required=True)
+
+
+# --- helpers shared with other routes ----------------------------------------------------------
+
+
+async def resolve_gpus(call: Call, refs: list[str]) -> list[str]:
+    """GPU uuids for what users write: a uuid, or `host:index`. Unknown ones are a 422."""
+    if all(":" not in ref for ref in refs):
+        return refs
+    known = await call.rpc("reservations", "list_gpus", {})
+    by_place = {f"{gpu['host']}:{gpu['index']}": gpu["uuid"] for gpu in known}
+    uuids, unknown = [], []
+    for ref in refs:
+        if ":" in ref and not ref.startswith(("GPU-", "MIG-")):
+            found = by_place.get(ref)
+            if found is None:
+                unknown.append(ref)
+            uuids.append(found or ref)
+        else:
+            uuids.append(ref)
+    if unknown:
+        raise InvalidRequest(
+            f"unknown GPU {', '.join(unknown)}: use host:index of a known GPU, or its uuid",
+            {"field": "gpus", "unknown": unknown},
+        )
+    return uuids
+
+
+def _range(query: dict[str, Any]) -> tuple[datetime, datetime]:
+    start = query.get("start") or datetime.now(UTC)
+    end = query.get("end") or start + DEFAULT_RANGE
+    if end <= start:
+        raise InvalidRequest("end must be after start", {"field": "end"})
+    return start, end
+
+
+def _end(body: dict[str, Any], start: datetime | None) -> datetime | None:
+    if body.get("duration_minutes") is not None:
+        if start is None:
+            raise InvalidRequest("duration_minutes needs start", {"field": "duration_minutes"})
+        return start + timedelta(minutes=body["duration_minutes"])
+    end: datetime | None = body.get("end")
+    return end
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+async def list_reservations(call: Call) -> dict[str, Any]:
+    query = call.query
+    start, end = _range(query)
+    args: dict[str, Any] = {
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "include_cancelled": query["include_cancelled"],
+    }
+    if query.get("gpus"):
+        args["gpus"] = await resolve_gpus(call, query["gpus"])
+    if query.get("owner"):
+        args["owner"] = query["owner"]
+    found = await call.rpc("reservations", "calendar", args)
+    page = found[query["offset"] : query["offset"] + query["limit"]]
+    return page_of([reservation_for(call.user, r) for r in page], len(found), query)
+
+
+async def create_reservation(call: Call) -> dict[str, Any]:
+    body = call.body
+    args = {
+        "actor": call.user.username,
+        "gpus": await resolve_gpus(call, body["gpus"]),
+        "start": body["start"].isoformat(),
+        "end": _iso(_end(body, body["start"])),
+        "title": body["title"],
+        "description": body["description"],
+        "guests": body["guests"],
+    }
+    if body.get("owner"):
+        args["owner"] = body["owner"]
+    created: dict[str, Any] = await call.rpc("reservations", "create_reservation", args)
+    return created
+
+
+async def get_reservation(call: Call) -> dict[str, Any]:
+    found = await call.rpc("reservations", "get_reservation", {"id": call.params["id"]})
+    return reservation_for(call.user, found)
+
+
+async def update_reservation(call: Call) -> dict[str, Any]:
+    body = call.body
+    args: dict[str, Any] = {"actor": call.user.username, "id": call.params["id"]}
+    for key in ("title", "description", "guests"):
+        if key in body:
+            args[key] = body[key]
+    if "start" in body:
+        args["start"] = body["start"].isoformat()
+    start = body.get("start")
+    if body.get("duration_minutes") is not None and start is None:
+        current = await call.rpc("reservations", "get_reservation", {"id": call.params["id"]})
+        start = datetime.fromisoformat(current["start"])
+    end = _end(body, start)
+    if end is not None:
+        args["end"] = end.isoformat()
+    updated: dict[str, Any] = await call.rpc("reservations", "update_reservation", args)
+    return updated
+
+
+async def cancel_reservation(call: Call) -> dict[str, Any]:
+    args = {"actor": call.user.username, "id": call.params["id"], **call.query}
+    cancelled: dict[str, Any] = await call.rpc("reservations", "cancel_reservation", args)
+    return cancelled
+
+
+async def end_reservation(call: Call) -> dict[str, Any]:
+    args = {"actor": call.user.username, "id": call.params["id"]}
+    ended: dict[str, Any] = await call.rpc("reservations", "end_reservation", args)
+    return ended
+
+
+async def overview(call: Call) -> dict[str, Any]:
+    start, end = _range(call.query)
+    args: dict[str, Any] = {
+        "actor": call.user.username,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "slot_minutes": call.query["slot_minutes"],
+    }
+    if call.query.get("gpus"):
+        args["gpus"] = await resolve_gpus(call, call.query["gpus"])
+    grid: dict[str, Any] = await call.rpc("reservations", "overview", args)
+    return grid
+
+
+async def earliest_slot(call: Call) -> dict[str, Any]:
+    args = {"actor": call.user.username, **call.query}
+    if "not_before" in args:
+        args["not_before"] = args["not_before"].isoformat()
+    slot: dict[str, Any] = await call.rpc("reservations", "find_slot", args)
+    return slot
+
+
+TAG = "reservations"
+ROUTES = (
+    Route(
+        "GET",
+        "/reservations",
+        list_reservations,
+        Access.USER,
+        "Reservations overlapping a time range (the calendar)",
+        TAG,
+        query=ListQuery,
+        response=page_schema(ReservationSchema),
+    ),
+    Route(
+        "POST",
+        "/reservations",
+        create_reservation,
+        Access.USER,
+        "Reserve GPUs",
+        TAG,
+        body=CreateBody,
+        response=ReservationSchema,
+        status=201,
+        description="Refusals say why: 409 `reservation_conflict` (who holds which GPU when), "
+        "403 `not_allowed` (the access rules or quotas that do not allow it).",
+    ),
+    Route(
+        "GET",
+        "/reservations/overview",
+        overview,
+        Access.USER,
+        "Long-term overview: per GPU, runs of free / mine / taken / not allowed slots",
+        TAG,
+        query=OverviewQuery,
+        response=OverviewSchema,
+    ),
+    Route(
+        "GET",
+        "/reservations/slot",
+        earliest_slot,
+        Access.USER,
+        "The earliest slot where you may reserve N GPUs for a duration",
+        TAG,
+        query=SlotQuery,
+        response=SlotSchema,
+    ),
+    Route(
+        "GET",
+        "/reservations/{id}",
+        get_reservation,
+        Access.USER,
+        "One reservation",
+        TAG,
+        params=IdPath,
+        response=ReservationSchema,
+    ),
+    Route(
+        "PATCH",
+        "/reservations/{id}",
+        update_reservation,
+        Access.OWNER,
+        "Edit a reservation (title, description, times, guests)",
+        TAG,
+        params=IdPath,
+        body=UpdateBody,
+        response=ReservationSchema,
+    ),
+    Route(
+        "DELETE",
+        "/reservations/{id}",
+        cancel_reservation,
+        Access.OWNER,
+        "Cancel a reservation",
+        TAG,
+        params=IdPath,
+        query=CancelQuery,
+        response=ReservationSchema,
+    ),
+    Route(
+        "POST",
+        "/reservations/{id}/end",
+        end_reservation,
+        Access.OWNER,
+        "End a running reservation now",
+        TAG,
+        params=IdPath,
+        response=ReservationSchema,
+    ),
+)
