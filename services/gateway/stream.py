@@ -112,6 +112,11 @@ class StreamHub:
         self._recent: deque[Event] = deque(maxlen=replay)
         self._clients: set[_Client] = set()
         self._teardowns: list[Teardown] = []
+        self._generations: dict[str, int] = {}
+
+    def generation(self, topic: str) -> int:
+        """How many events of `topic` arrived: a cache built on them is stale once it moves."""
+        return self._generations.get(topic, 0)
 
     @property
     def clients(self) -> int:
@@ -138,6 +143,7 @@ class StreamHub:
 
     def publish(self, topic: str, envelope: Envelope) -> Event:
         self._seq += 1
+        self._generations[topic] = self._generations.get(topic, 0) + 1
         event = Event(
             seq=self._seq,
             id=f"{self.epoch}-{self._seq}",
