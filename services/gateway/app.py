@@ -4,6 +4,7 @@ and the web UI.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import Sequence
@@ -11,9 +12,19 @@ from pathlib import Path
 
 from aiohttp import web
 
-from services.gateway import frontend
+from services.gateway import calendar_loader, frontend
 from services.gateway.auth import LoginLimiter, TokenIssuer
-from services.gateway.context import BUS, LIMITS, SETTINGS, STREAM, TOKENS, LoginLimits
+from services.gateway.calendar import CalendarView
+from services.gateway.context import (
+    BACKGROUND,
+    BUS,
+    CALENDAR,
+    LIMITS,
+    SETTINGS,
+    STREAM,
+    TOKENS,
+    LoginLimits,
+)
 from services.gateway.errors import cors_middleware, error_middleware
 from services.gateway.openapi import build_spec, docs_page
 from services.gateway.routes import ROUTES
@@ -43,11 +54,14 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[BUS] = bus
     app[TOKENS] = tokens
     gateway = settings.gateway
+    app[BACKGROUND] = []
     app[LIMITS] = LoginLimits(
         LoginLimiter(gateway.login_window_s, gateway.login_failures_per_user),
         LoginLimiter(gateway.login_window_s, gateway.login_failures_per_ip),
     )
     app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
+    app[CALENDAR] = CalendarView()
+    calendar_loader.follow_events(app[CALENDAR], app[STREAM])
     authenticator = Authenticator(tokens)
     for route in routes:
         app.router.add_route(
@@ -70,9 +84,14 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     frontend.add_routes(app, frontend.dist_dir(gateway.frontend_dir))
 
     async def start_stream(app: web.Application) -> None:
-        await app[STREAM].start()
+        await app[STREAM].start()  # first: no reservation event falls before the load
+        loading = asyncio.create_task(calendar_loader.keep(app[CALENDAR], bus))
+        app[BACKGROUND].append(loading)
 
     async def stop_stream(app: web.Application) -> None:
+        for task in app[BACKGROUND]:
+            task.cancel()
+        await asyncio.gather(*app[BACKGROUND], return_exceptions=True)
         await app[STREAM].close()
 
     app.on_startup.append(start_stream)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from services.gateway.auth import LoginLimiter, TokenIssuer
+from services.gateway.calendar import CalendarView
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus
 from services.shared.config import Settings
@@ -23,3 +25,5 @@ BUS = web.AppKey("bus", Bus)
 TOKENS = web.AppKey("tokens", TokenIssuer)
 LIMITS = web.AppKey("login_limits", LoginLimits)
 STREAM = web.AppKey("stream", StreamHub)
+CALENDAR = web.AppKey("calendar", CalendarView)
+BACKGROUND = web.AppKey("background", list[asyncio.Task[None]])

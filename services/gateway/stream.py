@@ -113,6 +113,8 @@ class StreamHub:
         self._clients: set[_Client] = set()
         self._teardowns: list[Teardown] = []
         self._generations: dict[str, int] = {}
+        # Called with every event before it goes out (the gateway's read models).
+        self.listeners: list[Callable[[Event], None]] = []
 
     def generation(self, topic: str) -> int:
         """How many events of `topic` arrived: a cache built on them is stale once it moves."""
@@ -153,6 +155,8 @@ class StreamHub:
             data=envelope.data,
         )
         self._recent.append(event)
+        for listener in self.listeners:
+            listener(event)
         for client in self._clients:
             client.offer(event)
         return event

@@ -13,6 +13,8 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from services.gateway.calendar import item as calendar_item
+from services.gateway.context import CALENDAR
 from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
 from services.gateway.visibility import reservation_for
 from services.shared.errors import InvalidRequest
@@ -62,6 +64,22 @@ class ReservationSchema(Answer):
     created_at = _Time()
     updated_at = _Time()
     usage = fields.Nested(UsageSchema, allow_none=True)
+
+
+class CalendarItemSchema(Answer):
+    id = fields.Integer(required=True)
+    owner = _Str(required=True)
+    gpus = fields.List(fields.Nested(GpuRefSchema), required=True)
+    start = _Time(required=True)
+    end = _Time(required=True)
+    title = _Str(required=True)
+    description = _Str(required=True)
+    status = _Str(required=True)
+    guests = fields.List(_Str(), required=True)
+    created_by = _Str(required=True)
+    cancelled_at = _Time(allow_none=True)
+    cancelled_by = _Str(allow_none=True)
+    cancel_reason = _Str(allow_none=True)
 
 
 class ListQuery(Page):
@@ -230,16 +248,27 @@ def _iso(value: datetime | None) -> str | None:
 async def list_reservations(call: Call) -> dict[str, Any]:
     query = call.query
     start, end = _range(query)
-    args: dict[str, Any] = {
-        "start": start.isoformat(),
-        "end": end.isoformat(),
-        "include_cancelled": query["include_cancelled"],
-    }
-    if query.get("gpus"):
-        args["gpus"] = await resolve_gpus(call, query["gpus"])
-    if query.get("owner"):
-        args["owner"] = query["owner"]
-    found = await call.rpc("reservations", "calendar", args)
+    gpus = await resolve_gpus(call, query["gpus"]) if query.get("gpus") else None
+    view = call.request.app[CALENDAR]
+    if view.covers(start, end):
+        found = view.between(
+            start,
+            end,
+            gpus,
+            owner=query.get("owner"),
+            include_cancelled=query["include_cancelled"],
+        )
+    else:
+        args: dict[str, Any] = {
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "include_cancelled": query["include_cancelled"],
+        }
+        if gpus:
+            args["gpus"] = gpus
+        if query.get("owner"):
+            args["owner"] = query["owner"]
+        found = [calendar_item(r) for r in await call.rpc("reservations", "calendar", args)]
     page = found[query["offset"] : query["offset"] + query["limit"]]
     return page_of([reservation_for(call.user, r) for r in page], len(found), query)
 

@@ -1,0 +1,191 @@
+"""The gateway's own copy of the reservations calendar, so that reads do not cost an RPC.
+
+The gateway may keep no durable state, but it may keep a copy built from events (DESIGN §2):
+loaded once from the reservations service at start-up (a window around now) and kept current
+from `reservation.*` events. Calendar range queries and each GPU's current and next
+reservation are answered from it; a range it does not cover (far past, far future, before it
+is loaded) goes to the service. Every item has the same shape either way: the fields of the
+`reservation.*` events (`ITEM_KEYS`).
+
+Events may come twice or out of order: a cancelled reservation stays cancelled unless an
+update restores it, and what the start-up load brings never overwrites what an event brought.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+# What a calendar item holds (ReservationData in services/shared/contracts.py).
+ITEM_KEYS = (
+    "id",
+    "owner",
+    "gpus",
+    "start",
+    "end",
+    "title",
+    "description",
+    "status",
+    "created_by",
+    "cancelled_at",
+    "cancelled_by",
+    "cancel_reason",
+    "guests",
+)
+# How far back the copy keeps reservations (older ones are dropped and asked for by RPC).
+KEEP_PAST = timedelta(weeks=8)
+LOAD_AHEAD = timedelta(weeks=52)
+
+
+def _time(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def item(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A reservation (event data or RPC answer) as a calendar item."""
+    shown = {key: data.get(key) for key in ITEM_KEYS}
+    shown["gpus"] = [
+        {"uuid": g["uuid"], "host": g["host"], "index": g.get("index")}
+        for g in data.get("gpus") or ()
+    ]
+    shown["guests"] = list(data.get("guests") or ())
+    shown["description"] = data.get("description") or ""
+    return shown
+
+
+@dataclass
+class _Entry:
+    data: dict[str, Any]
+    start: datetime
+    end: datetime
+    gpus: frozenset[str]
+
+    @property
+    def active(self) -> bool:
+        return self.data["status"] == "active"
+
+
+class CalendarView:
+    def __init__(self) -> None:
+        self._by_id: dict[int, _Entry] = {}
+        self._by_gpu: dict[str, dict[int, _Entry]] = {}
+        self._cancelled: set[int] = set()
+        # The range the copy is complete for; None until loaded.
+        self.covers_from: datetime | None = None
+        self.covers_until: datetime | None = None
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    # --- keeping it current --------------------------------------------------------------
+
+    def load(
+        self, reservations: Iterable[Mapping[str, Any]], start: datetime, end: datetime
+    ) -> None:
+        """What the service answered for [start, end); entries already here are newer."""
+        for data in reservations:
+            if int(data["id"]) not in self._by_id:
+                self._put(item(data))
+        self.covers_from, self.covers_until = start, end
+
+    def apply(self, event_type: str, data: Mapping[str, Any]) -> None:
+        reservation_id = int(data["id"])
+        shown = item(data)
+        if event_type == "reservation.cancelled" or shown["status"] == "cancelled":
+            self._cancelled.add(reservation_id)
+            shown["status"] = "cancelled"
+        elif event_type == "reservation.updated" and "status" in data.get("changed", ()):
+            self._cancelled.discard(reservation_id)  # restored by an access change
+        elif reservation_id in self._cancelled:
+            shown["status"] = "cancelled"  # a late created/updated does not revive it
+        self._put(shown)
+
+    def prune(self, now: datetime) -> None:
+        """Forget what ended long ago; the copy then covers from `now - KEEP_PAST`."""
+        horizon = now - KEEP_PAST
+        for entry in [e for e in self._by_id.values() if e.end < horizon]:
+            self._remove(int(entry.data["id"]))
+        if self.covers_from is not None and self.covers_from < horizon:
+            self.covers_from = horizon
+
+    def _put(self, shown: dict[str, Any]) -> None:
+        reservation_id = int(shown["id"])
+        self._remove(reservation_id)
+        entry = _Entry(
+            shown,
+            _time(shown["start"]),
+            _time(shown["end"]),
+            frozenset(g["uuid"] for g in shown["gpus"]),
+        )
+        self._by_id[reservation_id] = entry
+        for uuid in entry.gpus:
+            self._by_gpu.setdefault(uuid, {})[reservation_id] = entry
+
+    def _remove(self, reservation_id: int) -> None:
+        entry = self._by_id.pop(reservation_id, None)
+        if entry is not None:
+            for uuid in entry.gpus:
+                on_gpu = self._by_gpu.get(uuid, {})
+                on_gpu.pop(reservation_id, None)
+                if not on_gpu:
+                    self._by_gpu.pop(uuid, None)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def covers(self, start: datetime, end: datetime) -> bool:
+        return (
+            self.covers_from is not None
+            and self.covers_until is not None
+            and self.covers_from <= start
+            and end <= self.covers_until
+        )
+
+    def between(
+        self,
+        start: datetime,
+        end: datetime,
+        gpus: Iterable[str] | None = None,
+        *,
+        owner: str | None = None,
+        include_cancelled: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Reservations overlapping [start, end) on `gpus` (all when None), by start then id."""
+        if gpus is None:
+            candidates: Iterable[_Entry] = self._by_id.values()
+        else:
+            found: dict[int, _Entry] = {}
+            for uuid in gpus:
+                found.update(self._by_gpu.get(uuid, {}))
+            candidates = found.values()
+        chosen = [
+            entry
+            for entry in candidates
+            if entry.start < end
+            and start < entry.end
+            and (include_cancelled or entry.active)
+            and (owner is None or entry.data["owner"] == owner)
+        ]
+        chosen.sort(key=lambda entry: (entry.start, entry.data["id"]))
+        return [entry.data for entry in chosen]
+
+    def now_and_next(
+        self, gpu_uuid: str, now: datetime, ahead: timedelta
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The active reservation holding the GPU at `now`, and the next one within `ahead`."""
+        current: _Entry | None = None
+        coming: _Entry | None = None
+        for entry in self._by_gpu.get(gpu_uuid, {}).values():
+            if not entry.active:
+                continue
+            if entry.start <= now < entry.end:
+                current = entry
+            elif now < entry.start <= now + ahead and (
+                coming is None or entry.start < coming.start
+            ):
+                coming = entry
+        return (
+            current.data if current else None,
+            coming.data if coming else None,
+        )

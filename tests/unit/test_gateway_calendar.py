@@ -1,0 +1,110 @@
+"""The gateway's copy of the calendar: events in any order, ranges, now and next (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from services.gateway.calendar import CalendarView, item
+
+T0 = datetime(2026, 11, 23, 8, tzinfo=UTC)
+
+
+def reservation(rid: int, gpus: list[str], start_h: float, hours: float, **extra: object) -> dict:
+    return {
+        "id": rid,
+        "owner": extra.pop("owner", "alice"),
+        "gpus": [{"uuid": u, "host": "h", "index": i, "name": "A100"} for i, u in enumerate(gpus)],
+        "start": (T0 + timedelta(hours=start_h)).isoformat(),
+        "end": (T0 + timedelta(hours=start_h + hours)).isoformat(),
+        "title": "t",
+        "description": "secret plan",
+        "status": extra.pop("status", "active"),
+        "created_by": "alice",
+        "guests": [],
+        "usage": None,
+        **extra,
+    }
+
+
+def loaded(*reservations: dict) -> CalendarView:
+    view = CalendarView()
+    view.load(reservations, T0 - timedelta(days=30), T0 + timedelta(days=60))
+    return view
+
+
+def test_items_have_the_event_shape_whatever_the_source() -> None:
+    shown = item(reservation(1, ["g0"], 0, 1))
+    assert set(shown) == {
+        "id", "owner", "gpus", "start", "end", "title", "description", "status",
+        "created_by", "cancelled_at", "cancelled_by", "cancel_reason", "guests",
+    }  # fmt: skip
+    assert shown["gpus"] == [{"uuid": "g0", "host": "h", "index": 0}]
+
+
+def test_ranges_by_gpu_owner_and_status() -> None:
+    view = loaded(
+        reservation(1, ["g0"], 0, 2),
+        reservation(2, ["g1"], 1, 2, owner="bob"),
+        reservation(3, ["g0", "g1"], 5, 1),
+        reservation(4, ["g0"], 3, 1, status="cancelled"),
+    )
+    window = (T0, T0 + timedelta(hours=4))
+    assert [r["id"] for r in view.between(*window)] == [1, 2]
+    assert [r["id"] for r in view.between(*window, include_cancelled=True)] == [1, 2, 4]
+    assert [r["id"] for r in view.between(*window, ["g1"])] == [2]
+    assert [r["id"] for r in view.between(*window, owner="alice")] == [1]
+    # Touching ends do not overlap: [0, 2) and [2, 3).
+    assert view.between(T0 + timedelta(hours=2), T0 + timedelta(hours=3), ["g0"]) == []
+
+
+def test_events_update_and_cancel_and_a_late_create_does_not_revive() -> None:
+    view = loaded()
+    view.apply("reservation.created", reservation(7, ["g0"], 0, 1))
+    view.apply("reservation.cancelled", reservation(7, ["g0"], 0, 1, status="cancelled"))
+    view.apply("reservation.created", reservation(7, ["g0"], 0, 1))  # duplicate, late
+    assert view.between(T0, T0 + timedelta(hours=1)) == []
+    restored = reservation(7, ["g0"], 0, 1, changed=["status"])
+    view.apply("reservation.updated", restored)
+    assert [r["id"] for r in view.between(T0, T0 + timedelta(hours=1))] == [7]
+    moved = reservation(7, ["g1"], 2, 1, changed=["gpus", "start", "end"])
+    view.apply("reservation.updated", moved)
+    assert view.between(T0, T0 + timedelta(hours=1)) == []
+    assert [r["id"] for r in view.between(T0, T0 + timedelta(hours=4), ["g1"])] == [7]
+
+
+def test_the_start_up_load_never_overwrites_what_an_event_brought() -> None:
+    view = CalendarView()
+    view.apply("reservation.updated", reservation(1, ["g0"], 0, 1, title="new", changed=["title"]))
+    view.load(
+        [reservation(1, ["g0"], 0, 1, title="old")], T0 - timedelta(days=1), T0 + timedelta(days=1)
+    )
+    assert view.between(T0, T0 + timedelta(hours=1))[0]["title"] == "new"
+
+
+def test_coverage_and_pruning() -> None:
+    view = CalendarView()
+    assert not view.covers(T0, T0 + timedelta(hours=1))  # not loaded yet
+    view = CalendarView()
+    old, new = reservation(1, ["g0"], -24 * 70, 1), reservation(2, ["g0"], 0, 1)
+    view.load([old, new], T0 - timedelta(days=100), T0 + timedelta(days=60))
+    assert view.covers(T0, T0 + timedelta(days=7))
+    assert view.covers(T0 - timedelta(days=90), T0)
+    assert not view.covers(T0, T0 + timedelta(days=90))
+    view.prune(T0)
+    assert len(view) == 1
+    assert view.covers_from == T0 - timedelta(weeks=8)
+    assert not view.covers(T0 - timedelta(days=90), T0)  # asked of the service now
+
+
+def test_now_and_next_on_a_gpu() -> None:
+    view = loaded(
+        reservation(1, ["g0"], -1, 2),
+        reservation(2, ["g0"], 5, 1),
+        reservation(3, ["g0"], 3, 1),
+        reservation(4, ["g0"], 2, 1, status="cancelled"),
+        reservation(5, ["g0"], 24 * 10, 1),
+    )
+    current, coming = view.now_and_next("g0", T0, timedelta(days=7))
+    assert current is not None and current["id"] == 1
+    assert coming is not None and coming["id"] == 3
+    assert view.now_and_next("g9", T0, timedelta(days=7)) == (None, None)
