@@ -209,12 +209,12 @@ def _summary(messages: Mapping[str, Any] | Any) -> str:
 
 
 async def _json_body(request: web.Request) -> Any:
-    text = await request.text()
-    if not text.strip():
+    raw = await request.read()
+    if not raw.strip():
         return {}
     try:
-        return json.loads(text)
-    except ValueError as err:
+        return json.loads(raw.decode("utf-8"))
+    except ValueError as err:  # UnicodeDecodeError is one
         raise InvalidJson(f"the request body is not valid JSON: {err}") from err
 
 

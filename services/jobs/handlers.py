@@ -16,6 +16,7 @@ from services.jobs.engine import LOG_MAX_BYTES, Engine
 from services.jobs.spec import DefinitionSchema
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import JOB_STATUSES, Envelope
+from services.shared.errors import Forbidden
 from services.shared.validation import load_args as _load
 
 _Str = fields.String
@@ -126,6 +127,8 @@ def rpc_methods(engine: Engine) -> dict[str, RpcHandler]:
 
     async def preview_job(args: dict[str, Any]) -> list[dict[str, Any]]:
         query = _load(PreviewArgs(), args)
+        if query["owner"] not in (None, query["actor"]) and not query["admin"]:
+            raise Forbidden("only admins preview jobs for someone else")
         await engine.refresh_gpus(query)
         return engine.preview(query["owner"] or query["actor"], _definition(query))
 

@@ -21,7 +21,7 @@ class SeriesArgs(Schema):
     metric = fields.String(required=True, validate=validate.Length(min=1))
     start = fields.AwareDateTime(required=True)
     end = fields.AwareDateTime(required=True)
-    step_s = fields.Float(required=True, validate=validate.Range(min=1))
+    step_s = fields.Float(required=True, validate=validate.Range(min=1, max=366 * 86400))
     gpu_uuid = fields.String(load_default=None, allow_none=True)
 
 

@@ -8,7 +8,7 @@ decides what they may do. Arguments are validated here; times are ISO-8601 with 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
@@ -120,28 +120,42 @@ class WindowArgs(Schema):
         for day in data["days"]:
             if not (
                 (isinstance(day, int) and not isinstance(day, bool) and 0 <= day <= 6)
-                or (isinstance(day, str) and day.lower()[:3] in DAY_NAMES)
+                or (isinstance(day, str) and _day_index(day) is not None)
             ):
                 raise ValidationError(
                     f"{day!r} is not a day: 0 (Monday) to 6 (Sunday), or mon..sun", "days"
                 )
 
 
+_Name = _Str(validate=validate.Length(min=1, max=255))
+# Limits fit the 32-bit columns; times stay where datetime arithmetic cannot overflow.
+_MAX_INT = 2**31 - 1
+_SANE_TIME = validate.Range(
+    min=datetime(1970, 1, 1, tzinfo=UTC), max=datetime(9000, 1, 1, tzinfo=UTC)
+)
+
+
 class RuleArgs(_Args):
     name = _Str(required=True, validate=validate.Length(min=1, max=128))
     description = _Str(load_default="", validate=validate.Length(max=500))
-    users = fields.List(_Str(), load_default=list)
-    groups = fields.List(_Str(), load_default=list)
+    users = fields.List(_Name, load_default=list)
+    groups = fields.List(_Name, load_default=list)
     all_gpus = fields.Boolean(load_default=False)
-    hosts = fields.List(_Str(), load_default=list)
-    gpus = fields.List(_Str(), load_default=list)
-    valid_from = _Time(load_default=None)
-    valid_until = _Time(load_default=None, allow_none=True)
+    hosts = fields.List(_Name, load_default=list)
+    gpus = fields.List(_Name, load_default=list)
+    valid_from = _Time(load_default=None, validate=_SANE_TIME)
+    valid_until = _Time(load_default=None, allow_none=True, validate=_SANE_TIME)
     windows = fields.List(fields.Nested(WindowArgs), load_default=list)
     timezone = _Str(load_default="UTC")
-    max_gpus = fields.Integer(load_default=None, allow_none=True)
-    max_duration_s = fields.Integer(load_default=None, allow_none=True)
-    max_gpu_hours_per_week = fields.Float(load_default=None, allow_none=True)
+    max_gpus = fields.Integer(
+        load_default=None, allow_none=True, validate=validate.Range(min=0, max=_MAX_INT)
+    )
+    max_duration_s = fields.Integer(
+        load_default=None, allow_none=True, validate=validate.Range(min=0, max=_MAX_INT)
+    )
+    max_gpu_hours_per_week = fields.Float(
+        load_default=None, allow_none=True, validate=validate.Range(min=0, max=1e9)
+    )
 
 
 class UpdateRuleArgs(RuleArgs):
@@ -209,14 +223,25 @@ class MemberArgs(GroupArgs):
     username = _Str(required=True)
 
 
+FULL_DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def _day_index(name: str) -> int | None:
+    """mon..sun or monday..sunday (any case); anything else is not a day."""
+    text = name.lower()
+    for index, (short, full) in enumerate(zip(DAY_NAMES, FULL_DAY_NAMES, strict=True)):
+        if text in (short, full):
+            return index
+    return None
+
+
 def _window(raw: dict[str, Any]) -> WeeklyWindow:
     def parse(text: str) -> time:
         hours, minutes = text.split(":")
         return time(0, 0) if hours == "24" else time(int(hours), int(minutes))
 
-    days = frozenset(
-        day if isinstance(day, int) else DAY_NAMES.index(day.lower()[:3]) for day in raw["days"]
-    )
+    # Validated by WindowArgs: every name is a day.
+    days = frozenset(day if isinstance(day, int) else _day_index(day) or 0 for day in raw["days"])
     return WeeklyWindow(days=days, start=parse(raw["start"]), end=parse(raw["end"]))
 
 

@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -166,7 +167,13 @@ async def run_services(
     ordered = [name for name in START_ORDER if name in names]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # Signals reach the main thread only; elsewhere (an embedding test or tool) `stop` rules.
+    signals = (
+        (signal.SIGINT, signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread()
+        else ()
+    )
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     bus = bus or make_bus(settings, bus_kind, name=f"warden-{'+'.join(ordered)}-{os.getpid()}")
     teardowns: list[Teardown] = []
@@ -185,5 +192,5 @@ async def run_services(
             except Exception:
                 log.exception("error while stopping a service")
         await bus.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             loop.remove_signal_handler(sig)

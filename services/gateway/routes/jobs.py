@@ -1,7 +1,409 @@
-"""Routes of the API: jobs (to be written)."""
+"""Jobs: defining (and previewing) a job, reading it, starting, stopping, queueing, its runs
+and its tasks' logs.
+
+The jobs service decides (who may, what a valid definition is, whether the GPUs may be used
+now) and says why it refuses; the gateway validates the request with the service's own
+definition schema and passes the caller along (`actor`, `admin`): the owner and admins read a
+job whole, anyone else its public view (no commands, no environment).
+"""
 
 from __future__ import annotations
 
-from services.gateway.routing import Route
+from datetime import datetime
+from typing import Any
 
-ROUTES: tuple[Route, ...] = ()
+from marshmallow import Schema, fields, validate
+
+from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
+from services.jobs.spec import DefinitionSchema
+from services.shared.contracts import JOB_STATUSES, TASK_STATUSES
+from services.shared.errors import Forbidden
+
+_Str = fields.String
+_Time = fields.AwareDateTime
+_Int = fields.Integer
+
+# Starting a job logs in to its hosts over SSH (one round trip each, in parallel), and reading
+# a log is one more: longer than an ordinary RPC may take.
+SSH_RPC_TIMEOUT_S = 60.0
+# The jobs service's limit on one read of a log (`engine.LOG_MAX_BYTES`).
+LOG_MAX_BYTES = 1 << 20
+LOG_DEFAULT_BYTES = 64 * 1024
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+class JobPath(Schema):
+    id = _Int(required=True, validate=validate.Range(min=1, max=2**31 - 1))
+
+
+class JobTaskPath(JobPath):
+    index = _Int(required=True, validate=validate.Range(min=0, max=2**31 - 1))
+
+
+class JobListQuery(Page):
+    owner = _Str(validate=validate.Length(min=1, max=255), metadata={"description": "only theirs"})
+    status = _Str(validate=validate.OneOf(JOB_STATUSES))
+
+
+class JobDefinitionBody(DefinitionSchema):
+    """A job definition: what each task runs where, and when the job runs (one of `start_at`,
+    `reservation_id`, `queued`; none: on `POST /jobs/{id}/start`). A task names its GPUs by
+    index on its `host` (0, 1, ...) or by uuid; a queued job's task may ask for `gpu_count`."""
+
+
+class JobCreateBody(JobDefinitionBody):
+    owner = _Str(
+        validate=validate.Length(min=1, max=255),
+        metadata={"description": "admins only: the job runs as this user (default: you)"},
+    )
+
+
+class JobLogsQuery(Schema):
+    max_bytes = _Int(
+        load_default=LOG_DEFAULT_BYTES,
+        validate=validate.Range(min=1, max=LOG_MAX_BYTES),
+        metadata={"description": "the log's last bytes at most (1 B to 1 MiB, default 64 KiB)"},
+    )
+
+
+# --- answers -----------------------------------------------------------------------------------
+
+
+class JobParamSchema(Answer):
+    name = _Str(required=True, metadata={"description": "empty: a positional argument"})
+    value = _Str(required=True, allow_none=True, metadata={"description": "null: a flag"})
+    separator = _Str(required=True, metadata={"description": '" " or "="'})
+
+
+class JobTaskSchema(Answer):
+    index = _Int(required=True)
+    host = _Str(required=True, allow_none=True, metadata={"description": "null: not placed yet"})
+    gpus = fields.List(_Str(), required=True, metadata={"description": "GPU uuids"})
+    gpu_count = _Int(allow_none=True)
+    status = _Str(required=True, metadata={"description": ", ".join(TASK_STATUSES)})
+    session = _Str(required=True, metadata={"description": "the screen/tmux session on the host"})
+    exit_code = _Int(allow_none=True)
+    reason = _Str(allow_none=True)
+    started_at = _Time(allow_none=True)
+    ended_at = _Time(allow_none=True)
+    # The owner's (and admins') view only:
+    command = _Str(metadata={"description": "owner and admins only"})
+    cwd = _Str()
+    params = fields.List(fields.Nested(JobParamSchema))
+    env = fields.Dict(keys=_Str(), values=_Str(), metadata={"description": "owner and admins"})
+    role = _Str()
+    pid = _Int(allow_none=True)
+    port = _Int(allow_none=True)
+    run = _Int(metadata={"description": "how many times the task was started"})
+
+
+class JobSchema(Answer):
+    id = _Int(required=True)
+    owner = _Str(required=True)
+    name = _Str(required=True)
+    status = _Str(required=True, metadata={"description": ", ".join(JOB_STATUSES)})
+    queued = fields.Boolean(required=True)
+    start_at = _Time(allow_none=True)
+    stop_at = _Time(allow_none=True)
+    reservation_id = _Int(allow_none=True)
+    max_runtime_s = fields.Float(allow_none=True)
+    template = fields.Raw(
+        allow_none=True,
+        metadata={"description": "the template's kind; for the owner and admins `{kind, options}`"},
+    )
+    waiting_reason = _Str(allow_none=True, metadata={"description": "why a queued job waits"})
+    tasks = fields.List(fields.Nested(JobTaskSchema), required=True)
+    created_at = _Time(required=True)
+    updated_at = _Time(required=True)
+    # The owner's (and admins') view only:
+    description = _Str()
+    params = fields.List(fields.Nested(JobParamSchema))
+    env = fields.Dict(keys=_Str(), values=_Str(), metadata={"description": "owner and admins"})
+    enqueued_at = _Time(allow_none=True)
+    stop_reason = _Str(allow_none=True)
+
+
+class JobDeletedSchema(Answer):
+    deleted = _Int(required=True, metadata={"description": "the deleted job's id"})
+
+
+class JobRunSchema(Answer):
+    task = _Int(required=True)
+    run = _Int(required=True)
+    host = _Str(required=True, allow_none=True)
+    gpus = fields.List(_Str(), required=True)
+    status = _Str(required=True)
+    exit_code = _Int(allow_none=True)
+    reason = _Str(allow_none=True)
+    started_at = _Time(allow_none=True)
+    ended_at = _Time(allow_none=True)
+
+
+class JobHistorySchema(Answer):
+    runs = fields.List(
+        fields.Nested(JobRunSchema),
+        required=True,
+        metadata={"description": "every ended run of the job's tasks, by task then run"},
+    )
+
+
+class JobLogsSchema(Answer):
+    job_id = _Int(required=True)
+    task = _Int(required=True)
+    host = _Str(required=True)
+    session = _Str(required=True)
+    log = _Str(required=True, metadata={"description": "the tail of the task's output"})
+
+
+class JobPreviewTaskSchema(Answer):
+    index = _Int(required=True)
+    host = _Str(required=True, metadata={"description": "`<host>` where the scheduler picks"})
+    command = _Str(required=True, metadata={"description": "one line of sh, values quoted"})
+    env = fields.Dict(
+        keys=_Str(),
+        values=_Str(),
+        required=True,
+        metadata={"description": "exported before the command, CUDA_VISIBLE_DEVICES included"},
+    )
+    gpus = fields.List(_Str(), required=True)
+    port = _Int(allow_none=True, metadata={"description": "the port a template took"})
+
+
+class JobPreviewSchema(Answer):
+    tasks = fields.List(fields.Nested(JobPreviewTaskSchema), required=True)
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _definition(body: dict[str, Any]) -> dict[str, Any]:
+    """A loaded definition as it travels on the bus (times as ISO-8601 text)."""
+    return {
+        key: value.isoformat() if isinstance(value, datetime) else value
+        for key, value in body.items()
+    }
+
+
+def _job_args(call: Call) -> dict[str, Any]:
+    return {"id": call.params["id"], **call.actor()}
+
+
+async def _act(call: Call, method: str, timeout: float | None = None) -> dict[str, Any]:
+    answer: dict[str, Any] = await call.rpc("jobs", method, _job_args(call), timeout=timeout)
+    return answer
+
+
+# --- handlers ----------------------------------------------------------------------------------
+
+
+async def list_jobs(call: Call) -> dict[str, Any]:
+    query = call.query
+    args: dict[str, Any] = {
+        key: query[key] for key in ("limit", "offset", "owner", "status") if key in query
+    }
+    found = await call.rpc("jobs", "list_jobs", args)
+    return page_of(found["jobs"], found["total"], query)
+
+
+async def create_job(call: Call) -> dict[str, Any]:
+    created: dict[str, Any] = await call.rpc(
+        "jobs", "create_job", {**_definition(call.body), **call.actor()}
+    )
+    return created
+
+
+async def preview_job(call: Call) -> dict[str, Any]:
+    owner = call.body.get("owner")
+    if owner is not None and owner != call.user.username and not call.user.is_admin:
+        raise Forbidden("only an admin may preview a job for someone else", {"owner": owner})
+    rendered = await call.rpc("jobs", "preview_job", {**_definition(call.body), **call.actor()})
+    return {"tasks": rendered}
+
+
+async def get_job(call: Call) -> dict[str, Any]:
+    return await _act(call, "get_job")
+
+
+async def update_job(call: Call) -> dict[str, Any]:
+    updated: dict[str, Any] = await call.rpc(
+        "jobs", "update_job", {**_definition(call.body), **_job_args(call)}
+    )
+    return updated
+
+
+async def delete_job(call: Call) -> dict[str, Any]:
+    return await _act(call, "delete_job")
+
+
+async def start_job(call: Call) -> dict[str, Any]:
+    return await _act(call, "start_job", timeout=SSH_RPC_TIMEOUT_S)
+
+
+async def stop_job(call: Call) -> dict[str, Any]:
+    return await _act(call, "stop_job")
+
+
+async def enqueue_job(call: Call) -> dict[str, Any]:
+    return await _act(call, "enqueue_job")
+
+
+async def dequeue_job(call: Call) -> dict[str, Any]:
+    return await _act(call, "dequeue_job")
+
+
+async def job_history(call: Call) -> dict[str, Any]:
+    runs = await call.rpc("jobs", "job_history", _job_args(call))
+    return {"runs": runs}
+
+
+async def task_logs(call: Call) -> dict[str, Any]:
+    args = {**_job_args(call), "task": call.params["index"], "max_bytes": call.query["max_bytes"]}
+    logs: dict[str, Any] = await call.rpc("jobs", "task_logs", args, timeout=SSH_RPC_TIMEOUT_S)
+    return logs
+
+
+TAG = "jobs"
+_REFUSALS = (
+    "Refusals say why: 403 `forbidden` (not yours), 409 `state_conflict` (it runs, or nothing "
+    "to do), 409 `reservation_conflict` / 403 `not_allowed` (the GPUs may not be used now)."
+)
+ROUTES = (
+    Route(
+        "GET",
+        "/jobs",
+        list_jobs,
+        Access.USER,
+        "Jobs, newest first (their public view: no commands, no environment)",
+        TAG,
+        query=JobListQuery,
+        response=page_schema(JobSchema),
+    ),
+    Route(
+        "POST",
+        "/jobs",
+        create_job,
+        Access.USER,
+        "Define a job",
+        TAG,
+        body=JobCreateBody,
+        response=JobSchema,
+        status=201,
+        description="A definition the service refuses answers 400 `invalid_request` with "
+        "`details.errors` naming each problem (unknown host, GPU, role ...); a body that does "
+        "not fit the schema answers 422 `validation_failed`.",
+    ),
+    Route(
+        "POST",
+        "/jobs/preview",
+        preview_job,
+        Access.USER,
+        "What each task of a definition would run (command, environment, GPUs, port)",
+        TAG,
+        body=JobCreateBody,
+        response=JobPreviewSchema,
+        description="Nothing is saved. Templates are rendered as they would be at start; a "
+        "task the scheduler would place shows `<host>` and `<gpu-N>`.",
+    ),
+    Route(
+        "GET",
+        "/jobs/{id}",
+        get_job,
+        Access.USER,
+        "One job: whole for its owner and admins, else its public view",
+        TAG,
+        params=JobPath,
+        response=JobSchema,
+    ),
+    Route(
+        "PUT",
+        "/jobs/{id}",
+        update_job,
+        Access.OWNER,
+        "Replace a job's definition (not while it runs)",
+        TAG,
+        params=JobPath,
+        body=JobDefinitionBody,
+        response=JobSchema,
+        description=_REFUSALS,
+    ),
+    Route(
+        "DELETE",
+        "/jobs/{id}",
+        delete_job,
+        Access.OWNER,
+        "Delete a job (not while it runs)",
+        TAG,
+        params=JobPath,
+        response=JobDeletedSchema,
+        description=_REFUSALS,
+    ),
+    Route(
+        "POST",
+        "/jobs/{id}/start",
+        start_job,
+        Access.OWNER,
+        "Start a job now on its tasks' hosts and GPUs",
+        TAG,
+        params=JobPath,
+        response=JobSchema,
+        description=_REFUSALS,
+    ),
+    Route(
+        "POST",
+        "/jobs/{id}/stop",
+        stop_job,
+        Access.OWNER,
+        "Stop a running job (SIGINT, then TERM, then KILL), or take a waiting one off its "
+        "schedule or out of the queue",
+        TAG,
+        params=JobPath,
+        response=JobSchema,
+        description=_REFUSALS,
+    ),
+    Route(
+        "POST",
+        "/jobs/{id}/enqueue",
+        enqueue_job,
+        Access.OWNER,
+        "Queue a job: it starts when its GPUs are free",
+        TAG,
+        params=JobPath,
+        response=JobSchema,
+        description=_REFUSALS,
+    ),
+    Route(
+        "POST",
+        "/jobs/{id}/dequeue",
+        dequeue_job,
+        Access.OWNER,
+        "Take a job out of the queue",
+        TAG,
+        params=JobPath,
+        response=JobSchema,
+        description=_REFUSALS,
+    ),
+    Route(
+        "GET",
+        "/jobs/{id}/history",
+        job_history,
+        Access.OWNER,
+        "Every ended run of a job's tasks",
+        TAG,
+        params=JobPath,
+        response=JobHistorySchema,
+    ),
+    Route(
+        "GET",
+        "/jobs/{id}/tasks/{index}/logs",
+        task_logs,
+        Access.OWNER,
+        "The tail of a task's output (of its current or last run)",
+        TAG,
+        params=JobTaskPath,
+        query=JobLogsQuery,
+        response=JobLogsSchema,
+        description="404 `not_found` when the task has not run yet.",
+    ),
+)
