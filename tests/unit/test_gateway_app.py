@@ -1,0 +1,105 @@
+"""What the gateway serves besides the API routes: its contract, the docs page (local assets),
+the web UI with history fallback, and CORS. The app runs on aiohttp's TestServer; no backend
+is needed for any of this."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from services.gateway.app import create_app
+from services.shared.bus.inproc import InProcessBus
+from services.shared.config import GatewaySettings, Settings
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    bus = InProcessBus()
+    await bus.start()
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+def settings(**gateway: object) -> Settings:
+    return Settings(gateway=GatewaySettings(**gateway), dev=True)  # type: ignore[arg-type]
+
+
+async def test_the_contract_and_its_docs_page_are_served_with_local_assets(
+    bus: InProcessBus,
+) -> None:
+    async with TestClient(TestServer(create_app(settings(frontend_dir="/nonexistent"), bus))) as c:
+        document = await (await c.get("/api/v1/openapi.json")).json()
+        assert document["info"]["title"] == "Warden API"
+        assert "/api/v1/reservations" in document["paths"]
+        page = await c.get("/api/v1/docs")
+        html = await page.text()
+        assert page.status == 200
+        assert "/api/v1/openapi.json" in html
+        assert "http" not in html.replace("http-equiv", "")  # nothing from a CDN
+        script = await c.get("/api/v1/docs/static/swagger-ui-bundle.js")
+        assert script.status == 200
+        assert len(await script.read()) > 100_000
+
+
+async def test_the_web_ui_is_served_with_history_fallback(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    dist = tmp_path / "dist"
+    (dist / "assets").mkdir(parents=True)
+    (dist / "index.html").write_text("<html>app</html>")
+    (dist / "assets" / "app.js").write_text("console.log('app')")
+    (tmp_path / "secret.txt").write_text("not for you")
+    async with TestClient(TestServer(create_app(settings(frontend_dir=str(dist)), bus))) as c:
+        assert await (await c.get("/")).text() == "<html>app</html>"
+        assert "console.log" in await (await c.get("/assets/app.js")).text()
+        deep = await c.get("/reservations/42")
+        assert deep.status == 200
+        assert await deep.text() == "<html>app</html>"
+        escaped = await c.get("/%2E%2E/secret.txt")
+        assert "not for you" not in await escaped.text()
+        api = await c.get("/api/v1/no-such-route")
+        assert api.status == 404
+        assert (await api.json())["error"] == "not_found"
+
+
+async def test_without_a_build_the_root_says_where_the_api_is(bus: InProcessBus) -> None:
+    async with TestClient(TestServer(create_app(settings(frontend_dir="/nonexistent"), bus))) as c:
+        root = await c.get("/")
+        assert root.status == 200
+        assert "/api/v1/docs" in await root.text()
+
+
+async def test_cors_is_off_by_default(bus: InProcessBus) -> None:
+    async with TestClient(TestServer(create_app(settings(), bus))) as c:
+        answer = await c.get("/api/v1/openapi.json", headers={"Origin": "https://evil.example"})
+        assert "Access-Control-Allow-Origin" not in answer.headers
+
+
+async def test_cors_allows_the_configured_origins_only(bus: InProcessBus) -> None:
+    app = create_app(settings(cors_origins=("https://ui.lab.example",)), bus)
+    async with TestClient(TestServer(app)) as c:
+        allowed = await c.options(
+            "/api/v1/reservations",
+            headers={
+                "Origin": "https://ui.lab.example",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
+        assert allowed.status == 204
+        assert allowed.headers["Access-Control-Allow-Origin"] == "https://ui.lab.example"
+        assert "Authorization" in allowed.headers["Access-Control-Allow-Headers"]
+        # Error answers carry it too, so the browser shows the JSON error, not a CORS failure.
+        refused = await c.get("/api/v1/me", headers={"Origin": "https://ui.lab.example"})
+        assert refused.status == 401
+        assert refused.headers["Access-Control-Allow-Origin"] == "https://ui.lab.example"
+        other = await c.get("/api/v1/me", headers={"Origin": "https://evil.example"})
+        assert "Access-Control-Allow-Origin" not in other.headers
