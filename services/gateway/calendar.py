@@ -7,8 +7,10 @@ reservation are answered from it; a range it does not cover (far past, far futur
 is loaded) goes to the service. Every item has the same shape either way: the fields of the
 `reservation.*` events (`ITEM_KEYS`).
 
-Events may come twice or out of order: a cancelled reservation stays cancelled unless an
-update restores it, and what the start-up load brings never overwrites what an event brought.
+The gateway also applies the answers of its own create, edit, cancel and end calls at once, so
+a client sees its change in the next read. Events may come twice, late or out of order: an
+item never goes back to an older `updated_at`, a cancelled reservation stays cancelled unless
+an update restores it, and the start-up load never overwrites what an event brought.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ITEM_KEYS = (
     "cancelled_by",
     "cancel_reason",
     "guests",
+    "updated_at",
 )
 # How far back the copy keeps reservations (older ones are dropped and asked for by RPC).
 KEEP_PAST = timedelta(weeks=8)
@@ -53,6 +56,12 @@ def item(data: Mapping[str, Any]) -> dict[str, Any]:
     shown["guests"] = list(data.get("guests") or ())
     shown["description"] = data.get("description") or ""
     return shown
+
+
+def _older(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    if not new.get("updated_at") or not old.get("updated_at"):
+        return False
+    return _time(new["updated_at"]) < _time(old["updated_at"])
 
 
 @dataclass
@@ -112,6 +121,9 @@ class CalendarView:
 
     def _put(self, shown: dict[str, Any]) -> None:
         reservation_id = int(shown["id"])
+        known = self._by_id.get(reservation_id)
+        if known is not None and _older(shown, known.data):
+            return  # a late event: the answer of a later change is already here
         self._remove(reservation_id)
         entry = _Entry(
             shown,

@@ -222,6 +222,7 @@ class ReservationRecord:
             "cancelled_by": self.cancelled_by,
             "cancel_reason": self.cancel_reason,
             "guests": list(self.guests),
+            "updated_at": iso_ms(self.updated_at_ms),
         }
 
     def to_dict(self, known: dict[str, Gpu]) -> dict[str, Any]:
@@ -234,7 +235,6 @@ class ReservationRecord:
             **self.event_data(known),
             "gpus": gpu_refs,
             "created_at": iso_ms(self.created_at_ms),
-            "updated_at": iso_ms(self.updated_at_ms),
             "cancelled_by_rules": self.cancelled_by_rules,
             "usage": None
             if self.usage is None

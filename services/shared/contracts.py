@@ -159,6 +159,8 @@ class ReservationData(_Strict):
     cancel_reason = _Str(allow_none=True, load_default=None)
     # Users who may use the reserved GPUs too (a shared booking): never violators.
     guests = fields.List(_Str(), load_default=list)
+    # When it last changed: copies built from events and answers keep the newest.
+    updated_at = fields.AwareDateTime(allow_none=True, load_default=None)
 
 
 class ReservationUpdated(ReservationData):

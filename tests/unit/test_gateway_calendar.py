@@ -36,7 +36,7 @@ def test_items_have_the_event_shape_whatever_the_source() -> None:
     shown = item(reservation(1, ["g0"], 0, 1))
     assert set(shown) == {
         "id", "owner", "gpus", "start", "end", "title", "description", "status",
-        "created_by", "cancelled_at", "cancelled_by", "cancel_reason", "guests",
+        "created_by", "cancelled_at", "cancelled_by", "cancel_reason", "guests", "updated_at",
     }  # fmt: skip
     assert shown["gpus"] == [{"uuid": "g0", "host": "h", "index": 0}]
 
@@ -108,3 +108,17 @@ def test_now_and_next_on_a_gpu() -> None:
     assert current is not None and current["id"] == 1
     assert coming is not None and coming["id"] == 3
     assert view.now_and_next("g9", T0, timedelta(days=7)) == (None, None)
+
+
+def test_an_answer_applied_first_is_not_undone_by_its_late_event() -> None:
+    view = loaded()
+    created = reservation(8, ["g0"], 0, 1, updated_at=(T0 - timedelta(minutes=5)).isoformat())
+    edited = reservation(
+        8, ["g0"], 0, 1, title="edited", updated_at=(T0 - timedelta(minutes=1)).isoformat()
+    )
+    view.apply("reservation.updated", edited)  # the gateway's own answer
+    view.apply("reservation.created", created)  # the event of the older change, late
+    assert view.between(T0, T0 + timedelta(hours=1))[0]["title"] == "edited"
+    same_time = reservation(8, ["g0"], 0, 1, title="again", updated_at=edited["updated_at"])
+    view.apply("reservation.updated", same_time)  # equal times: the later arrival wins
+    assert view.between(T0, T0 + timedelta(hours=1))[0]["title"] == "again"

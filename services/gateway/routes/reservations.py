@@ -80,6 +80,7 @@ class CalendarItemSchema(Answer):
     cancelled_at = _Time(allow_none=True)
     cancelled_by = _Str(allow_none=True)
     cancel_reason = _Str(allow_none=True)
+    updated_at = _Time(allow_none=True)
 
 
 class ListQuery(Page):
@@ -238,6 +239,13 @@ def _end(body: dict[str, Any], start: datetime | None) -> datetime | None:
     return end
 
 
+def _seen(call: Call, event_type: str, reservation: dict[str, Any]) -> dict[str, Any]:
+    """Apply our own change to the calendar copy now: the next read shows it (its event may
+    still be on the way)."""
+    call.request.app[CALENDAR].apply(event_type, reservation)
+    return reservation
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -287,7 +295,7 @@ async def create_reservation(call: Call) -> dict[str, Any]:
     if body.get("owner"):
         args["owner"] = body["owner"]
     created: dict[str, Any] = await call.rpc("reservations", "create_reservation", args)
-    return created
+    return _seen(call, "reservation.created", created)
 
 
 async def get_reservation(call: Call) -> dict[str, Any]:
@@ -311,19 +319,19 @@ async def update_reservation(call: Call) -> dict[str, Any]:
     if end is not None:
         args["end"] = end.isoformat()
     updated: dict[str, Any] = await call.rpc("reservations", "update_reservation", args)
-    return updated
+    return _seen(call, "reservation.updated", updated)
 
 
 async def cancel_reservation(call: Call) -> dict[str, Any]:
     args = {"actor": call.user.username, "id": call.params["id"], **call.query}
     cancelled: dict[str, Any] = await call.rpc("reservations", "cancel_reservation", args)
-    return cancelled
+    return _seen(call, "reservation.cancelled", cancelled)
 
 
 async def end_reservation(call: Call) -> dict[str, Any]:
     args = {"actor": call.user.username, "id": call.params["id"]}
     ended: dict[str, Any] = await call.rpc("reservations", "end_reservation", args)
-    return ended
+    return _seen(call, "reservation.ended", ended)
 
 
 async def overview(call: Call) -> dict[str, Any]:
