@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sim_parser(commands, [common])
 
+    from services.client.commands import add_client_commands
+
+    add_client_commands(commands)  # no --config: they talk to a server, not its config
+
     commands.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -500,6 +504,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from services.client.commands import CLIENT_COMMANDS
+
     args = build_parser().parse_args(argv)
     commands = {
         "init": cmd_init,
@@ -510,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sim": cmd_sim,
         "demo": cmd_demo,
         "user": cmd_user,
+        **CLIENT_COMMANDS,
     }
     if args.command == "version":
         print(f"warden {__version__}")
