@@ -27,7 +27,7 @@ from services.gateway.context import (
 )
 from services.gateway.errors import cors_middleware, error_middleware
 from services.gateway.openapi import build_spec, docs_page
-from services.gateway.routes import ROUTES
+from services.gateway.routes import ROUTES, hosts
 from services.gateway.routes.meta import BACKENDS
 from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
@@ -62,6 +62,7 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])
+    hosts.install(app, app[STREAM])
     authenticator = Authenticator(tokens)
     for route in routes:
         app.router.add_route(
