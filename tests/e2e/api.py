@@ -206,9 +206,7 @@ async def running_system(
         passwords._dummy_hash.cache_clear()
 
 
-async def _answers(
-    session: aiohttp.ClientSession, base: str, running: asyncio.Task[None]
-) -> bool:
+async def _answers(session: aiohttp.ClientSession, base: str, running: asyncio.Task[None]) -> bool:
     if running.done():
         running.result()  # a service failed to start: its error, not a timeout
     try:

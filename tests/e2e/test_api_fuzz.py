@@ -61,8 +61,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
             await system.gpu(0, 0)  # the fleet is known: reservations have GPUs to refer to
             ready.update(base=system.base, token=str(admin.token))
             started.set()
-            while not stop.is_set():
-                await asyncio.sleep(0.1)
+            await asyncio.get_running_loop().run_in_executor(None, stop.wait)
 
     def run() -> None:
         try:

@@ -21,9 +21,7 @@ async def system(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ApiS
 
 
 async def login(system: ApiSystem, username: str, password: str = PASSWORD) -> dict:
-    answer = await system.anonymous().post(
-        "/session", {"username": username, "password": password}
-    )
+    answer = await system.anonymous().post("/session", {"username": username, "password": password})
     assert answer.status == 201, answer.body
     return dict(answer.body)
 
@@ -110,9 +108,7 @@ async def test_failed_logins_are_limited_per_user(system: ApiSystem) -> None:
             "/session", {"username": "admin", "password": "guess"}
         )
         assert failed.status == 401
-    blocked = await system.anonymous().post(
-        "/session", {"username": "admin", "password": PASSWORD}
-    )
+    blocked = await system.anonymous().post("/session", {"username": "admin", "password": PASSWORD})
     assert blocked.status == 429
     assert blocked.body["error"] == "too_many_attempts"
     assert int(blocked.headers["Retry-After"]) >= 1
