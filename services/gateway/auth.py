@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
@@ -26,6 +26,8 @@ ISSUER = "warden"
 class Caller:
     username: str
     is_admin: bool
+    # When the token that names this caller expires (Unix time); not part of who they are.
+    expires_at: float = field(default=0.0, compare=False)
 
     @property
     def roles(self) -> list[str]:
@@ -70,7 +72,7 @@ class TokenIssuer:
             raise AuthenticationFailed("the access token expired; refresh it")
         if not isinstance(claims["sub"], str) or not claims["sub"]:
             raise AuthenticationFailed("the access token is invalid")
-        return Caller(claims["sub"], claims.get("adm") is True)
+        return Caller(claims["sub"], claims.get("adm") is True, float(claims["exp"]))
 
 
 class LoginLimiter:

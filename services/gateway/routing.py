@@ -128,7 +128,8 @@ class Route:
     response: type[Schema] | None = None
     many: bool = False
     status: int = 200
-    # The handler answers itself (a stream, plain text); `response` then says nothing.
+    # The handler answers itself (a stream, cached JSON bytes); `response`, when given, still
+    # documents what it sends.
     raw: bool = False
     produces: str = "application/json"
     description: str = ""
@@ -140,14 +141,14 @@ class Route:
 
 
 # Cache of verified access tokens: verifying a JWT on every request costs more than the rest
-# of a cached read. Entries are dropped once their token expires (checked on each hit).
+# of a cached read. A hit counts only until the token's own expiry.
 _TOKEN_CACHE_SIZE = 10_000
 
 
 class Authenticator:
     def __init__(self, issuer: TokenIssuer) -> None:
         self.issuer = issuer
-        self._cache: dict[str, tuple[Caller, float]] = {}
+        self._cache: dict[str, Caller] = {}
 
     def caller(self, request: web.Request, *, allow_query: bool = False) -> Caller | None:
         header = request.headers.get("Authorization", "")
@@ -163,12 +164,12 @@ class Authenticator:
         if not token:
             return None
         cached = self._cache.get(token)
-        if cached is not None and cached[1] > time.time():
-            return cached[0]
-        found = self.issuer.verify(token)
+        if cached is not None and cached.expires_at > time.time():
+            return cached
+        found = self.issuer.verify(token)  # an expired one raises here, as any bad token
         if len(self._cache) >= _TOKEN_CACHE_SIZE:
             self._cache.clear()
-        self._cache[token] = (found, time.time() + self.issuer.ttl_s)
+        self._cache[token] = found
         return found
 
 

@@ -76,3 +76,10 @@ def test_a_success_clears_the_failures_of_that_key() -> None:
     limiter.succeeded("alice")
     limiter.failed("alice")
     assert limiter.retry_after("alice") is None
+
+
+def test_the_caller_carries_its_tokens_expiry() -> None:
+    clock = Clock()
+    issuer = TokenIssuer(SECRET, 900, clock)
+    caller = issuer.verify(issuer.access_token({"username": "alice", "roles": ["user"]}))
+    assert caller.expires_at == clock.now + 900
