@@ -132,3 +132,13 @@ DOCS_PAGE = """<!doctype html>
 
 def docs_page() -> str:
     return DOCS_PAGE.format(static=f"{API}/docs/static", api=API)
+
+
+if __name__ == "__main__":
+    # `python -m services.gateway.openapi > frontend/src/api/openapi.json`: the web UI's types
+    # are generated from this document (`npm run api:types`).
+    import json
+
+    from services.gateway.routes import ROUTES
+
+    print(json.dumps(build_spec(ROUTES), indent=1, sort_keys=True))

@@ -12,9 +12,10 @@ from services import __version__
 from services.gateway.context import STREAM
 from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
+from services.jobs.runner import public_key_line
 from services.shared.bus import Bus
 from services.shared.contracts import HEALTH_METHOD
-from services.shared.errors import ServiceUnavailable, WardenError
+from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
 
 # The services the gateway asks for their health (it answers for itself).
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
@@ -32,6 +33,11 @@ class HealthSchema(Schema):
     services = fields.Dict(
         keys=fields.String(), values=fields.Nested(ServiceHealthSchema), required=True
     )
+
+
+class SshKeySchema(Schema):
+    public_key = fields.String(required=True, metadata={"description": "one OpenSSH line"})
+    instructions = fields.String(required=True)
 
 
 class StreamQuery(Schema):
@@ -68,6 +74,19 @@ async def health(call: Call) -> web.Response:
     )
 
 
+async def ssh_key(call: Call) -> dict[str, Any]:
+    """Warden's public key: jobs log in to the hosts as their owner with it."""
+    try:
+        line = public_key_line(call.settings)
+    except ConfigError as err:
+        raise NotFound("Warden has no SSH key configured for running jobs", err.details) from err
+    return {
+        "public_key": line,
+        "instructions": "Add this line to ~/.ssh/authorized_keys on every GPU host where "
+        "Warden should run your jobs.",
+    }
+
+
 async def stream(call: Call) -> web.StreamResponse:
     resume = call.query.get("last_event_id") or call.request.headers.get("Last-Event-ID")
     topics = frozenset(call.query.get("topics") or TOPICS)
@@ -93,6 +112,16 @@ ROUTES = (
             }
         },
         description="200 when every service answers, 503 (same body) when one does not.",
+    ),
+    Route(
+        "GET",
+        "/ssh-key",
+        ssh_key,
+        Access.PUBLIC,
+        "The SSH public key users add to authorized_keys",
+        "system",
+        response=SshKeySchema,
+        description="404 when Warden has no key for running jobs (`jobs.ssh_key_file`).",
     ),
     Route(
         "GET",

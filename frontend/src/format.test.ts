@@ -1,0 +1,24 @@
+import { describe, expect, it } from 'vitest'
+import { duration, mib, percent, toLocalInput, when } from './format'
+
+describe('format', () => {
+  it('shows a missing figure as a dash, never 0', () => {
+    expect(percent(null)).toBe('—')
+    expect(mib(undefined)).toBe('—')
+    expect(percent(0)).toBe('0%')
+  })
+  it('switches to GiB at 1024 MiB', () => {
+    expect(mib(512)).toBe('512 MiB')
+    expect(mib(40960)).toBe('40.0 GiB')
+  })
+  it('reads durations', () => {
+    expect(duration(42)).toBe('42 s')
+    expect(duration(3 * 3600 + 5 * 60)).toBe('3 h 05 min')
+    expect(duration(3 * 86400 + 4 * 3600)).toBe('3 d 4 h')
+  })
+  it('shows only the time for today', () => {
+    const now = new Date(2026, 10, 21, 15, 0)
+    expect(when(new Date(2026, 10, 21, 9, 30).toISOString(), now)).toMatch(/09.30/)
+    expect(toLocalInput(new Date(2026, 0, 2, 3, 4))).toBe('2026-01-02T03:04')
+  })
+})

@@ -1,0 +1,53 @@
+// Numbers and times as people read them. A figure a GPU does not report is null: shown as "—".
+
+export const DASH = '—'
+
+export function percent(value: number | null | undefined): string {
+  return value == null ? DASH : `${Math.round(value)}%`
+}
+
+export function mib(value: number | null | undefined): string {
+  if (value == null) return DASH
+  return value >= 1024 ? `${(value / 1024).toFixed(1)} GiB` : `${Math.round(value)} MiB`
+}
+
+export function watts(value: number | null | undefined): string {
+  return value == null ? DASH : `${Math.round(value)} W`
+}
+
+export function celsius(value: number | null | undefined): string {
+  return value == null ? DASH : `${Math.round(value)} °C`
+}
+
+/** "14:05", or "Tue 14:05" when not today, or "3 Dec 14:05" when not this week. */
+export function when(iso: string | null | undefined, now: Date = new Date()): string {
+  if (!iso) return DASH
+  const t = new Date(iso)
+  const time = t.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
+  if (t.toDateString() === now.toDateString()) return time
+  const days = Math.abs(t.getTime() - now.getTime()) / 86_400_000
+  if (days < 6) return `${t.toLocaleDateString(undefined, { weekday: 'short' })} ${time}`
+  return `${t.toLocaleDateString(undefined, { day: 'numeric', month: 'short' })} ${time}`
+}
+
+/** "45 s", "12 min", "3 h 05 min", "2 d 4 h". */
+export function duration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds))
+  if (s < 60) return `${s} s`
+  const m = Math.floor(s / 60)
+  if (m < 60) return `${m} min`
+  const h = Math.floor(m / 60)
+  if (h < 48) return `${h} h ${String(m % 60).padStart(2, '0')} min`
+  return `${Math.floor(h / 24)} d ${h % 24} h`
+}
+
+/** A Date as the value of <input type="datetime-local"> (local time, minutes). */
+export function toLocalInput(date: Date): string {
+  const pad = (n: number) => String(n).padStart(2, '0')
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`
+}
+
+/** The value of <input type="datetime-local"> as an ISO time with this browser's offset. */
+export function fromLocalInput(value: string): string {
+  return new Date(value).toISOString()
+}

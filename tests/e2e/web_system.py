@@ -1,0 +1,155 @@
+"""A whole Warden for the web UI's browser tests and benchmark: `warden run all` (its own OS
+process) serving the built UI, against a simulated fleet served over real SSH.
+
+    python -m tests.e2e.web_system [--hosts 2] [--gpus 4] [--interval 0.5] [--port 0]
+
+prints one JSON line, `{"url", "control", "data_dir", "hosts"}`, once the gateway answers: `url`
+is the UI and API, `control` the simulator's control API (start a foreign process, take a host
+down: services/monitor/sim/control.py). The accounts admin, alice and bob exist (password
+`pw-12345678`). It runs until SIGTERM, SIGINT or its standard input closes, then stops
+`warden run all` and the fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import aiohttp
+import asyncssh
+
+from services.monitor.sim.control import ControlApi
+from services.monitor.sim.model import SimFleet
+from services.monitor.sim.server import SimServer
+from services.shared.config import load_settings
+from tests.e2e.api import free_port
+from tests.e2e.system import create_accounts, toml
+
+REPO = Path(__file__).resolve().parents[2]
+STARTUP_S = 90.0
+
+
+def _config(
+    data_dir: Path, server: SimServer, key_file: Path, port: int, args: argparse.Namespace
+) -> Path:
+    known_hosts = data_dir / "known_hosts"
+    known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
+    lines = [
+        "[storage]",
+        f"data_dir = {toml(str(data_dir / 'data'))}",
+        "[auth]",
+        f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
+        "[gateway]",
+        f"port = {port}",
+        f"frontend_dir = {toml(str(Path(args.frontend_dir).resolve()))}",
+        # The browser tests sign in many times from one address.
+        "login_failures_per_ip = 1000",
+        "[monitor]",
+        f"interval_s = {args.interval}",
+        f"known_hosts = {toml(str(known_hosts))}",
+        'local_nvml = "off"',
+        "[jobs]",
+        f"ssh_key_file = {toml(str(key_file))}",
+        "poll_interval_s = 0.5",
+        "[violations]",
+        'steps = ["0s terminal offender"]',
+    ]
+    for host in server.hosts_config("warden", key_file):
+        lines.append("[[hosts]]")
+        lines += [f"{k} = {toml(v)}" for k, v in host.items()]
+    config = data_dir / "warden.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+async def _gateway_answers(url: str, process: asyncio.subprocess.Process) -> None:
+    deadline = asyncio.get_running_loop().time() + STARTUP_S
+    async with aiohttp.ClientSession() as session:
+        while asyncio.get_running_loop().time() < deadline:
+            if process.returncode is not None:
+                raise SystemExit(f"warden run all exited with {process.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{url}/api/v1/gpus", allow_redirects=False) as answer:
+                    if answer.status == 401:  # up, and asking who we are
+                        return
+            await asyncio.sleep(0.3)
+    raise SystemExit(f"the gateway did not answer at {url} within {STARTUP_S:.0f} s")
+
+
+async def _until_stopped() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    # The parent (a test runner) dying closes our standard input.
+    loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.buffer.read1(4096) or stop.set())
+    await stop.wait()
+
+
+async def run(args: argparse.Namespace, data_dir: Path) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key_file = data_dir / "warden_key"
+    key.write_private_key(str(key_file))
+    key_file.chmod(0o600)
+    fleet = SimFleet(args.hosts, args.gpus, seed=7, churn=args.churn)
+    async with (
+        SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server,
+        ControlApi(server, port=0) as control,
+    ):
+        port = args.port or free_port()
+        config = _config(data_dir, server, key_file, port, args)
+        await create_accounts(load_settings(config, environ={"HOME": str(data_dir)}))
+        log = (data_dir / "warden.log").open("wb")
+        process = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("warden")),
+            "run",
+            "all",
+            "--config",
+            str(config),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=REPO,
+            env={**os.environ, "HOME": str(data_dir)},
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            await _gateway_answers(url, process)
+            ready = {"url": url, "control": control.url, "data_dir": str(data_dir)}
+            print(json.dumps({**ready, "hosts": list(fleet.hosts)}), flush=True)
+            await _until_stopped()
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                try:
+                    await asyncio.wait_for(process.wait(), 30)
+                except TimeoutError:
+                    process.kill()
+            log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--gpus", type=int, default=4, help="GPUs per host")
+    parser.add_argument("--interval", type=float, default=0.5, help="monitor poll interval (s)")
+    parser.add_argument("--port", type=int, default=0, help="gateway port (0: a free one)")
+    parser.add_argument("--churn", action="store_true", help="background jobs come and go")
+    parser.add_argument("--data-dir", default="", help="default: a new temporary folder")
+    parser.add_argument("--frontend-dir", default=str(REPO / "frontend" / "dist"))
+    args = parser.parse_args()
+    data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="warden-web-")).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(run(args, data_dir))
+
+
+if __name__ == "__main__":
+    main()
