@@ -11,7 +11,13 @@ CONFIG ?=
 CONFIG_ARG := $(if $(CONFIG),--config $(CONFIG))
 
 .DEFAULT_GOAL := help
-.PHONY: help install run demo test test-unit lint bench bench-quick clean distclean
+# The web UI (frontend/): npm packages, and the build the gateway serves.
+NPM_STAMP := frontend/node_modules/.installed
+UI_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
+	frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
+UI_BUILD := frontend/dist/index.html
+
+.PHONY: help install api-types frontend run demo test test-unit test-ui lint bench bench-quick clean distclean
 
 help: ## list the targets
 	@echo "Warden make targets:"
@@ -29,7 +35,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-run: install ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080)
+$(NPM_STAMP): frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund
+	@touch $@
+
+$(UI_BUILD): $(NPM_STAMP) $(UI_SOURCES)
+	cd frontend && npm run build
+
+api-types: install $(NPM_STAMP) ## regenerate the web UI's API types from the gateway's OpenAPI document
+	$(BIN)/python -m services.gateway.openapi > frontend/src/api/openapi.json
+	cd frontend && npm run --silent api:types
+
+frontend: $(UI_BUILD) ## build the web UI into frontend/dist (npm ci, type-check, vite build)
+
+run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080)
 	$(BIN)/warden init $(CONFIG_ARG)
 	$(BIN)/warden db upgrade $(CONFIG_ARG)
 	$(BIN)/warden run all $(CONFIG_ARG)
@@ -37,26 +56,32 @@ run: install ## write a config if there is none, migrate, start every service (h
 demo: install ## everything against a 4-host simulated fleet over SSH, live GPUs in the terminal
 	$(BIN)/warden demo
 
-test: install ## the whole test suite (needs RabbitMQ and PostgreSQL; see .ci/run)
+test: install frontend ## the whole suite: Python, then the web UI's unit and browser tests
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory test-ui
+
+test-ui: install frontend ## the web UI: Vitest unit tests, then end-to-end in Debian's Chromium
+	cd frontend && npm test && npm run test:e2e
 
 test-unit: install ## unit tests only (no servers needed)
 	$(BIN)/pytest -q tests/unit
 
-lint: install ## ruff (lint + format check) and mypy
+lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, and the web UI's type check
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
+	cd frontend && npm run --silent typecheck
 
-bench: install ## run every benchmark in bench/
+bench: install frontend ## run every benchmark in bench/
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
-bench-quick: install ## run every benchmark with --quick
+bench-quick: install frontend ## run every benchmark with --quick
 	@for f in bench/*.py; do echo "== $$f --quick"; $(BIN)/python $$f --quick || exit 1; done
 
 clean: ## remove caches and build output (keeps .venv)
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info .data/demo
+	rm -rf frontend/dist frontend/test-results
 
-distclean: clean ## clean, and remove .venv too
-	rm -rf $(VENV)
+distclean: clean ## clean, and remove .venv and frontend/node_modules too
+	rm -rf $(VENV) frontend/node_modules

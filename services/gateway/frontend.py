@@ -1,7 +1,9 @@
 """Serving the built web UI (`frontend/dist`) at `/`, with history-mode fallback.
 
 A path that names a file in the build is that file; any other path outside `/api/` is the
-app's `index.html`, so that a deep link such as `/reservations/42` opens the app there.
+app's `index.html`, so that a deep link such as `/reservations/42` opens the app there. The
+build's `assets/` have content hashes in their names: browsers may keep them for good. The
+build writes a `.gz` beside each, which aiohttp sends to browsers that accept gzip.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from services.gateway.routing import API
 
 # `frontend/dist` beside the code (a source checkout; the Docker image copies it there too).
 DEFAULT_DIST = Path(__file__).resolve().parents[2] / "frontend" / "dist"
+IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 
 
 def dist_dir(configured: str) -> Path:
@@ -37,7 +40,8 @@ def add_routes(app: web.Application, dist: Path) -> None:
             )
         wanted = (root / path).resolve()
         if path and wanted.is_relative_to(root) and wanted.is_file():
-            return web.FileResponse(wanted)
+            hashed = wanted.is_relative_to(root / "assets")
+            return web.FileResponse(wanted, headers=IMMUTABLE if hashed else None)
         return web.FileResponse(index, headers={"Cache-Control": "no-cache"})
 
     app.router.add_get("/{path:.*}", serve)

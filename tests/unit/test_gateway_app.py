@@ -4,6 +4,7 @@ is needed for any of this."""
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -59,7 +60,10 @@ async def test_the_web_ui_is_served_with_history_fallback(
     (tmp_path / "secret.txt").write_text("not for you")
     async with TestClient(TestServer(create_app(settings(frontend_dir=str(dist)), bus))) as c:
         assert await (await c.get("/")).text() == "<html>app</html>"
-        assert "console.log" in await (await c.get("/assets/app.js")).text()
+        asset = await c.get("/assets/app.js")
+        assert "console.log" in await asset.text()
+        assert "immutable" in asset.headers["Cache-Control"]
+        assert (await c.get("/")).headers["Cache-Control"] == "no-cache"
         deep = await c.get("/reservations/42")
         assert deep.status == 200
         assert await deep.text() == "<html>app</html>"
@@ -68,6 +72,24 @@ async def test_the_web_ui_is_served_with_history_fallback(
         api = await c.get("/api/v1/no-such-route")
         assert api.status == 404
         assert (await api.json())["error"] == "not_found"
+
+
+async def test_the_web_ui_is_sent_gzipped_when_the_build_has_a_gz(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    dist = tmp_path / "dist"
+    (dist / "assets").mkdir(parents=True)
+    (dist / "index.html").write_text("<html>app</html>")
+    script = b"console.log('app');" * 200
+    (dist / "assets" / "app.js").write_bytes(script)
+    (dist / "assets" / "app.js.gz").write_bytes(gzip.compress(script))
+    async with TestClient(TestServer(create_app(settings(frontend_dir=str(dist)), bus))) as c:
+        zipped = await c.get("/assets/app.js", headers={"Accept-Encoding": "gzip"})
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert await zipped.read() == script  # the client inflates it
+        plain = await c.get("/assets/app.js", headers={"Accept-Encoding": "identity"})
+        assert "Content-Encoding" not in plain.headers
+        assert await plain.read() == script
 
 
 async def test_without_a_build_the_root_says_where_the_api_is(bus: InProcessBus) -> None:
