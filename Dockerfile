@@ -2,6 +2,14 @@
 # `docker run IMAGE run gateway` (or monitor, reservations, jobs, violations) runs one of them
 # against RabbitMQ; `docker run IMAGE db upgrade` migrates. See docker-compose.yml.
 
+# --- ui: build the web UI (frontend/) into static files the gateway serves ------------------
+FROM node:20-bookworm-slim AS ui
+WORKDIR /ui
+COPY frontend/package.json frontend/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY frontend ./
+RUN npm run build
+
 # --- build: install the package and its dependencies into a virtual environment -------------
 FROM python:3.11-slim AS build
 
@@ -22,11 +30,13 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/war
     && chown warden:warden /var/lib/warden
 
 COPY --from=build /opt/warden /opt/warden
+COPY --from=ui /ui/dist /opt/warden/ui
 
 ENV PATH=/opt/warden/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     WARDEN_STORAGE_DATA_DIR=/var/lib/warden \
+    WARDEN_GATEWAY_FRONTEND_DIR=/opt/warden/ui \
     WARDEN_GATEWAY_HOST=0.0.0.0
 
 USER warden
