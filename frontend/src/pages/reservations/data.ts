@@ -1,0 +1,75 @@
+// Loading what the reservation pages share: the GPU list and the reservations of a range.
+import { api, unwrap, type Schemas } from '../../api/client'
+import { session } from '../../session'
+
+export type Reservation = Schemas['Reservation']
+
+export interface GpuInfo {
+  uuid: string
+  host: string
+  index: number
+  name: string | null
+}
+
+/** Every GPU, by host then index. */
+export async function loadGpus(): Promise<GpuInfo[]> {
+  const answer = await unwrap(api.GET('/api/v1/gpus', {}))
+  return answer.gpus
+    .map((g) => ({ uuid: g.uuid, host: g.host, index: g.index, name: g.name ?? null }))
+    .sort(byHostIndex)
+}
+
+export function byHostIndex(a: { host: string; index: number | null }, b: { host: string; index: number | null }): number {
+  return a.host.localeCompare(b.host, undefined, { numeric: true }) || (a.index ?? 0) - (b.index ?? 0)
+}
+
+/** Hosts with their GPUs, in order. */
+export function groupByHost<T extends { host: string }>(gpus: T[]): { host: string; gpus: T[] }[] {
+  const map = new Map<string, T[]>()
+  for (const g of gpus) {
+    if (!map.has(g.host)) map.set(g.host, [])
+    map.get(g.host)!.push(g)
+  }
+  return [...map].map(([host, list]) => ({ host, gpus: list }))
+}
+
+/** Active reservations overlapping [start, end), on `gpus` when given (all pages). */
+export async function loadReservations(start: Date, end: Date, gpus?: string[]): Promise<Reservation[]> {
+  const out: Reservation[] = []
+  const limit = 500
+  for (let offset = 0; offset < 10_000; offset += limit) {
+    const page = await unwrap(
+      api.GET('/api/v1/reservations', {
+        params: {
+          query: {
+            start: start.toISOString(),
+            end: end.toISOString(),
+            ...(gpus && gpus.length ? { gpus } : {}),
+            limit,
+            offset,
+          },
+        },
+      }),
+    )
+    out.push(...page.items)
+    if (page.items.length < limit || out.length >= page.total) break
+  }
+  return out
+}
+
+export function isMine(r: { owner: string }): boolean {
+  return r.owner === session.user?.username
+}
+
+/** The owner or an admin. */
+export function canManage(r: { owner: string }): boolean {
+  return isMine(r) || session.isAdmin
+}
+
+export function isRunning(r: Reservation, now = new Date()): boolean {
+  return r.status === 'active' && new Date(r.start) <= now && now < new Date(r.end)
+}
+
+export function hasStarted(r: Reservation, now = new Date()): boolean {
+  return new Date(r.start) <= now
+}
