@@ -41,9 +41,16 @@ export async function setup(project: TestProject): Promise<void> {
 }
 
 export async function teardown(): Promise<void> {
-  if (!child || child.exitCode !== null) return
-  const exited = new Promise((resolve) => child!.once('exit', resolve))
-  child.kill('SIGTERM')
-  await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 40_000))])
-  if (child.exitCode === null) child.kill('SIGKILL')
+  if (!child) return
+  if (child.exitCode === null) {
+    const exited = new Promise((resolve) => child!.once('exit', resolve))
+    child.kill('SIGTERM')
+    let timer: ReturnType<typeof setTimeout> | undefined
+    await Promise.race([exited, new Promise((resolve) => (timer = setTimeout(resolve, 40_000)))])
+    clearTimeout(timer)
+    if (child.exitCode === null) child.kill('SIGKILL')
+  }
+  // Its pipes would keep this process alive.
+  child.stdin?.destroy()
+  child.stdout?.destroy()
 }

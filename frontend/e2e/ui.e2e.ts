@@ -125,7 +125,7 @@ describe('reservations', () => {
     const bob = await signedIn(browser, base, 'bob')
     const gpu = gpuOf('sim-001', 1)
     await bob.goto(`/reservations?gpus=${gpu.uuid}&week=${day}`)
-    await dragInCalendar(bob, gpu, day, 10, 12)
+    await dragInCalendar(bob, gpu, day, 8, 10) // into alice's 09:00-11:00
     const dialog = bob.getByRole('dialog', { name: 'New reservation' })
     await dialog.getByLabel('Title').fill('Overlap')
     await dialog.getByRole('button', { name: 'Reserve' }).click()
@@ -138,7 +138,7 @@ describe('reservations', () => {
 describe('jobs', () => {
   it('creates a torchrun job from the template and starts it', async () => {
     await alice.goto('/jobs/new')
-    await alice.getByLabel('Name').fill('e2e-torchrun')
+    await alice.getByLabel('Name', { exact: true }).fill('e2e-torchrun')
     const template = alice.getByLabel('Template')
     const option = await template.locator('option', { hasText: /torchrun/i }).first().getAttribute('value')
     await template.selectOption(option!)
