@@ -86,6 +86,26 @@ describe('dashboard', () => {
     await alice.getByLabel('Filter').fill('')
     await screenshot(alice, '03-dashboard')
   })
+
+  it('keeps the charts a user arranges', async () => {
+    const charts = alice.locator('article.chart')
+    await alice.getByRole('button', { name: 'Add chart' }).click()
+    await expect.poll(() => charts.count()).toBe(1)
+    await alice.locator('[data-testid="gpu-card"][data-host="sim-002"][data-index="1"]').getByRole('button', { name: /Chart/ }).click()
+    await expect.poll(() => charts.count()).toBe(2)
+    const titles = () => charts.locator('h3').allTextContents()
+    const [first, second] = await titles()
+    await alice.getByRole('button', { name: `Move ${second} up` }).click()
+    await expect.poll(titles).toEqual([second, first])
+    await alice.getByRole('button', { name: '1 day' }).click()
+    await alice.reload()
+    await expect.poll(titles).toEqual([second, first])
+    await expect.poll(() => charts.locator('canvas').count(), { timeout: 20_000 }).toBe(2)
+    await screenshot(alice, '03b-dashboard-charts')
+    await alice.getByRole('button', { name: `Remove ${second}` }).click()
+    await alice.getByRole('button', { name: `Remove ${first}` }).click()
+    await expect.poll(() => charts.count()).toBe(0)
+  })
 })
 
 describe('reservations', () => {
