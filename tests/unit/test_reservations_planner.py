@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -179,7 +178,8 @@ def test_overview_by_gpu_equals_one_gpu_at_a_time(
         assert runs == alone
 
 
-def test_overview_of_a_fleet_is_fast() -> None:
+def test_overview_of_a_large_fleet_covers_every_slot_of_every_gpu() -> None:
+    # Its speed is measured in bench/api_load.py (the overview route), never asserted here.
     rng = random.Random(7)
     slots = 4 * 7 * 48  # four weeks of 30 minutes
     working_hours = [iv(d * 1440 + 7 * 60, d * 1440 + 17 * 60) for d in range(28)]
@@ -192,12 +192,9 @@ def test_overview_of_a_fleet_is_fast() -> None:
         bookings[uuid] = [
             booking(i, rng.choice(["me", "bob"]), s, s + 45) for i, s in enumerate(starts)
         ]
-    began = time.perf_counter()
     fleet = overview_by_gpu("me", allowed, bookings, T0, SLOT, slots)
-    elapsed = time.perf_counter() - began
+    assert set(fleet) == set(allowed)
     assert all(sum(r.count for r in runs) == slots for runs in fleet.values())
-    # A few tens of ms on a quiet machine; the bound leaves room for a busy CI runner.
-    assert elapsed < 0.5, f"overview of 200 GPUs took {elapsed:.3f} s"
 
 
 # --- earliest slot ----------------------------------------------------------------------------
@@ -323,7 +320,8 @@ def test_earliest_slot_agrees_with_brute_force(
             assert any(a.start <= chosen.start and chosen.end <= a.end for a in allowed[uuid])
 
 
-def test_earliest_slot_over_a_fleet_is_fast() -> None:
+def test_earliest_slot_over_a_large_fleet_is_free_and_allowed() -> None:
+    # Its speed belongs in a benchmark, never in an assertion.
     rng = random.Random(11)
     weeks = 8 * 7 * 1440
     fleet = [Gpu(f"GPU-{h}-{i}", f"host{h:02}", i) for h in range(25) for i in range(8)]
@@ -333,12 +331,9 @@ def test_earliest_slot_over_a_fleet_is_fast() -> None:
     for gpu in fleet:
         starts = sorted(rng.sample(range(0, weeks - 600, 60), 100))
         busy[gpu.uuid] = merge(iv(s, s + rng.choice([60, 120, 240, 480])) for s in starts)
-    began = time.perf_counter()
     found = earliest_slot(fleet, allowed, busy, 8, 8 * H, at(0), at(weeks))
     same = earliest_slot(fleet, allowed, busy, 8, 4 * H, at(0), at(weeks), same_host=True)
-    elapsed = time.perf_counter() - began
     assert found is not None and same is not None
-    assert elapsed < 0.25, f"earliest slot over 200 GPUs took {elapsed:.3f} s"
     for slot in (found, same):
         for uuid in slot.gpus:
             blocked = merge([*busy[uuid], *complement(allowed[uuid], at(0), at(weeks))])
