@@ -28,7 +28,7 @@ from services.reservations import passwords
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.runtime import run_services
-from tests.e2e.system import DEADLINE_S, create_accounts, toml
+from tests.e2e.system import DEADLINE_S, create_accounts, stopped, toml
 
 PASSWORD = "pw-12345678"
 API = "/api/v1"
@@ -200,7 +200,7 @@ async def running_system(
                     yield system
             finally:
                 stop.set()
-                await asyncio.wait_for(running, 60)
+                await stopped(running)
     finally:
         passwords._hasher = saved_hasher
         passwords._dummy_hash.cache_clear()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -63,3 +64,18 @@ async def discovered_gpu(bus: Bus, host: str, index: int) -> str:
             pytest.fail(f"GPU {index} of {host} never reached the reservations service")
         await asyncio.sleep(0.2)
     return uuid
+
+
+async def stopped(running: asyncio.Task[None], deadline_s: float = 60.0) -> None:
+    """Wait for `run_services` to return after its stop event; if it does not within the
+    deadline, print where every other task is stuck before failing (a rare teardown hang,
+    not reproduced on demand, is otherwise a bare TimeoutError)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(running), deadline_s)
+    except TimeoutError:
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                print(f"still running at teardown: {task!r}", file=sys.stderr)
+                task.print_stack(limit=8, file=sys.stderr)
+        running.cancel()
+        raise

@@ -33,7 +33,7 @@ from services.shared.errors import (
     StateConflict,
 )
 from services.shared.runtime import make_bus, run_services
-from tests.e2e.system import create_accounts, discovered_gpu, toml
+from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -144,7 +144,7 @@ async def system(
         async def restart() -> None:
             nonlocal running
             stop.set()
-            await asyncio.wait_for(running, 60)
+            await stopped(running)
             stop.clear()
             running = run(make_bus(settings, "amqp", name="t2"))
             await _wait_for(client, "jobs")
@@ -164,7 +164,7 @@ async def system(
             yield system
         finally:
             stop.set()
-            await asyncio.wait_for(running, 60)
+            await stopped(running)
             if client is not bus:
                 await client.close()
 

@@ -35,7 +35,7 @@ from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import make_bus, run_services
-from tests.e2e.system import create_accounts, discovered_gpu, toml
+from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
 from tests.sshd import free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -176,7 +176,7 @@ async def system(
                 yield system
             finally:
                 stop.set()
-                await asyncio.wait_for(running, 60)
+                await stopped(running)
                 if client is not bus:
                     await client.close()
     finally:
