@@ -110,8 +110,8 @@ from yarl import URL
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from services.reservations import accounts, passwords
-from services.reservations.models import gpu_slots, reservations
 from services.reservations.store import Store, to_ms
+from services.reservations.tables import gpu_slots, reservations
 from services.shared import db
 from services.shared.config import load_settings
 
@@ -424,8 +424,9 @@ def write_config(tmp: Path, snippet: Path, port: int) -> Path:
         'host = "127.0.0.1"',
         f"port = {port}",
         "login_failures_per_ip = 1000",
-        "[monitor]",
+        "[ssh]",
         f"known_hosts = {_toml(str(snippet.parent / 'known_hosts'))}",
+        "[monitor]",
         'local_nvml = "off"',
         "",
     ]

@@ -10,7 +10,7 @@ For each fleet size N (default 10, 100, 500, 1,000 hosts; --quick: 10 and 50):
    go), on free ports; it writes `[[hosts]]` TOML, known_hosts and a client key into a
    temporary folder. Ready when it prints "Ctrl-C to stop". (`warden` is run as
    `python -m services.cli` from this checkout: what `.venv/bin/warden` runs here.)
-2. A full warden.toml there (data_dir in the folder, [monitor] interval_s and known_hosts,
+2. A full warden.toml there (data_dir in the folder, [monitor] interval_s, [ssh] known_hosts,
    local_nvml = "off", the simulator's [[hosts]]); `warden db upgrade monitor`.
 3. `warden run monitor` in its own process, on RabbitMQ (its own vhost, made with rabbitmqctl
    and deleted at the end), as in production. Its events go to the `monitor.events` exchange;
@@ -247,9 +247,10 @@ def write_config(tmp: Path, interval_s: float, *, with_hosts: bool) -> Path:
         'level = "info"\n\n'
         "[storage]\n"
         f"data_dir = {json.dumps(str(tmp / 'data'))}\n\n"
+        "[ssh]\n"
+        f"known_hosts = {json.dumps(str(sim_dir / 'known_hosts'))}\n\n"
         "[monitor]\n"
         f"interval_s = {interval_s}\n"
-        f"known_hosts = {json.dumps(str(sim_dir / 'known_hosts'))}\n"
         'local_nvml = "off"\n\n' + ((sim_dir / "hosts.toml").read_text() if with_hosts else "")
     )
     return config

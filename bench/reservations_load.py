@@ -76,9 +76,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from services.reservations import accounts, passwords
-from services.reservations.models import gpu_slots, gpus, reservations
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
+from services.reservations.tables import gpu_slots, gpus, reservations
 from services.shared import db
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings

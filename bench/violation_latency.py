@@ -72,8 +72,6 @@ from aiohttp import web
 # Runnable as a plain script from a checkout: the repository root holds `services`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer, raise_open_files_limit
 from services.reservations import accounts, passwords
 from services.reservations.store import Store
 from services.shared import db
@@ -81,6 +79,8 @@ from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import run_services
+from services.sim.model import SimFleet
+from services.sim.server import SimServer, raise_open_files_limit
 
 GPUS_PER_HOST = 8
 OFFENDER = "bob"
@@ -276,9 +276,10 @@ def write_config(
         f"data_dir = {_toml(str(tmp / 'data'))}",
         "[auth]",
         f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
+        "[ssh]",
+        f"known_hosts = {_toml(str(known_hosts))}",
         "[monitor]",
         f"interval_s = {interval_s}",
-        f"known_hosts = {_toml(str(known_hosts))}",
         'local_nvml = "off"',
         "[violations]",
         'mode = "reservations"',

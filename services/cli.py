@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_user_parser(commands, common)
 
-    from services.monitor.sim.cli import add_parser as add_sim_parser
+    from services.sim.cli import add_parser as add_sim_parser
 
     add_sim_parser(commands, [common])
 
@@ -455,9 +455,9 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 def cmd_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
-    from services.monitor.fleet import SshOptions
     from services.monitor.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
+    from services.shared.ssh import SshOptions
 
     settings = _settings(args)
     configure_logging(settings.log)
@@ -467,14 +467,14 @@ def cmd_hosts(args: argparse.Namespace) -> int:
             f"no hosts to check in {settings.source}: add [[hosts]] tables "
             "(`warden init` writes an example)"
         )
-    options = SshOptions.from_settings(settings.monitor)
+    options = SshOptions.from_settings(settings.ssh)
     results = asyncio.run(check_hosts(hosts, options, args.timeout))
     print(format_table(results))
     return 0 if all(result.ok for result in results) else 1
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from services.jobs.runner import public_key_line
+    from services.shared.ssh import public_key_line
 
     line = public_key_line(_settings(args))
     print(line)
@@ -486,7 +486,7 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from services.monitor.demo import run_demo
+    from services.sim.demo import run_demo
 
     if args.hosts < 1 or args.gpus_per_host < 0:
         raise WardenError("--hosts must be at least 1 and --gpus-per-host at least 0")
@@ -498,7 +498,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from services.monitor.sim.cli import run_cli
+    from services.sim.cli import run_cli
 
     return run_cli(args)
 

@@ -25,7 +25,7 @@ from services.gateway.context import (
     TOKENS,
     LoginLimits,
 )
-from services.gateway.errors import cors_middleware, error_middleware
+from services.gateway.cors import cors_middleware
 from services.gateway.openapi import build_spec, docs_page
 from services.gateway.routes import ROUTES, hosts
 from services.gateway.routes.meta import BACKENDS
@@ -33,6 +33,7 @@ from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus
 from services.shared.config import Settings
+from services.shared.http_errors import error_middleware
 
 __all__ = ["BACKENDS", "create_app"]
 

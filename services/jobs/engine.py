@@ -25,10 +25,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from services.jobs import repository
-from services.jobs.model import TASK_ENDED, Job, RenderedTask
-from services.jobs.models import outbox
+from services.jobs.domain import TASK_ENDED, Job, RenderedTask
 from services.jobs.render import job_problems, render_job
-from services.jobs.runner import Probe, Started, session_name
 from services.jobs.scheduler import (
     Booking,
     Demand,
@@ -42,8 +40,10 @@ from services.jobs.scheduler import (
     Waiting,
     schedule,
 )
+from services.jobs.scripts import Probe, Started, session_name
 from services.jobs.spec import definition_of, to_job
 from services.jobs.state import JobState, TaskRun
+from services.jobs.tables import outbox
 from services.shared.bus import Bus
 from services.shared.config import HostConfig, Settings
 from services.shared.errors import (

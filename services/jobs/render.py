@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Collection, Mapping, Sequence
 
-from services.jobs.model import TF_ROLES, Job, Param, RenderedTask, Task
+from services.jobs.domain import TF_ROLES, Job, Param, RenderedTask, Task
 from services.jobs.templates import (
     Placement,
     apply_template,

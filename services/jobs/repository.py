@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.jobs.models import jobs, runs, tasks
 from services.jobs.spec import from_spec, spec_json
 from services.jobs.state import JobState, TaskRun
+from services.jobs.tables import jobs, runs, tasks
 from services.shared.store import from_ms, iso_ms, to_ms
 
 

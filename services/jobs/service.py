@@ -9,8 +9,8 @@ from contextlib import AsyncExitStack
 
 from services.jobs.engine import Engine
 from services.jobs.handlers import event_handlers, rpc_methods
-from services.jobs.models import outbox
 from services.jobs.runner import TaskRunner
+from services.jobs.tables import outbox
 from services.shared.bus import Teardown
 from services.shared.calendar import fetch_calendar
 from services.shared.outbox import Relay

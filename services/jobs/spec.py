@@ -12,7 +12,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from services.jobs.model import TEMPLATE_KINDS, Job, Param, Task, Template
+from services.jobs.domain import TEMPLATE_KINDS, Job, Param, Task, Template
 
 _Str = fields.String
 NAME_MAX = 255

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.jobs.model import TASK_ACTIVE, TASK_ENDED, Job, job_status
-from services.jobs.runner import session_name
+from services.jobs.domain import TASK_ACTIVE, TASK_ENDED, Job, job_status
+from services.jobs.scripts import session_name
 from services.jobs.spec import task_dict
 
 

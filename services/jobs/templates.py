@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.jobs.model import TEMPLATE_KINDS, TF_ROLES, Job, Param, Template
+from services.jobs.domain import TEMPLATE_KINDS, TF_ROLES, Job, Param, Template
 
 # task index -> (host, GPU uuids)
 Placement = Mapping[int, tuple[str, tuple[str, ...]]]

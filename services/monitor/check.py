@@ -7,9 +7,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.monitor.fleet import HostShell, HostUnreachable, SshHostShell, SshOptions
 from services.monitor.nvml import load_nvml
 from services.shared.config import HostConfig
+from services.shared.ssh import HostShell, HostUnreachable, SshHostShell, SshOptions
 
 _GPU_LINE = re.compile(r"^GPU \d+: .*\(UUID: ")
 

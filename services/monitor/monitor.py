@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.monitor.fleet import HostUnreachable
 from services.monitor.readers import HostReader
 from services.monitor.state import Event, HostState
 from services.monitor.tsdb.base import GPU_METRICS, GpuPoint, HostPoint
 from services.monitor.writer import MetricsWriter
 from services.shared.errors import WardenError
+from services.shared.ssh import HostUnreachable
 
 log = logging.getLogger("warden.monitor")
 

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from services.monitor.fleet import HostShell, HostUnreachable
 from services.monitor.nvml import ProcInfo, read_gpus
 from services.monitor.probe import (
     PROBE_COMMAND,
@@ -22,6 +21,7 @@ from services.monitor.probe import (
     parse_probe_output,
     parse_proc_stat_line,
 )
+from services.shared.ssh import HostShell, HostUnreachable
 
 
 class HostReader(ABC):

@@ -8,7 +8,6 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any
 
-from services.monitor.fleet import SshHostShell, SshOptions
 from services.monitor.handlers import EVENT_HANDLERS, rpc_methods
 from services.monitor.inventory import monitored_hosts
 from services.monitor.monitor import Monitor
@@ -21,6 +20,7 @@ from services.monitor.writer import MetricsWriter
 from services.shared.bus import Teardown
 from services.shared.config import MonitorSettings, Settings
 from services.shared.runtime import ServiceContext, open_database, start_service
+from services.shared.ssh import SshHostShell, SshOptions
 
 log = logging.getLogger("warden.monitor")
 
@@ -28,7 +28,7 @@ PRUNE_EVERY_S = 600.0
 
 
 def build_readers(settings: Settings, nvml: Any | None) -> list[HostReader]:
-    options = SshOptions.from_settings(settings.monitor)
+    options = SshOptions.from_settings(settings.ssh)
     readers: list[HostReader] = []
     for host in monitored_hosts(settings, local_has_nvml=nvml is not None):
         if host.probe == "nvml":

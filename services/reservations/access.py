@@ -14,8 +14,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from services.reservations.intervals import intersect, merge, subtract, uncovered
-from services.reservations.model import (
+from services.reservations.domain import (
     AccessRule,
     Booking,
     Gpu,
@@ -24,6 +23,7 @@ from services.reservations.model import (
     Refusal,
     WeeklyWindow,
 )
+from services.reservations.intervals import intersect, merge, subtract, uncovered
 
 _DAY = timedelta(days=1)
 _WEEK = timedelta(days=7)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from services.reservations.model import Gpu, Refusal
+from services.reservations.domain import Gpu, Refusal
 
 MAX_TITLE = 100
 MAX_DESCRIPTION = 4000

@@ -26,11 +26,11 @@ from services.reservations.booking import (
     interval_refusals,
     text_refusals,
 )
-from services.reservations.model import AccessRule, Booking, Gpu, Member, Refusal
-from services.reservations.models import access_rules, reservations
+from services.reservations.domain import AccessRule, Booking, Gpu, Member, Refusal
 from services.reservations.outbox import add_event
 from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, lock_owner, to_ms
+from services.reservations.tables import access_rules, reservations
 from services.shared.errors import (
     Forbidden,
     InvalidRequest,

@@ -17,10 +17,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from services.reservations import accounts, sessions
 from services.reservations.commands import Commands
-from services.reservations.model import AccessRule, Limits, WeeklyWindow
-from services.reservations.models import gpus
+from services.reservations.domain import AccessRule, Limits, WeeklyWindow
 from services.reservations.queries import Queries
 from services.reservations.store import Store, now_ms, to_ms
+from services.reservations.tables import gpus
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest

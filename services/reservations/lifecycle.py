@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Row
 
 from services.reservations import repository
-from services.reservations.models import reservations
 from services.reservations.outbox import add_event
 from services.reservations.store import Store, to_ms
+from services.reservations.tables import reservations
 from services.reservations.usage import UsageTotals, add_samples, from_row, summary, to_row
 from services.shared.contracts import Envelope
 

@@ -17,8 +17,8 @@ from services.reservations.access import (
     rule_applies_to,
     use_refusals,
 )
+from services.reservations.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.intervals import merge
-from services.reservations.model import AccessRule, Gpu, Interval, Member
 from services.reservations.planner import Slot, earliest_slot, overview_by_gpu
 from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, from_ms, to_ms

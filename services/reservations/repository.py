@@ -16,9 +16,9 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.booking import Clash, Current
-from services.reservations.model import AccessRule, Booking, Gpu, Limits, WeeklyWindow
-from services.reservations.models import access_rules, gpu_slots, gpus, guests, reservations
+from services.reservations.domain import AccessRule, Booking, Gpu, Limits, WeeklyWindow
 from services.reservations.store import from_ms, iso_ms, to_ms
+from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.usage import from_row, summary
 
 # --- GPUs ---------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.handlers import event_handlers, rpc_methods
 from services.reservations.lifecycle import Lifecycle, UsageTracker
-from services.reservations.models import outbox
 from services.reservations.queries import Queries
 from services.reservations.store import Store
+from services.reservations.tables import outbox
 from services.shared.bus import Teardown
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service

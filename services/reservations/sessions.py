@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.models import sessions
 from services.reservations.store import iso_ms
+from services.reservations.tables import sessions
 
 INVALID_TOKEN = "the refresh token is invalid or expired; log in again"
 REUSED_TOKEN = "the refresh token was already used; every session of this login was revoked"

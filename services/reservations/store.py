@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.models import users
+from services.reservations.tables import users
 from services.shared.store import Store, from_ms, iso_ms, now_ms, to_ms
 
 __all__ = ["Store", "from_ms", "iso_ms", "lock_owner", "now_ms", "to_ms"]

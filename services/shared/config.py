@@ -105,15 +105,23 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
+class SshSettings:
+    """How every service logs in to hosts (monitor, jobs, violations)."""
+
+    # Empty: the user's ~/.ssh/known_hosts.
+    known_hosts: str = ""
+    accept_new_host_keys: bool = False
+    connect_timeout_s: float = 10.0
+    keepalive_s: float = 15.0
+    # Warden's key for logging in as users (job owners, offenders); empty: the host's key_file.
+    key_file: str = ""
+
+
+@dataclass(frozen=True)
 class MonitorSettings:
     interval_s: float = 5.0
     # Deadline of one poll; 0 means 80 % of the interval (a poll never runs into the next).
     poll_timeout_s: float = 0.0
-    connect_timeout_s: float = 10.0
-    keepalive_s: float = 15.0
-    # Empty: the user's ~/.ssh/known_hosts.
-    known_hosts: str = ""
-    accept_new_host_keys: bool = False
     # Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.
     local_nvml: str = "auto"
     local_name: str = ""  # name of this machine's entry (default: its hostname)
@@ -251,7 +259,6 @@ class ViolationSettings:
     # terminal and terminate/kill log in as the offender (Warden's key in their
     # authorized_keys) or as the host's management user with `sudo -n`.
     act_as: str = "offender"
-    ssh_key_file: str = ""  # Warden's key for logging in as users; empty: the host's key_file
     term_grace_s: float = 10.0  # terminate: SIGTERM, then SIGKILL after this many seconds
     admin_emails: tuple[str, ...] = ()  # besides the e-mail addresses of admin accounts
     smtp: SmtpSettings = field(default_factory=SmtpSettings)
@@ -273,9 +280,6 @@ MULTIPLEXERS = ("screen", "tmux")
 class JobSettings:
     # Tasks run in detached sessions named warden-<job>-<task>: `screen -x` or `tmux attach`.
     multiplexer: str = "screen"
-    # Warden's key for logging in as each job's owner (their authorized_keys holds its public
-    # half: `warden key` prints it); empty: the host's key_file.
-    ssh_key_file: str = ""
     # Where a task keeps its pid, exit code and log on the host (relative: to the owner's home).
     state_dir: str = ".warden/tasks"
     poll_interval_s: float = 2.0
@@ -319,6 +323,7 @@ class Settings:
     bus: BusConfig = field(default_factory=BusConfig)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    ssh: SshSettings = field(default_factory=SshSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     violations: ViolationSettings = field(default_factory=ViolationSettings)
@@ -409,13 +414,21 @@ class AuthSchema(_Section):
         return AuthSettings(**data)
 
 
+class SshSchema(_Section):
+    known_hosts = fields.String(load_default="")
+    accept_new_host_keys = fields.Boolean(load_default=False)
+    connect_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0.1))
+    keepalive_s = fields.Float(load_default=15.0, validate=validate.Range(min=1))
+    key_file = fields.String(load_default="")
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> SshSettings:
+        return SshSettings(**data)
+
+
 class MonitorSchema(_Section):
     interval_s = fields.Float(load_default=5.0, validate=validate.Range(min=0.1, max=3600))
     poll_timeout_s = fields.Float(load_default=0.0, validate=validate.Range(min=0, max=3600))
-    connect_timeout_s = fields.Float(load_default=10.0, validate=validate.Range(min=0.1))
-    keepalive_s = fields.Float(load_default=15.0, validate=validate.Range(min=1))
-    known_hosts = fields.String(load_default="")
-    accept_new_host_keys = fields.Boolean(load_default=False)
     local_nvml = fields.String(load_default="auto", validate=validate.OneOf(("auto", "on", "off")))
     local_name = fields.String(load_default="")
     tsdb = fields.String(load_default="embedded", validate=validate.OneOf(("embedded", "influx")))
@@ -502,7 +515,6 @@ class ViolationsSchema(_Section):
     act_as = fields.String(
         load_default="offender", validate=validate.OneOf(("offender", "management"))
     )
-    ssh_key_file = fields.String(load_default="")
     term_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0, max=3600))
     admin_emails = fields.List(fields.Email(), load_default=list)
     smtp_host = fields.String(load_default="")
@@ -548,7 +560,6 @@ class ViolationsSchema(_Section):
             overrides=tuple(data["overrides"]),
             handlers=tuple(dict.fromkeys(data["handlers"])),
             act_as=data["act_as"],
-            ssh_key_file=data["ssh_key_file"],
             term_grace_s=data["term_grace_s"],
             admin_emails=tuple(data["admin_emails"]),
             smtp=smtp,
@@ -560,7 +571,6 @@ class ViolationsSchema(_Section):
 
 class JobsSchema(_Section):
     multiplexer = fields.String(load_default="screen", validate=validate.OneOf(MULTIPLEXERS))
-    ssh_key_file = fields.String(load_default="")
     state_dir = fields.String(load_default=".warden/tasks", validate=validate.Length(min=1))
     poll_interval_s = fields.Float(load_default=2.0, validate=validate.Range(min=0.05))
     int_grace_s = fields.Float(load_default=10.0, validate=validate.Range(min=0))
@@ -637,11 +647,41 @@ SECTIONS: dict[str, type[_Section]] = {
     "bus": BusSchema,
     "gateway": GatewaySchema,
     "auth": AuthSchema,
+    "ssh": SshSchema,
     "monitor": MonitorSchema,
     "reservations": ReservationsSchema,
     "violations": ViolationsSchema,
     "jobs": JobsSchema,
 }
+
+
+# Keys that moved to another section: an old config names them, and is told where they went.
+MOVED_KEYS = {
+    ("monitor", "known_hosts"): "ssh.known_hosts",
+    ("monitor", "accept_new_host_keys"): "ssh.accept_new_host_keys",
+    ("monitor", "connect_timeout_s"): "ssh.connect_timeout_s",
+    ("monitor", "keepalive_s"): "ssh.keepalive_s",
+    ("jobs", "ssh_key_file"): "ssh.key_file",
+    ("violations", "ssh_key_file"): "ssh.key_file",
+}
+
+
+def _moved_keys(
+    raw: Mapping[str, Any], environ: Mapping[str, str], problems: dict[str, str]
+) -> dict[str, Any]:
+    """`raw` without the moved keys, each reported in `problems` with where it lives now."""
+    kept = dict(raw)
+    for (section, key), new in MOVED_KEYS.items():
+        values = raw.get(section)
+        new_section, new_key = new.split(".")
+        if isinstance(values, dict) and key in values:
+            problems[f"{section}.{key}"] = f"moved: set {new_key} in [{new_section}] instead"
+            kept[section] = {k: v for k, v in kept[section].items() if k != key}
+        old_env = f"{ENV_PREFIX}{section}_{key}".upper()
+        if old_env in environ:
+            new_env = f"{ENV_PREFIX}{new_section}_{new_key}".upper()
+            problems[f"{section}.{key}"] = f"moved: set {new_env} instead of {old_env}"
+    return kept
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -712,6 +752,7 @@ def load_settings(
         source = "defaults"
 
     problems: dict[str, str] = {}
+    raw = _moved_keys(raw, environ, problems)
     for key in raw:
         if key not in SECTIONS and key != "hosts":
             problems[key] = f"unknown section (known: {', '.join(SECTIONS)}, hosts)"
@@ -811,18 +852,24 @@ jwt_secret = {jwt_secret}
 access_token_ttl_s = 900
 refresh_token_ttl_s = 604800
 
+[ssh]
+# How the monitor, the jobs and the violation handlers log in to hosts.
+# Host keys are checked against this file; empty means ~/.ssh/known_hosts.
+known_hosts = ""
+# true: record the key of a host seen for the first time (a changed key is still refused).
+accept_new_host_keys = false
+connect_timeout_s = 10.0
+# SSH keep-alive interval in seconds.
+keepalive_s = 15.0
+# Warden's key for logging in as users (job owners, offenders): its public half goes into
+# their ~/.ssh/authorized_keys (`warden key` prints it). Empty: the host's key_file.
+key_file = ""
+
 [monitor]
 # Seconds between two polls of a host.
 interval_s = 5.0
 # Deadline of one poll in seconds; 0 means 80 % of interval_s.
 poll_timeout_s = 0.0
-connect_timeout_s = 10.0
-# SSH keep-alive interval in seconds.
-keepalive_s = 15.0
-# Host keys are checked against this file; empty means ~/.ssh/known_hosts.
-known_hosts = ""
-# true: record the key of a host seen for the first time (a changed key is still refused).
-accept_new_host_keys = false
 # Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.
 local_nvml = "auto"
 # Name of this machine in Warden (default: its hostname).
@@ -863,10 +910,9 @@ steps = [
 ]
 # Built-in handlers this service runs, each a consumer on its own queue.
 handlers = ["terminal", "email", "webhook", "terminate", "kill"]
-# terminal/terminate/kill log in as the offender with Warden's key (ssh_key_file, in their
+# terminal/terminate/kill log in as the offender with Warden's key ([ssh] key_file, in their
 # authorized_keys) or as the host's management user with `sudo -n` ("management").
 act_as = "offender"
-ssh_key_file = ""
 # terminate: seconds between SIGTERM and SIGKILL.
 term_grace_s = 10.0
 # E-mail (empty smtp_host: none). smtp_security: starttls | tls | none.
@@ -892,10 +938,9 @@ webhook_retries = 4
 # steps = ["0s terminal offender", "120s kill"]
 
 [jobs]
-# Tasks run as their owner's account (Warden's key, `warden key`, in their authorized_keys)
+# Tasks run as their owner's account (Warden's key, [ssh] key_file, in their authorized_keys)
 # inside a detached screen or tmux session named warden-<job>-<task>.
 multiplexer = "screen"
-ssh_key_file = ""
 # pid, exit code and log of each task on the host (relative to the owner's home).
 state_dir = ".warden/tasks"
 poll_interval_s = 2.0

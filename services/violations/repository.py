@@ -14,7 +14,7 @@ from services.shared.config import parse_step
 from services.shared.store import from_ms, iso_ms, to_ms
 from services.violations.detector import SeenProcess
 from services.violations.incidents import Incident, process_data
-from services.violations.models import actions, incidents
+from services.violations.tables import actions, incidents
 
 
 def _ms(moment: datetime | None) -> int | None:

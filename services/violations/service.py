@@ -16,8 +16,8 @@ from services.violations.actions.mail import MailSender
 from services.violations.actions.remote import SshHostShell
 from services.violations.actions.webhook import WebhookSender
 from services.violations.handlers import event_handlers, rpc_methods
-from services.violations.models import outbox
 from services.violations.responders import Responders
+from services.violations.tables import outbox
 from services.violations.tracker import Tracker
 
 log = logging.getLogger("warden.violations")
@@ -45,7 +45,7 @@ async def start_responders(ctx: ServiceContext, stack: AsyncExitStack) -> None:
     responders = Responders(
         ctx.bus,
         ctx.settings,
-        shell=SshHostShell(ctx.settings.monitor, settings.ssh_key_file),
+        shell=SshHostShell(ctx.settings.ssh),
         mail=MailSender(settings.smtp),
         webhooks=webhooks,
     )

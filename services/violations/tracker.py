@@ -31,7 +31,7 @@ from services.violations.incidents import (
     open_incident,
     reconcile,
 )
-from services.violations.models import outbox
+from services.violations.tables import outbox
 
 log = logging.getLogger("warden.violations")
 

@@ -22,12 +22,12 @@ import asyncssh
 import pytest
 from argon2 import PasswordHasher
 
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
 from services.reservations import passwords
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.runtime import run_services
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 from tests.e2e.system import DEADLINE_S, create_accounts, stopped, toml
 
 PASSWORD = "pw-12345678"
@@ -168,12 +168,13 @@ async def running_system(
                 "[gateway]",
                 f"port = {port}",
                 f"frontend_dir = {toml(str(tmp_path / 'no-frontend'))}",
+                "[ssh]",
+                f"known_hosts = {toml(str(known_hosts))}",
+                f"key_file = {toml(str(key_file))}",
                 "[monitor]",
                 "interval_s = 0.5",
-                f"known_hosts = {toml(str(known_hosts))}",
                 'local_nvml = "off"',
                 "[jobs]",
-                f"ssh_key_file = {toml(str(key_file))}",
                 "poll_interval_s = 0.3",
                 "int_grace_s = 1.0",
                 "term_grace_s = 1.0",

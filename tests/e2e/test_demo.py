@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from services.monitor.demo import format_snapshot
+from services.sim.demo import format_snapshot
 
 
 def free_port() -> int:

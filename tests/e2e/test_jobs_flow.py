@@ -20,8 +20,6 @@ from typing import Any
 import asyncssh
 import pytest
 
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
@@ -33,6 +31,8 @@ from services.shared.errors import (
     StateConflict,
 )
 from services.shared.runtime import make_bus, run_services
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
 
 pytestmark = pytest.mark.timeout(240)
@@ -106,12 +106,13 @@ async def system(
             f"data_dir = {toml(str(tmp_path / 'data'))}",
             "[auth]",
             f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
+            "[ssh]",
+            f"known_hosts = {toml(str(known_hosts))}",
+            f"key_file = {toml(str(key_file))}",
             "[monitor]",
             "interval_s = 0.5",
-            f"known_hosts = {toml(str(known_hosts))}",
             'local_nvml = "off"',
             "[jobs]",
-            f"ssh_key_file = {toml(str(key_file))}",
             "poll_interval_s = 0.3",
             "int_grace_s = 1.0",
             "term_grace_s = 1.0",

@@ -28,13 +28,13 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import make_bus, run_services
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
 from tests.sshd import free_port
 
@@ -128,9 +128,10 @@ async def system(
                 f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
                 "[gateway]",
                 "port = 0",
+                "[ssh]",
+                f"known_hosts = {toml(str(known_hosts))}",
                 "[monitor]",
                 "interval_s = 1.0",
-                f"known_hosts = {toml(str(known_hosts))}",
                 'local_nvml = "off"',
                 "[violations]",
                 f"steps = {toml(STEPS)}",

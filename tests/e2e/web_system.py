@@ -5,7 +5,7 @@ process) serving the built UI, against a simulated fleet served over real SSH.
 
 prints one JSON line, `{"url", "control", "data_dir", "hosts"}`, once the gateway answers: `url`
 is the UI and API, `control` the simulator's control API (start a foreign process, take a host
-down: services/monitor/sim/control.py). The accounts admin, alice and bob exist (password
+down: services/sim/control.py). The accounts admin, alice and bob exist (password
 `pw-12345678`). It runs until SIGTERM, SIGINT or its standard input closes, then stops
 `warden run all` and the fleet.
 """
@@ -26,10 +26,10 @@ from pathlib import Path
 import aiohttp
 import asyncssh
 
-from services.monitor.sim.control import ControlApi
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
 from services.shared.config import load_settings
+from services.sim.control import ControlApi
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 from tests.e2e.api import free_port
 from tests.e2e.system import create_accounts, toml
 
@@ -52,12 +52,13 @@ def _config(
         f"frontend_dir = {toml(str(Path(args.frontend_dir).resolve()))}",
         # The browser tests sign in many times from one address.
         "login_failures_per_ip = 1000",
+        "[ssh]",
+        f"known_hosts = {toml(str(known_hosts))}",
+        f"key_file = {toml(str(key_file))}",
         "[monitor]",
         f"interval_s = {args.interval}",
-        f"known_hosts = {toml(str(known_hosts))}",
         'local_nvml = "off"',
         "[jobs]",
-        f"ssh_key_file = {toml(str(key_file))}",
         "poll_interval_s = 0.5",
         "[violations]",
         'steps = ["0s terminal offender"]',

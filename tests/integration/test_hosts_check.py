@@ -22,10 +22,10 @@ import pytest
 
 from services import cli
 from services.monitor.check import CheckResult, check_hosts
-from services.monitor.fleet import SshOptions
-from services.monitor.sim.model import NVIDIA_SMI_FAILED, SimFleet
-from services.monitor.sim.server import SimServer
 from services.shared.config import HostConfig
+from services.shared.ssh import SshOptions
+from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
+from services.sim.server import SimServer
 from tests.sshd import Sshd, free_port, generate_key
 
 GPUS_CSV = "".join(
@@ -163,8 +163,9 @@ def write_config(tmp: Path, hosts: Sequence[HostConfig], known_hosts: Path) -> P
         f"data_dir = {toml_value(str(tmp / 'data'))}",
         "[auth]",
         f"jwt_secret = {toml_value(secrets.token_urlsafe(48))}",
-        "[monitor]",
+        "[ssh]",
         f"known_hosts = {toml_value(str(known_hosts))}",
+        "[monitor]",
         'local_nvml = "off"',
     ]
     for host in hosts:

@@ -2,7 +2,7 @@
 
 Each test gets its own fleet (2 hosts x 2 GPUs, no background churn) on a clock the test moves,
 its own client key and known_hosts. Tasks run as the login user (alice, bob) with Warden's
-user key (jobs.ssh_key_file); the monitor's probe runs as the management user and must see
+user key (ssh.key_file); the monitor's probe runs as the management user and must see
 each task's GPU process, owned by its login, until the task ends.
 """
 
@@ -18,21 +18,22 @@ import aiohttp
 import asyncssh
 import pytest
 
-from services.jobs.runner import (
+from services.jobs.runner import TaskRunner
+from services.jobs.scripts import (
     LOG_MARK,
     RUNNER_SCRIPT,
     SCRIPT_NAME,
     START_SCRIPT,
     Probe,
     Started,
-    TaskRunner,
 )
 from services.monitor.probe import PROBE_COMMAND, HostReading, parse_probe_output
-from services.monitor.sim.control import ControlApi
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
-from services.shared.config import HostConfig, JobSettings, MonitorSettings, Settings
-from services.violations.actions.remote import SshHostShell, signal_command
+from services.shared.config import HostConfig, Settings, SshSettings
+from services.sim.control import ControlApi
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
+from services.violations.actions.remote import SshHostShell
+from services.violations.scripts import signal_command
 
 HOST = "sim-001"
 MANAGEMENT_USER = "warden"
@@ -84,15 +85,14 @@ async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
     async with SimServer(fleet, authorized_keys=[key.export_public_key().decode()]) as server:
         known_hosts = tmp_path / "known_hosts"
         known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-        monitor = MonitorSettings(known_hosts=str(known_hosts), connect_timeout_s=5.0)
+        ssh = SshSettings(
+            known_hosts=str(known_hosts), connect_timeout_s=5.0, key_file=str(key_file)
+        )
         [config] = [c for c in server.hosts_config(MANAGEMENT_USER, key_file) if c["name"] == HOST]
         host = HostConfig(**config)
-        settings = Settings(
-            monitor=monitor, jobs=JobSettings(ssh_key_file=str(key_file)), hosts=(host,)
-        )
-        runner = TaskRunner(settings)
+        runner = TaskRunner(Settings(ssh=ssh, hosts=(host,)))
         try:
-            yield Sim(fleet, server, clock, runner, SshHostShell(monitor), host)
+            yield Sim(fleet, server, clock, runner, SshHostShell(ssh), host)
         finally:
             await runner.close()
 

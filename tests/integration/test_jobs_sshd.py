@@ -2,7 +2,7 @@
 
 Each test creates its own unprivileged Unix user (so it needs root; the user, its processes
 and its screen/tmux sockets are removed afterwards), who logs in with the client key of the
-test's sshd as Warden does with `jobs.ssh_key_file`. Every test runs once with screen and
+test's sshd as Warden does with `ssh.key_file`. Every test runs once with screen and
 once with tmux (a multiplexer whose binary is missing is skipped).
 """
 
@@ -26,9 +26,10 @@ from typing import TypeVar
 
 import pytest
 
-from services.jobs.runner import Probe, Started, TaskRunner, session_name
-from services.monitor import fleet
-from services.shared.config import HostConfig, JobSettings, MonitorSettings, Settings
+from services.jobs.runner import TaskRunner
+from services.jobs.scripts import Probe, Started, session_name
+from services.shared import ssh as fleet
+from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.skipif(
@@ -172,15 +173,13 @@ async def setup(
     request: pytest.FixtureRequest, sshd: Sshd, owner: Owner, screen_dir: None
 ) -> AsyncIterator[Setup]:
     multiplexer = request.param
-    monitor = MonitorSettings(known_hosts=str(sshd.known_hosts), connect_timeout_s=10.0)
-    jobs = JobSettings(
-        multiplexer=multiplexer, ssh_key_file=str(sshd.client_key), state_dir=STATE_DIR
+    ssh = SshSettings(
+        known_hosts=str(sshd.known_hosts), connect_timeout_s=10.0, key_file=str(sshd.client_key)
     )
+    jobs = JobSettings(multiplexer=multiplexer, state_dir=STATE_DIR)
     host = sshd.host_config("gpu-sshd")  # management user: the one running the tests
-    runner = TaskRunner(Settings(monitor=monitor, jobs=jobs, hosts=(host,)))
-    own = fleet.SshHostShell(
-        replace(host, user=owner.name), fleet.SshOptions.from_settings(monitor)
-    )
+    runner = TaskRunner(Settings(ssh=ssh, jobs=jobs, hosts=(host,)))
+    own = fleet.SshHostShell(replace(host, user=owner.name), fleet.SshOptions.from_settings(ssh))
     try:
         yield Setup(sshd, owner, host, runner, multiplexer, uuid.uuid4().int % 100000, own)
     finally:

@@ -16,8 +16,6 @@ import asyncssh
 import pytest
 
 from services.monitor.service import start as start_monitor
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
 from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.amqp import AmqpBus
@@ -26,6 +24,8 @@ from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 
 INTERVAL_S = 0.3
 
@@ -60,9 +60,10 @@ def write_config(tmp_path: Path, server: SimServer, key_file: Path) -> Settings:
         f'data_dir = "{tmp_path / "data"}"',
         "[auth]",
         f'jwt_secret = "{secrets.token_urlsafe(48)}"',
+        "[ssh]",
+        f'known_hosts = "{known_hosts}"',
         "[monitor]",
         f"interval_s = {INTERVAL_S}",
-        f'known_hosts = "{known_hosts}"',
         'local_nvml = "off"',
     ]
     for host in server.hosts_config("warden", key_file):

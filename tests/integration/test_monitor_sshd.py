@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from services.monitor.fleet import HostUnreachable, SshHostShell, SshOptions
 from services.monitor.monitor import Monitor
 from services.monitor.probe import GpuStatus
 from services.monitor.readers import SshReader
 from services.monitor.state import HostState
+from services.shared.ssh import HostUnreachable, SshHostShell, SshOptions
 from tests.sshd import Sshd, generate_key
 
 GPU_A = "GPU-aaaaaaaa-1111-4000-8000-000000000001"

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import select
 
 from services.reservations import accounts
-from services.reservations.models import outbox, users
 from services.reservations.store import Store
+from services.reservations.tables import outbox, users
 from services.shared import db
 from services.shared.contracts import parse_envelope
 from services.shared.errors import (

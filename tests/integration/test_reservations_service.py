@@ -18,7 +18,6 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from services.gateway.errors import STATUS_BY_CODE
 from services.reservations import accounts, models
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
@@ -33,6 +32,7 @@ from services.shared.errors import (
     NotFound,
     ReservationConflict,
 )
+from services.shared.http_errors import STATUS_BY_CODE
 from services.shared.runtime import ServiceContext
 
 HOSTS = {"dgx1": 4, "dgx2": 4}

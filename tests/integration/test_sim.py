@@ -32,9 +32,9 @@ import asyncssh
 import pytest
 
 from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND
-from services.monitor.sim.control import ControlApi
-from services.monitor.sim.model import NVIDIA_SMI_FAILED, SimFleet
-from services.monitor.sim.server import SimServer
+from services.sim.control import ControlApi
+from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
+from services.sim.server import SimServer
 
 HOSTS, GPUS = 3, 4
 USER = "warden"
@@ -627,7 +627,7 @@ async def test_control_api_rejects_bad_input(
 WARDEN_SIM = textwrap.dedent(
     """\
     import argparse, sys
-    from services.monitor.sim.cli import add_parser, run_cli
+    from services.sim.cli import add_parser, run_cli
     parser = argparse.ArgumentParser(prog="warden")
     add_parser(parser.add_subparsers(dest="command", required=True), [])
     sys.exit(run_cli(parser.parse_args(sys.argv[1:])))

@@ -19,16 +19,17 @@ import asyncssh
 import pytest
 
 from services.monitor.probe import PROBE_COMMAND, parse_probe_output
-from services.monitor.sim.control import ControlApi
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
-from services.shared.config import HostConfig, MonitorSettings, ViolationSettings
+from services.shared.config import HostConfig, SshSettings, ViolationSettings
+from services.sim.control import ControlApi
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.message import terminal_text
-from services.violations.actions.remote import (
-    RemoteCommandFailed,
+from services.violations.actions.remote import RemoteCommandFailed, SshHostShell
+from services.violations.actions.signals import kill, terminate
+from services.violations.actions.terminal import notify_terminals
+from services.violations.scripts import (
     SignalResult,
-    SshHostShell,
     WriteResult,
     parse_signal_result,
     parse_who,
@@ -37,8 +38,6 @@ from services.violations.actions.remote import (
     who_command,
     write_command,
 )
-from services.violations.actions.signals import kill, terminate
-from services.violations.actions.terminal import notify_terminals
 
 HOST = "sim-001"
 MANAGEMENT_USER = "warden"
@@ -78,9 +77,11 @@ async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
     async with SimServer(fleet, authorized_keys=[key.export_public_key().decode()]) as server:
         known_hosts = tmp_path / "known_hosts"
         known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-        monitor = MonitorSettings(known_hosts=str(known_hosts), connect_timeout_s=5.0)
+        ssh = SshSettings(
+            known_hosts=str(known_hosts), connect_timeout_s=5.0, key_file=str(key_file)
+        )
         [config] = [c for c in server.hosts_config(MANAGEMENT_USER, key_file) if c["name"] == HOST]
-        yield Sim(fleet, server, SshHostShell(monitor, str(key_file)), HostConfig(**config))
+        yield Sim(fleet, server, SshHostShell(ssh), HostConfig(**config))
 
 
 def make_alert(offender: str, *processes: Process) -> Alert:

@@ -31,12 +31,13 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from services.shared.config import HostConfig, MonitorSettings, ViolationSettings
+from services.shared.config import HostConfig, SshSettings, ViolationSettings
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.message import terminal_text
-from services.violations.actions.remote import SshHostShell, parse_who, who_command
+from services.violations.actions.remote import SshHostShell
 from services.violations.actions.signals import kill, terminate
 from services.violations.actions.terminal import notify_terminals
+from services.violations.scripts import parse_who, who_command
 from tests.sshd import Sshd
 
 pytestmark = pytest.mark.skipif(
@@ -134,9 +135,7 @@ class Setup:
     shell: SshHostShell
 
     def settings(self, act_as: str) -> ViolationSettings:
-        return ViolationSettings(
-            act_as=act_as, ssh_key_file=str(self.sshd.client_key), term_grace_s=GRACE_S
-        )
+        return ViolationSettings(act_as=act_as, term_grace_s=GRACE_S)
 
     def alert(self, *processes: Process) -> Alert:
         now = datetime.now(UTC)
@@ -158,12 +157,14 @@ class Setup:
 
 @pytest.fixture
 def setup(sshd: Sshd, unix_user: UnixUser, utmp: None) -> Setup:
-    monitor = MonitorSettings(known_hosts=str(sshd.known_hosts), connect_timeout_s=10.0)
+    ssh = SshSettings(
+        known_hosts=str(sshd.known_hosts), connect_timeout_s=10.0, key_file=str(sshd.client_key)
+    )
     return Setup(
         sshd,
         unix_user,
         sshd.host_config("gpu-sshd"),  # management user: the one running the tests
-        SshHostShell(monitor, str(sshd.client_key)),
+        SshHostShell(ssh),
     )
 
 

@@ -467,3 +467,51 @@ def test_violation_lists_come_from_the_environment_too() -> None:
     )
     assert [s.text for s in settings.violations.steps] == ["0s terminal offender", "30s kill"]
     assert settings.violations.smtp.password == "pw"
+
+
+# --- the [ssh] section, and keys that moved there -----------------------------------------------
+
+
+def test_ssh_settings_are_read(write_config: Callable[[str], Path], tmp_path: Path) -> None:
+    path = write_config(
+        f"""
+        [ssh]
+        known_hosts = "{tmp_path / "kh"}"
+        accept_new_host_keys = true
+        connect_timeout_s = 3.5
+        keepalive_s = 7
+        key_file = "/keys/warden_users"
+        """
+    )
+    ssh = load_settings(path, dev=True, environ={}).ssh
+    assert ssh.known_hosts == str(tmp_path / "kh")
+    assert ssh.accept_new_host_keys is True
+    assert (ssh.connect_timeout_s, ssh.keepalive_s) == (3.5, 7.0)
+    assert ssh.key_file == "/keys/warden_users"
+
+
+@pytest.mark.parametrize(
+    ("text", "old", "new"),
+    [
+        ('[monitor]\nknown_hosts = "/k"\n', "monitor.known_hosts", "known_hosts in [ssh]"),
+        ("[monitor]\nkeepalive_s = 3\n", "monitor.keepalive_s", "keepalive_s in [ssh]"),
+        ("[monitor]\nconnect_timeout_s = 3\n", "monitor.connect_timeout_s", "[ssh]"),
+        ("[monitor]\naccept_new_host_keys = true\n", "monitor.accept_new_host_keys", "[ssh]"),
+        ('[jobs]\nssh_key_file = "/k"\n', "jobs.ssh_key_file", "key_file in [ssh]"),
+        ('[violations]\nssh_key_file = "/k"\n', "violations.ssh_key_file", "key_file in [ssh]"),
+    ],
+)
+def test_a_key_that_moved_to_ssh_is_refused_naming_its_new_place(
+    write_config: Callable[[str], Path], text: str, old: str, new: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config(text), dev=True, environ={})
+    assert _error_keys(err) == {old}
+    assert new in err.value.details[old]
+    assert "moved" in err.value.message
+
+
+def test_a_moved_key_in_the_environment_is_refused_naming_the_new_variable() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(dev=True, environ={"WARDEN_JOBS_SSH_KEY_FILE": "/k"})
+    assert "WARDEN_SSH_KEY_FILE" in err.value.details["jobs.ssh_key_file"]

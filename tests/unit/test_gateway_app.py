@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from services.gateway.app import create_app
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import GatewaySettings, JobSettings, Settings
+from services.shared.config import GatewaySettings, Settings, SshSettings
 
 Client = TestClient[web.Request, web.Application]
 
@@ -132,7 +132,7 @@ async def test_cors_allows_the_configured_origins_only(bus: InProcessBus) -> Non
 async def test_anyone_may_read_wardens_ssh_public_key(bus: InProcessBus, tmp_path: Path) -> None:
     key = asyncssh.generate_private_key("ssh-ed25519", comment="warden@head")
     key.write_private_key(str(tmp_path / "warden_key"))
-    with_key = Settings(jobs=JobSettings(ssh_key_file=str(tmp_path / "warden_key")), dev=True)
+    with_key = Settings(ssh=SshSettings(key_file=str(tmp_path / "warden_key")), dev=True)
     async with TestClient(TestServer(create_app(with_key, bus))) as c:
         answer = await c.get("/api/v1/ssh-key")  # no token: the sign-in page shows it
         assert answer.status == 200
@@ -147,4 +147,4 @@ async def test_without_a_key_the_ssh_key_is_a_404_naming_no_file(bus: InProcessB
         assert answer.status == 404
         body = await answer.json()
         assert body["error"] == "not_found"
-        assert "jobs.ssh_key_file" not in json.dumps(body["details"])
+        assert "ssh.key_file" not in json.dumps(body["details"])

@@ -223,7 +223,7 @@ async def test_a_bug_is_a_500_that_reveals_nothing_and_is_logged(
     app = create_app(SETTINGS, bus)
     app.router.add_get("/test/bug", raising(RuntimeError(SECRET_TEXT)))
 
-    with caplog.at_level(logging.ERROR, logger="warden.gateway"):
+    with caplog.at_level(logging.ERROR, logger="warden.http"):
         async with TestClient(TestServer(app)) as client:
             response = await client.get("/test/bug")
             text = await response.text()
@@ -236,7 +236,7 @@ async def test_a_bug_is_a_500_that_reveals_nothing_and_is_logged(
     assert body["error"] == "internal_error"
     assert set(body) == {"error", "message", "details"}
     # ... but the log has it, with the request it came from.
-    logged = [r for r in caplog.records if r.name == "warden.gateway"]
+    logged = [r for r in caplog.records if r.name == "warden.http"]
     assert any("/test/bug" in r.getMessage() and r.exc_info for r in logged)
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.jobs.model import Job, Param, Task, Template
+from services.jobs.domain import Job, Param, Task, Template
 from services.jobs.render import (
     JobInvalid,
     job_problems,

@@ -25,7 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.jobs.runner import (
+from services.jobs.runner import TaskRemoteFailed, TaskRunner
+from services.jobs.scripts import (
     LOG_MARK,
     LOG_SCRIPT,
     RUNNER_SCRIPT,
@@ -33,25 +34,22 @@ from services.jobs.runner import (
     SIGNAL_SCRIPT,
     START_SCRIPT,
     STATUS_SCRIPT,
-    CommandResult,
     Probe,
     Started,
-    TaskRemoteFailed,
-    TaskRunner,
     log_command,
     parse_log,
     parse_signal,
     parse_started,
     parse_status,
-    public_key_line,
     session_name,
     signal_command,
     start_command,
     status_command,
 )
-from services.monitor import fleet
-from services.shared.config import HostConfig, JobSettings, MonitorSettings, Settings
+from services.shared import ssh as fleet
+from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
 from services.shared.errors import ConfigError
+from services.shared.ssh import CommandResult, public_key_line
 
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
 HOST = HostConfig(name="dgx1", address="10.0.0.1", user="warden", key_file="/keys/host")
@@ -500,8 +498,12 @@ class Shells:
         return [command for _, shell in self.made for command in shell.commands]
 
 
-def make_settings(**jobs: object) -> Settings:
-    return Settings(jobs=JobSettings(**jobs), hosts=(HOST,))  # type: ignore[arg-type]
+def make_settings(ssh_key_file: str = "", **jobs: object) -> Settings:
+    return Settings(
+        ssh=SshSettings(key_file=ssh_key_file),
+        jobs=JobSettings(**jobs),  # type: ignore[arg-type]
+        hosts=(HOST,),
+    )
 
 
 async def test_runner_builds_each_command_and_reuses_one_connection_per_login() -> None:
@@ -696,19 +698,19 @@ def test_public_key_line_reads_the_pub_file_or_derives_it(tmp_path: Path) -> Non
 
 
 def test_public_key_line_says_what_is_missing(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"set jobs\.ssh_key_file"):
+    with pytest.raises(ConfigError, match=r"set ssh\.key_file"):
         public_key_line(Settings())
     missing = make_settings(ssh_key_file=str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match="cannot read the SSH key") as caught:
         public_key_line(missing)
-    assert "jobs.ssh_key_file" in caught.value.details
+    assert "ssh.key_file" in caught.value.details
     garbage = tmp_path / "garbage"
     garbage.write_text("not a key\n")
     with pytest.raises(ConfigError, match="cannot read the SSH key"):
         public_key_line(make_settings(ssh_key_file=str(garbage)))
 
 
-def test_monitor_options_come_from_the_monitor_settings() -> None:
-    monitor = MonitorSettings(known_hosts="/k", connect_timeout_s=3.0)
-    runner = TaskRunner(Settings(monitor=monitor))
-    assert runner.options == fleet.SshOptions.from_settings(monitor)
+def test_ssh_options_come_from_the_ssh_settings() -> None:
+    ssh = SshSettings(known_hosts="/k", connect_timeout_s=3.0)
+    runner = TaskRunner(Settings(ssh=ssh))
+    assert runner.options == fleet.SshOptions.from_settings(ssh)

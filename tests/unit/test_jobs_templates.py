@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.jobs.model import Job, Param, Task, Template
+from services.jobs.domain import Job, Param, Task, Template
 from services.jobs.render import job_problems, render_job
 from services.jobs.templates import NoFreePort, TemplatePart, apply_template
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from services.monitor.fleet import HostUnreachable
 from services.monitor.monitor import Monitor
 from services.monitor.probe import CpuCounters, GpuReading, HostReading
 from services.monitor.readers import FakeReader, HostReader
 from services.monitor.tsdb.memory import MemoryMetricsStore
 from services.monitor.writer import MetricsWriter
+from services.shared.ssh import HostUnreachable
 
 
 def healthy() -> HostReading:

@@ -24,8 +24,7 @@ from services.reservations.access import (
     window_intervals,
     zone,
 )
-from services.reservations.intervals import merge, uncovered
-from services.reservations.model import (
+from services.reservations.domain import (
     AccessRule,
     Booking,
     Gpu,
@@ -35,6 +34,7 @@ from services.reservations.model import (
     Refusal,
     WeeklyWindow,
 )
+from services.reservations.intervals import merge, uncovered
 
 H = timedelta(hours=1)
 MIN = timedelta(minutes=1)

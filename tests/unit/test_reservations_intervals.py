@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.reservations.domain import Interval
 from services.reservations.intervals import (
     clip,
     complement,
@@ -17,7 +18,6 @@ from services.reservations.intervals import (
     subtract,
     uncovered,
 )
-from services.reservations.model import Interval
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
 SPAN = 60  # minutes the random intervals live in

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.reservations.domain import Booking, Gpu, Interval
 from services.reservations.intervals import complement, merge
-from services.reservations.model import Booking, Gpu, Interval
 from services.reservations.planner import (
     Run,
     Slot,

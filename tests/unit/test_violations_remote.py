@@ -23,20 +23,20 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from services.shared.config import HostConfig, ViolationSettings
+from services.shared.ssh import CommandResult
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.message import terminal_text
-from services.violations.actions.remote import (
+from services.violations.actions.remote import FakeHostShell, RemoteCommandFailed, login_for
+from services.violations.actions.signals import kill, terminate
+from services.violations.actions.terminal import notify_terminals
+from services.violations.scripts import (
     SIGNAL_SCRIPT,
     WHO_SCRIPT,
     WRITE_TTY_SCRIPT,
-    CommandResult,
-    FakeHostShell,
-    RemoteCommandFailed,
     SignalResult,
     TerminalSession,
     WriteResult,
     clean_message,
-    login_for,
     parse_signal_result,
     parse_who,
     parse_write_result,
@@ -44,8 +44,6 @@ from services.violations.actions.remote import (
     who_command,
     write_command,
 )
-from services.violations.actions.signals import kill, terminate
-from services.violations.actions.terminal import notify_terminals
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
@@ -384,15 +382,10 @@ def test_parse_write_result(text: str, expected: WriteResult | None) -> None:
 
 
 def test_login_for() -> None:
-    as_offender = ViolationSettings(act_as="offender", ssh_key_file="/keys/users")
-    assert login_for(HOST, as_offender, "alice") == ("alice", False, "/keys/users")
-    assert login_for(HOST, ViolationSettings(act_as="offender"), "alice") == (
-        "alice",
-        False,
-        "/keys/host",
-    )
-    as_management = ViolationSettings(act_as="management", ssh_key_file="/keys/users")
-    assert login_for(HOST, as_management, "alice") == ("warden", True, "/keys/host")
+    as_offender = ViolationSettings(act_as="offender")
+    assert login_for(HOST, as_offender, "alice") == ("alice", False)
+    as_management = ViolationSettings(act_as="management")
+    assert login_for(HOST, as_management, "alice") == ("warden", True)
     with pytest.raises(ValueError):
         login_for(HOST, ViolationSettings(act_as="someone"), "alice")
 

@@ -566,7 +566,7 @@ export interface paths {
         };
         /**
          * The SSH public key users add to authorized_keys
-         * @description 404 when Warden has no key for running jobs (`jobs.ssh_key_file`).
+         * @description 404 when Warden has no key for logging in as users (`ssh.key_file`).
          */
         get: operations["ssh_key"];
         put?: never;

@@ -17,6 +17,7 @@ from services.gateway.routes.reservations import IdPath
 from services.gateway.routes.session import UserSchema
 from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
 from services.reservations.access import rule_applies_to
+from services.reservations.domain import AccessRule, Member
 from services.reservations.handlers import (
     CreateGroupArgs,
     CreateUserArgs,
@@ -24,7 +25,6 @@ from services.reservations.handlers import (
     UpdateGroupArgs,
     UpdateUserArgs,
 )
-from services.reservations.model import AccessRule, Member
 
 _Str = fields.String
 _Time = fields.AwareDateTime

@@ -12,10 +12,10 @@ from services import __version__
 from services.gateway.context import STREAM
 from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
-from services.jobs.runner import public_key_line
 from services.shared.bus import Bus
 from services.shared.contracts import HEALTH_METHOD
 from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
+from services.shared.ssh import public_key_line
 
 # The services the gateway asks for their health (it answers for itself).
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
@@ -121,7 +121,7 @@ ROUTES = (
         "The SSH public key users add to authorized_keys",
         "system",
         response=SshKeySchema,
-        description="404 when Warden has no key for running jobs (`jobs.ssh_key_file`).",
+        description="404 when Warden has no key for logging in as users (`ssh.key_file`).",
     ),
     Route(
         "GET",

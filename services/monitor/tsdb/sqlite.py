@@ -1,7 +1,7 @@
 """The embedded metrics store: raw samples and 1-minute rollups in the monitor's database.
 
 Works on SQLite (the embedded default) and PostgreSQL through SQLAlchemy async; the tables
-are the monitor's own (`services/monitor/models.py`, migration monitor_0002).
+are the monitor's own (`services/monitor/tables.py`, migration monitor_0002).
 
 - Writes: one row per host tick and one per GPU per tick (a column per metric), inserted
   with one executemany per table in one transaction per batch. Writing a tick again changes
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.monitor import models
+from services.monitor import tables
 from services.monitor.tsdb.base import (
     DEFAULT_RAW_RETENTION_S,
     DEFAULT_ROLLUP_RETENTION_S,
@@ -71,8 +71,8 @@ class _Kind:
         self.metrics = metrics
 
 
-_HOST = _Kind(models.host_samples, models.host_rollup_1m, ("host",), HOST_METRICS)
-_GPU = _Kind(models.gpu_samples, models.gpu_rollup_1m, ("host", "gpu_uuid"), GPU_METRICS)
+_HOST = _Kind(tables.host_samples, tables.host_rollup_1m, ("host",), HOST_METRICS)
+_GPU = _Kind(tables.gpu_samples, tables.gpu_rollup_1m, ("host", "gpu_uuid"), GPU_METRICS)
 
 
 class SqlMetricsStore(MetricsStore):

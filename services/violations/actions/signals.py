@@ -22,12 +22,10 @@ from services.violations.actions.base import ActionOutcome, Alert, Process
 from services.violations.actions.remote import (
     HostShell,
     RemoteCommandFailed,
-    SignalResult,
     login_for,
-    parse_signal_result,
     require,
-    signal_command,
 )
+from services.violations.scripts import SignalResult, parse_signal_result, signal_command
 
 Sleep = Callable[[float], Awaitable[object]]
 
@@ -67,7 +65,7 @@ class _Signaller:
         self.shell = shell
         self.host = host
         self.offender = alert.offender
-        self.login, self.sudo, _key = login_for(host, settings, alert.offender)
+        self.login, self.sudo = login_for(host, settings, alert.offender)
 
     async def send(self, process: Process, signal: str) -> SignalResult | RemoteCommandFailed:
         command = signal_command(process.pid, self.offender, process.started_at, signal, self.sudo)

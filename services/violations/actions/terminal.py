@@ -18,9 +18,11 @@ from services.violations.actions.remote import (
     RemoteCommandFailed,
     failure,
     login_for,
+    require,
+)
+from services.violations.scripts import (
     parse_who,
     parse_write_result,
-    require,
     who_command,
     write_command,
 )
@@ -51,7 +53,7 @@ async def notify_terminals(
     shell: HostShell, host: HostConfig, alert: Alert, settings: ViolationSettings
 ) -> list[ActionOutcome]:
     """Write `terminal_text(alert)` to each terminal session of the offender on `host`."""
-    login, sudo, _key = login_for(host, settings, alert.offender)
+    login, sudo = login_for(host, settings, alert.offender)
     try:
         result = await shell.run(host, login, who_command(sudo))
         if result.exit_status != 0:

@@ -1,4 +1,4 @@
 from services.shared.migrations_env import run_migrations
-from services.violations.models import metadata
+from services.violations.tables import metadata
 
 run_migrations(metadata)

@@ -17,8 +17,6 @@ from typing import Any
 
 import asyncssh
 
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer
 from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
@@ -26,6 +24,8 @@ from services.shared.config import Settings, load_settings
 from services.shared.errors import WardenError
 from services.shared.logging import configure_logging
 from services.shared.runtime import run_services
+from services.sim.model import SimFleet
+from services.sim.server import SimServer
 
 log = logging.getLogger("warden.demo")
 
@@ -55,9 +55,10 @@ def _write_config(data_dir: Path, server: SimServer, key_file: Path, interval_s:
         f"data_dir = {_toml(str(data_dir))}",
         "[auth]",
         f"jwt_secret = {_toml(secret_file.read_text().strip())}",
+        "[ssh]",
+        f"known_hosts = {_toml(str(known_hosts))}",
         "[monitor]",
         f"interval_s = {interval_s}",
-        f"known_hosts = {_toml(str(known_hosts))}",
         'local_nvml = "off"',
     ]
     for host in server.hosts_config("demo", key_file):

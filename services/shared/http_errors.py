@@ -1,4 +1,5 @@
-"""One table from error codes to HTTP statuses, and the JSON error envelope.
+"""One table from error codes to HTTP statuses, and the JSON error envelope, for every HTTP
+server of Warden (the gateway, the simulator's control API).
 
 Every error response is `{"error": CODE, "message": ..., "details": ...}`. An error that is not
 one of ours is logged with its context and answered with a 500 that reveals nothing.
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from services.shared.errors import WardenError
 
-log = logging.getLogger("warden.gateway")
+log = logging.getLogger("warden.http")
 
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
@@ -74,32 +75,4 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return response
     except Exception:
         log.exception("%s %s failed", request.method, request.path)
-        return error_response(500, "internal_error", "internal error; see the gateway log")
-
-
-CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
-CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
-
-
-def cors_middleware(origins: tuple[str, ...]) -> Any:
-    """CORS for the configured origins only (`*` allows any); off when there are none."""
-    allowed = frozenset(origins)
-
-    @web.middleware
-    async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        origin = request.headers.get("Origin")
-        if not allowed or origin is None or not ("*" in allowed or origin in allowed):
-            return await handler(request)
-        preflight = request.method == "OPTIONS" and "Access-Control-Request-Method" in (
-            request.headers
-        )
-        response = web.Response(status=204) if preflight else await handler(request)
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Vary"] = "Origin"
-        if preflight:
-            response.headers["Access-Control-Allow-Methods"] = CORS_METHODS
-            response.headers["Access-Control-Allow-Headers"] = CORS_HEADERS
-            response.headers["Access-Control-Max-Age"] = "600"
-        return response
-
-    return cors
+        return error_response(500, "internal_error", "internal error; see the server log")

@@ -8,16 +8,16 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from services.monitor.fleet import (
+from services.monitor.probe import PROBE_COMMAND, GpuStatus, parse_probe_output
+from services.monitor.readers import SshReader
+from services.shared.config import HostConfig, SshSettings
+from services.shared.ssh import (
     CommandResult,
     FakeHostShell,
     HostUnreachable,
     SshOptions,
     describe_ssh_error,
 )
-from services.monitor.probe import PROBE_COMMAND, GpuStatus, parse_probe_output
-from services.monitor.readers import SshReader
-from services.shared.config import MonitorSettings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
 
@@ -32,7 +32,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
         (
             asyncssh.HostKeyNotVerifiable("Host key is not trusted"),
             "host key not verified (add the host to known_hosts, "
-            "or set monitor.accept_new_host_keys = true)",
+            "or set ssh.accept_new_host_keys = true)",
         ),
         (TimeoutError(), "timed out"),
         (ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"), "connection refused"),
@@ -70,16 +70,31 @@ def test_describe_ssh_error(error: BaseException, words: str) -> None:
 
 
 def test_ssh_options_from_settings_and_known_hosts_path(tmp_path: Path) -> None:
-    settings = MonitorSettings(
+    settings = SshSettings(
         connect_timeout_s=3.0,
         keepalive_s=7.0,
         known_hosts=str(tmp_path / "kh"),
         accept_new_host_keys=True,
+        key_file="/keys/users",
     )
     options = SshOptions.from_settings(settings)
-    assert options == SshOptions(3.0, 7.0, str(tmp_path / "kh"), True)
+    assert options == SshOptions(3.0, 7.0, str(tmp_path / "kh"), True, "/keys/users")
     assert options.known_hosts_path() == tmp_path / "kh"
     assert SshOptions().known_hosts_path() == Path("~/.ssh/known_hosts").expanduser()
+
+
+def test_the_key_for_a_login_is_the_users_key_except_for_the_hosts_own_user() -> None:
+    host = HostConfig(name="dgx1", address="10.0.0.1", user="warden", key_file="/keys/host")
+    with_user_key = SshOptions(key_file="/keys/users")
+    assert with_user_key.key_file_for(host, "alice") == "/keys/users"
+    assert with_user_key.key_file_for(host, "warden") == "/keys/host"
+    assert SshOptions().key_file_for(host, "alice") == "/keys/host"
+    as_alice = with_user_key.as_login(host, "alice")
+    assert (as_alice.user, as_alice.key_file, as_alice.address) == (
+        "alice",
+        "/keys/users",
+        "10.0.0.1",
+    )
 
 
 # -- FakeHostShell ---------------------------------------------------------------------------

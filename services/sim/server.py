@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncssh
 
-from services.monitor.sim.model import SimEvent, SimFleet
+from services.sim.model import SimEvent, SimFleet
 
 KEY_ALGORITHM = "ssh-ed25519"
 # The only ciphers offered (clients pick the first of their list the server offers, and

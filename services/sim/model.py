@@ -21,14 +21,14 @@ no GPU.
 `run_command` answers the commands Warden runs on a host:
 
 - the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`;
-- the violation actions' scripts (`services.violations.actions.remote`), recognised as
+- the violation actions' scripts (`services.violations.scripts`), recognised as
   `[sudo -n] sh -c <SCRIPT> warden <args>` with SCRIPT one of its constants: WHO lists the
   terminal sessions opened with `login(host, user)` in `who`'s layout; WRITE_TTY appends the
   message to the session's `tty_messages` when the owner matches; SIGNAL checks the owner and
   start time as the real script does (`now - etimes` on the host clock) and stops the process
   (SIGTERM not when it was started with `ignore_sigterm=True`; SIGKILL always). Without sudo,
   only the login's own terminals and processes can be written to or signalled (root: any);
-- the jobs' task scripts (`services.jobs.runner`), `sh -c <SCRIPT> warden-job <args>`, for any
+- the jobs' task scripts (`services.jobs.scripts`), `sh -c <SCRIPT> warden-job <args>`, for any
   login user, whose tasks only that login sees (the state directory is not modelled): START
   makes a task (`exists` while one of that name runs) with one GPU process (owned by the
   login, one pid on each GPU named by uuid or index in CUDA_VISIBLE_DEVICES, the command as
@@ -54,20 +54,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
-from services.jobs.runner import ENV_NAME_RE as JOB_ENV_NAME_RE
-from services.jobs.runner import LOG_MARK as JOB_LOG_MARK
-from services.jobs.runner import LOG_SCRIPT as JOB_LOG_SCRIPT
-from services.jobs.runner import MULTIPLEXERS as JOB_MULTIPLEXERS
-from services.jobs.runner import RUNNER_SCRIPT as JOB_RUNNER_SCRIPT
-from services.jobs.runner import SCRIPT_NAME as JOB_SCRIPT_NAME
-from services.jobs.runner import SESSION_RE as JOB_SESSION_RE
-from services.jobs.runner import SIGNAL_SCRIPT as JOB_SIGNAL_SCRIPT
-from services.jobs.runner import SIGNALS as JOB_SIGNALS
-from services.jobs.runner import START_SCRIPT as JOB_START_SCRIPT
-from services.jobs.runner import STATUS_SCRIPT as JOB_STATUS_SCRIPT
+from services.jobs.scripts import ENV_NAME_RE as JOB_ENV_NAME_RE
+from services.jobs.scripts import LOG_MARK as JOB_LOG_MARK
+from services.jobs.scripts import LOG_SCRIPT as JOB_LOG_SCRIPT
+from services.jobs.scripts import MULTIPLEXERS as JOB_MULTIPLEXERS
+from services.jobs.scripts import RUNNER_SCRIPT as JOB_RUNNER_SCRIPT
+from services.jobs.scripts import SCRIPT_NAME as JOB_SCRIPT_NAME
+from services.jobs.scripts import SESSION_RE as JOB_SESSION_RE
+from services.jobs.scripts import SIGNAL_SCRIPT as JOB_SIGNAL_SCRIPT
+from services.jobs.scripts import SIGNALS as JOB_SIGNALS
+from services.jobs.scripts import START_SCRIPT as JOB_START_SCRIPT
+from services.jobs.scripts import STATUS_SCRIPT as JOB_STATUS_SCRIPT
 from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
 from services.shared.errors import InvalidRequest, NotFound
-from services.violations.actions.remote import (
+from services.violations.scripts import (
     SCRIPT_NAME,
     SIGNAL_SCRIPT,
     SIGNALS,
@@ -1020,7 +1020,7 @@ class SimFleet:
             self.stop_process(host.name, pid, exit_code=137 if signal == "KILL" else 143)
         return CommandResult("signalled\n", "", 0)
 
-    # -- job tasks (services.jobs.runner's scripts) ----------------------------------------
+    # -- job tasks (services.jobs.scripts) ----------------------------------------
 
     def tasks(self, host: str, now: float | None = None) -> list[dict[str, Any]]:
         """The job tasks of `host` (of every login), in start order, with their state."""

@@ -1,4 +1,4 @@
-"""CPU cost of one probe request in the simulator: `python -m services.monitor.sim.bench`.
+"""CPU cost of one probe request in the simulator: `python -m services.sim.bench`.
 
 The simulator runs in a child process (so its CPU time is its own); this process connects
 `--connections` asyncssh clients to it (one per host, as the monitor does) and runs
@@ -22,8 +22,8 @@ from typing import Any
 import asyncssh
 
 from services.monitor.probe import PROBE_COMMAND
-from services.monitor.sim.model import SimFleet
-from services.monitor.sim.server import SimServer, raise_open_files_limit
+from services.sim.model import SimFleet
+from services.sim.server import SimServer, raise_open_files_limit
 
 
 def _child(hosts: int, gpus: int, pipe: Connection) -> None:

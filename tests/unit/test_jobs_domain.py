@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.jobs.model import job_status
+from services.jobs.domain import job_status
 from services.jobs.spec import DefinitionSchema, from_spec, spec_json, to_job
 from services.shared.errors import InvalidRequest
 from services.shared.validation import load_args

@@ -28,9 +28,9 @@ from typing import Any
 
 from aiohttp import web
 
-from services.gateway.errors import error_middleware
-from services.monitor.sim.server import SimServer
 from services.shared.errors import InvalidRequest
+from services.shared.http_errors import error_middleware
+from services.sim.server import SimServer
 
 SERVER = web.AppKey("sim_server", SimServer)
 

@@ -1,14 +1,18 @@
 """Shells on remote hosts: one persistent SSH connection per host, a deadline on every command.
 
-`HostShell` is the small interface the monitor (and later the jobs and violations services)
-runs commands through; `SshHostShell` is asyncssh, `FakeHostShell` (beside it) answers from
-a table for unit tests. A command that cannot be run raises `HostUnreachable` with a reason a
-person can act on ("authentication refused", "host key not verified", "timed out", ...).
+The one SSH layer of every service that logs in to hosts (monitor, jobs, violations), read
+from the `[ssh]` settings: `SshOptions` (known_hosts, host-key policy, timeouts, keep-alive,
+Warden's key for logging in as users), `HostShell` the small interface commands run through,
+`SshHostShell` its asyncssh implementation and `FakeHostShell` (beside it) one that answers
+from a table for unit tests. A command that cannot be run raises `HostUnreachable` with a
+reason a person can act on ("authentication refused", "host key not verified", "timed
+out", ...). `public_key_line` is the key users put into their authorized_keys.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -18,10 +22,10 @@ from pathlib import Path
 
 import asyncssh
 
-from services.shared.config import HostConfig, MonitorSettings
-from services.shared.errors import WardenError, register_error
+from services.shared.config import HostConfig, Settings, SshSettings
+from services.shared.errors import ConfigError, WardenError, register_error
 
-log = logging.getLogger("warden.monitor.fleet")
+log = logging.getLogger("warden.ssh")
 
 
 @register_error
@@ -61,18 +65,30 @@ class SshOptions:
     keepalive_s: float = 15.0
     known_hosts: str = ""  # empty: ~/.ssh/known_hosts
     accept_new_host_keys: bool = False
+    key_file: str = ""  # Warden's key for logging in as users; empty: the host's key_file
 
     @classmethod
-    def from_settings(cls, settings: MonitorSettings) -> SshOptions:
+    def from_settings(cls, settings: SshSettings) -> SshOptions:
         return cls(
             connect_timeout_s=settings.connect_timeout_s,
             keepalive_s=settings.keepalive_s,
             known_hosts=settings.known_hosts,
             accept_new_host_keys=settings.accept_new_host_keys,
+            key_file=settings.key_file,
         )
 
     def known_hosts_path(self) -> Path:
         return Path(self.known_hosts or "~/.ssh/known_hosts").expanduser()
+
+    def key_file_for(self, host: HostConfig, login: str) -> str:
+        """The host's key for its management user, Warden's user key (if set) for anyone else."""
+        if login == host.user:
+            return host.key_file
+        return self.key_file or host.key_file
+
+    def as_login(self, host: HostConfig, login: str) -> HostConfig:
+        """`host` as `login` logs in to it: that user, with the key for that user."""
+        return dataclasses.replace(host, user=login, key_file=self.key_file_for(host, login))
 
 
 def describe_ssh_error(err: BaseException) -> str:
@@ -82,7 +98,7 @@ def describe_ssh_error(err: BaseException) -> str:
     if isinstance(err, asyncssh.HostKeyNotVerifiable):
         return (
             "host key not verified (add the host to known_hosts, "
-            "or set monitor.accept_new_host_keys = true)"
+            "or set ssh.accept_new_host_keys = true)"
         )
     if isinstance(err, TimeoutError | asyncio.TimeoutError):
         return "timed out"
@@ -198,7 +214,9 @@ class SshHostShell(HostShell):
         try:
             connection = await self._connection_within(deadline)
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                done = await connection.run(command, check=False)
+                # Bytes, decoded here: output may cut a UTF-8 character (a log's tail) or hold
+                # bytes that are no text; asyncssh's strict decoding would drop the connection.
+                done = await connection.run(command, check=False, encoding=None)
         except (OSError, asyncssh.Error, TimeoutError) as err:
             # A broken or hung connection is dropped; the next poll connects again.
             await self.close()
@@ -219,10 +237,42 @@ class SshHostShell(HostShell):
                 pass
 
 
-def _text(output: str | bytes | None) -> str:
-    if output is None:
-        return ""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output
+def _text(output: object) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output if isinstance(output, str) else ""
+
+
+# --- the public key users authorize ----------------------------------------------------------
+
+
+def public_key_line(settings: Settings) -> str:
+    """The OpenSSH public key line (`ssh-ed25519 AAAA... comment`) that each user puts into
+    ~/.ssh/authorized_keys for jobs and terminal notices: of ssh.key_file, or else of the first
+    host's key_file.
+    """
+    key_file = settings.ssh.key_file
+    setting = "ssh.key_file"
+    if not key_file:
+        key_file = next((h.key_file for h in settings.hosts if h.key_file), "")
+        setting = "hosts.key_file"
+    if not key_file:
+        raise ConfigError(
+            "no SSH key for logging in as users: set ssh.key_file (or a host's key_file)",
+            {"ssh.key_file": "not set, and no host has a key_file"},
+        )
+    path = Path(key_file).expanduser()
+    public = path.with_name(path.name + ".pub")
+    try:
+        if public.is_file():
+            line = public.read_text().strip()
+            if line:
+                return line.splitlines()[0]
+        key = asyncssh.read_private_key(str(path))
+        return key.export_public_key("openssh").decode().strip()
+    except (OSError, asyncssh.KeyImportError) as err:
+        reason = f"cannot read the SSH key {path}: {getattr(err, 'strerror', None) or err}"
+        raise ConfigError(reason, {setting: reason}) from err
 
 
 # --- fake --------------------------------------------------------------------------------------

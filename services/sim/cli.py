@@ -22,9 +22,9 @@ from typing import Any
 
 import asyncssh
 
-from services.monitor.sim.control import ControlApi
-from services.monitor.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
-from services.monitor.sim.server import (
+from services.sim.control import ControlApi
+from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
+from services.sim.server import (
     KEY_ALGORITHM,
     SimServer,
     public_key_text,
@@ -261,7 +261,7 @@ def render_hosts_toml(hosts: Sequence[dict[str, Any]], known_hosts: Path, comman
     lines = [
         f"# Simulated fleet written by `{command}`;",
         "# rewritten on every start (free ports change). SSH host keys for these hosts:",
-        f"#   known_hosts = {_toml_string(str(known_hosts))}",
+        f"#   [ssh] known_hosts = {_toml_string(str(known_hosts))}",
     ]
     for host in hosts:
         lines += ["", "[[hosts]]"]
