@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncssh
 
+from services.shared import toml
 from services.sim.control import ControlApi
 from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
 from services.sim.server import (
@@ -253,22 +254,14 @@ def _key(path: Path) -> asyncssh.SSHKey:
     return key
 
 
-def _toml_string(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a valid TOML basic string
-
-
 def render_hosts_toml(hosts: Sequence[dict[str, Any]], known_hosts: Path, command: str) -> str:
-    lines = [
-        f"# Simulated fleet written by `{command}`;",
-        "# rewritten on every start (free ports change). SSH host keys for these hosts:",
-        f"#   [ssh] known_hosts = {_toml_string(str(known_hosts))}",
-    ]
-    for host in hosts:
-        lines += ["", "[[hosts]]"]
-        for key in ("name", "address", "port", "user", "key_file"):
-            value = host[key]
-            lines.append(f"{key} = {value if isinstance(value, int) else _toml_string(value)}")
-    return "\n".join(lines) + "\n"
+    header = (
+        f"Simulated fleet written by `{command}`;\n"
+        "rewritten on every start (free ports change). SSH host keys for these hosts:\n"
+        f"  [ssh] known_hosts = {toml.value(str(known_hosts))}"
+    )
+    keys = ("name", "address", "port", "user", "key_file")
+    return toml.dumps({"hosts": [{k: host[k] for k in keys} for host in hosts]}, header=header)
 
 
 def _command_line(args: argparse.Namespace) -> str:

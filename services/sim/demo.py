@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 import asyncssh
 
-from services.shared import db
+from services.shared import db, toml
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
@@ -49,28 +48,18 @@ def _write_config(data_dir: Path, server: SimServer, key_file: Path, interval_s:
     if not secret_file.exists():
         secret_file.write_text(secrets.token_urlsafe(48))
         secret_file.chmod(0o600)
-    lines = [
-        "# Written by `warden demo`; rewritten at every start.",
-        "[storage]",
-        f"data_dir = {_toml(str(data_dir))}",
-        "[auth]",
-        f"jwt_secret = {_toml(secret_file.read_text().strip())}",
-        "[ssh]",
-        f"known_hosts = {_toml(str(known_hosts))}",
-        "[monitor]",
-        f"interval_s = {interval_s}",
-        'local_nvml = "off"',
-    ]
-    for host in server.hosts_config("demo", key_file):
-        lines.append("[[hosts]]")
-        lines += [f"{key} = {_toml(value)}" for key, value in host.items()]
+    document = {
+        "storage": {"data_dir": str(data_dir)},
+        "auth": {"jwt_secret": secret_file.read_text().strip()},
+        "ssh": {"known_hosts": str(known_hosts)},
+        "monitor": {"interval_s": interval_s, "local_nvml": "off"},
+        "hosts": server.hosts_config("demo", key_file),
+    }
     path = data_dir / "warden.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(
+        toml.dumps(document, header="Written by `warden demo`; rewritten at every start.")
+    )
     return path
-
-
-def _toml(value: Any) -> str:
-    return json.dumps(value)  # JSON strings and numbers are valid TOML values
 
 
 def format_snapshot(snapshot: dict[str, Any]) -> str:
