@@ -66,10 +66,11 @@ test-ui: install frontend ## the web UI: Vitest unit tests, then end-to-end in D
 test-unit: install ## unit tests only (no servers needed)
 	$(BIN)/pytest -q tests/unit
 
-lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, and the web UI's type check
+lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, the import layers, the web UI's type check
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	cd frontend && npm run --silent typecheck
 
 bench: install frontend ## run every benchmark in bench/

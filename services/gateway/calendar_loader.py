@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.gateway.calendar import KEEP_PAST, LOAD_AHEAD, CalendarView
 from services.gateway.stream import Event, StreamHub
+from services.reservations import api
 from services.shared.bus import Bus
 from services.shared.errors import ServiceUnavailable
 
@@ -37,9 +38,8 @@ async def load(view: CalendarView, bus: Bus, retry_max_s: float = 30.0) -> None:
             at = start
             while at < end:
                 until = min(at + CHUNK, end)
-                found += await bus.call(
-                    "reservations",
-                    "calendar",
+                found += await api.CALENDAR.call(
+                    bus,
                     {"start": at.isoformat(), "end": until.isoformat(), "include_cancelled": True},
                     timeout=30,
                 )

@@ -19,12 +19,13 @@ from enum import StrEnum
 from typing import Any
 
 from aiohttp import web
-from marshmallow import INCLUDE, Schema, ValidationError, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate
 
 from services.gateway.auth import Caller, TokenIssuer
 from services.shared.bus import Bus
 from services.shared.config import Settings
 from services.shared.errors import AuthenticationFailed, Forbidden, WardenError
+from services.shared.rpc import Answer, Method
 
 API = "/api/v1"
 
@@ -48,13 +49,6 @@ class ValidationFailed(WardenError):
 
 class InvalidJson(WardenError):
     code = "invalid_json"
-
-
-class Answer(Schema):
-    """Base of answer schemas: they document what comes back and allow fields added later."""
-
-    class Meta:
-        unknown = INCLUDE
 
 
 class Page(Schema):
@@ -105,9 +99,10 @@ class Call:
         return {"actor": self.user.username, "admin": self.user.is_admin}
 
     async def rpc(
-        self, service: str, method: str, args: Mapping[str, Any], timeout: float | None = None
+        self, method: Method, args: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> Any:
-        return await self.bus.call(service, method, args, timeout=timeout)
+        """Call a service's method as its api declares it."""
+        return await method.call(self.bus, args, timeout=timeout)
 
 
 Handler = Callable[[Call], Awaitable[Any]]

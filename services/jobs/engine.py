@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from services.jobs import repository
+from services.jobs import api, repository
 from services.jobs.domain import TASK_ENDED, Job, RenderedTask
 from services.jobs.render import job_problems, render_job
 from services.jobs.scheduler import (
@@ -44,6 +44,7 @@ from services.jobs.scripts import Probe, Started, session_name
 from services.jobs.spec import definition_of, to_job
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
+from services.reservations import api as reservations_api
 from services.shared.bus import Bus
 from services.shared.config import HostConfig, Settings
 from services.shared.errors import (
@@ -65,7 +66,6 @@ SOURCE = "jobs"
 Clock = Callable[[], datetime]
 # A job started by hand without a declared run time: its GPUs must be usable at least now.
 START_CHECK_WINDOW = timedelta(minutes=1)
-LOG_MAX_BYTES = 1 << 20
 
 
 def _utc_now() -> datetime:
@@ -278,7 +278,7 @@ class Engine:
         if not unknown:
             return
         with contextlib.suppress(WardenError):
-            for gpu in await self.bus.call("reservations", "list_gpus", {}):
+            for gpu in await reservations_api.LIST_GPUS.call(self.bus):
                 self.gpus.setdefault(gpu["uuid"], (gpu["host"], gpu.get("index")))
 
     def build(self, job_id: int, owner: str, definition: Mapping[str, Any]) -> Job:
@@ -497,9 +497,8 @@ class Engine:
         wanted = sorted(set(gpus))
         if not wanted:
             return []
-        answer = await self.bus.call(
-            "reservations",
-            "check_use",
+        answer = await reservations_api.CHECK_USE.call(
+            self.bus,
             {"user": owner, "gpus": wanted, "start": start.isoformat(), "end": end.isoformat()},
         )
         reasons: list[dict[str, Any]] = answer["reasons"]
@@ -679,7 +678,7 @@ class Engine:
             )
         session = session_name(job_id, index)
         text = await self.runner.log_tail(
-            self.hosts[run.host], state.owner, session, min(max_bytes, LOG_MAX_BYTES)
+            self.hosts[run.host], state.owner, session, min(max_bytes, api.LOG_MAX_BYTES)
         )
         return {"job_id": job_id, "task": index, "host": run.host, "session": session, "log": text}
 

@@ -11,8 +11,8 @@ from services.jobs.engine import Engine
 from services.jobs.handlers import event_handlers, rpc_methods
 from services.jobs.runner import TaskRunner
 from services.jobs.tables import outbox
+from services.reservations.api import fetch_calendar
 from services.shared.bus import Teardown
-from services.shared.calendar import fetch_calendar
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store

@@ -55,9 +55,18 @@ class Queries:
             known = await repository.load_gpus(conn)
         return [repository.gpu_dict(gpu) for gpu in known.values()]
 
-    async def rules(self) -> list[dict[str, Any]]:
+    async def rules(self, applying_to: str | None = None) -> list[dict[str, Any]]:
+        """Every access rule, or those whose subjects include the user `applying_to`."""
         async with self.store.read() as conn:
-            return [repository.rule_dict(row) for row in await repository.rule_rows(conn)]
+            rows = await repository.rule_rows(conn)
+            if applying_to is None:
+                return [repository.rule_dict(row) for row in rows]
+            member = await accounts.member(conn, applying_to)
+        return [
+            repository.rule_dict(row)
+            for row in rows
+            if rule_applies_to(repository.rule_from_row(row), member)
+        ]
 
     async def calendar(
         self,

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncssh
 
+from services.monitor import api as monitor_api
 from services.shared import db, toml
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
@@ -96,7 +97,7 @@ async def _print_snapshots(bus: Bus, every_s: float) -> None:
     await asyncio.sleep(min(every_s, 3.0))
     while True:
         try:
-            snapshot = await bus.call("monitor", "snapshot", {})
+            snapshot = await monitor_api.SNAPSHOT.call(bus)
         except WardenError as err:
             print(f"(monitor not answering yet: {err.message})", flush=True)
         else:

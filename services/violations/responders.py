@@ -15,10 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from services.reservations import api as reservations_api
 from services.shared.bus import Bus, EventHandler
 from services.shared.config import HostConfig, Settings
 from services.shared.contracts import Envelope
 from services.shared.errors import WardenError
+from services.violations import api
 from services.violations.actions.base import ActionOutcome, Alert
 from services.violations.actions.mail import MailSender, Recipient
 from services.violations.actions.remote import HostShell
@@ -74,7 +76,7 @@ class Responders:
         return consume
 
     async def respond(self, name: str, act: Act, alert: Alert) -> list[ActionOutcome]:
-        incident = await self.bus.call("violations", "get_incident", {"id": alert.incident_id})
+        incident = await api.GET_INCIDENT.call(self.bus, {"id": alert.incident_id})
         recorded = [
             entry
             for entry in incident["timeline"]
@@ -96,9 +98,8 @@ class Responders:
                 log.exception("violation handler %s failed", name)
                 outcomes = [ActionOutcome(name, False, f"failed: {type(err).__name__}")]
         if outcomes:
-            await self.bus.call(
-                "violations",
-                "record_actions",
+            await api.RECORD_ACTIONS.call(
+                self.bus,
                 {
                     "incident_id": alert.incident_id,
                     "step_index": alert.step_index,
@@ -150,8 +151,8 @@ class Responders:
             for role, username in (("offender", alert.offender), ("owner", alert.owner))
             if role in wanted and username
         ]
-        contacts: dict[str, Any] = await self.bus.call(
-            "reservations", "contacts", {"usernames": [username for _, username in people]}
+        contacts: dict[str, Any] = await reservations_api.CONTACTS.call(
+            self.bus, {"usernames": [username for _, username in people]}
         )
         found: list[Recipient] = []
         missing: list[ActionOutcome] = []

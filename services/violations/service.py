@@ -7,8 +7,8 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 
+from services.reservations.api import fetch_calendar
 from services.shared.bus import Bus, Teardown
-from services.shared.calendar import fetch_calendar
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store

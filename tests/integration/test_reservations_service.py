@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from services.reservations import accounts, models
+from services.reservations import accounts, tables
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
 from services.shared import db
@@ -666,7 +666,7 @@ async def test_the_guests_migration_goes_down_and_up_again(database_url: str) ->
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
 
-    async def tables() -> set[str]:
+    async def table_names() -> set[str]:
         async with engine.connect() as conn:
             return set(await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names()))
 
@@ -674,7 +674,7 @@ async def test_the_guests_migration_goes_down_and_up_again(database_url: str) ->
         assert await db.upgrade(engine, "reservations", "reservations_0003") == "reservations_0003"
         async with engine.begin() as conn:
             await conn.execute(
-                sa.insert(models.reservations).values(
+                sa.insert(tables.reservations).values(
                     id=1,
                     owner="alice",
                     title="kept",
@@ -688,20 +688,20 @@ async def test_the_guests_migration_goes_down_and_up_again(database_url: str) ->
                     cancelled_by_rules=False,
                 )
             )
-            await conn.execute(sa.insert(models.guests).values(reservation_id=1, username="bob"))
-        assert "reservations_guests" in await tables()
+            await conn.execute(sa.insert(tables.guests).values(reservation_id=1, username="bob"))
+        assert "reservations_guests" in await table_names()
 
         async with engine.begin() as conn:
             await conn.run_sync(downgrade, "reservations_0002")
         assert await db.current_revision(engine, "reservations") == "reservations_0002"
-        assert "reservations_guests" not in await tables()
+        assert "reservations_guests" not in await table_names()
         async with engine.connect() as conn:
-            titles = await conn.scalars(sa.select(models.reservations.c.title))
+            titles = await conn.scalars(sa.select(tables.reservations.c.title))
             assert list(titles) == ["kept"]
 
         assert await db.upgrade(engine, "reservations") == db.head_revision("reservations")
         async with engine.connect() as conn:
-            assert list(await conn.execute(sa.select(models.guests))) == []
+            assert list(await conn.execute(sa.select(tables.guests))) == []
         await db.ensure_migrated(engine, "reservations")
     finally:
         await engine.dispose()

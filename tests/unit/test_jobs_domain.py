@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from services.jobs.api import DefinitionSchema
 from services.jobs.domain import job_status
-from services.jobs.spec import DefinitionSchema, from_spec, spec_json, to_job
+from services.jobs.spec import from_spec, spec_json, to_job
 from services.shared.errors import InvalidRequest
 from services.shared.validation import load_args
 

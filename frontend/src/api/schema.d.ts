@@ -710,9 +710,12 @@ export interface components {
             /** @default  */
             description: string;
             duration_minutes?: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description or give duration_minutes
+             */
             end?: string;
-            /** @description each a GPU uuid, or host:index (dgx1:0) */
+            /** @description GPU uuids (the REST API also takes host:index, e.g. dgx1:0) */
             gpus: string[];
             guests?: string[];
             /** @description admins only: book for someone else */
@@ -1422,6 +1425,7 @@ export interface components {
             duration_minutes?: number;
             /** Format: date-time */
             end?: string;
+            /** @description replaces the list ([]: none) */
             guests?: string[];
             /** Format: date-time */
             start?: string;
@@ -1444,6 +1448,8 @@ export interface components {
             groups: string[];
             roles: string[];
             username: string;
+        } & {
+            [key: string]: unknown;
         };
         UserCreateBody: {
             email: string;
@@ -1800,11 +1806,11 @@ export interface operations {
     list_jobs: {
         parameters: {
             query?: {
-                limit?: number;
-                offset?: number;
                 /** @description only theirs */
                 owner?: string;
                 status?: "pending" | "scheduled" | "queued" | "starting" | "running" | "stopping" | "succeeded" | "failed" | "stopped" | "lost";
+                limit?: number;
+                offset?: number;
             };
             header?: never;
             path?: never;
@@ -2225,7 +2231,7 @@ export interface operations {
                 /** @description seconds per bucket, at least 1 */
                 step_s: number;
                 /** @description the GPU, for a GPU metric */
-                gpu_uuid?: string;
+                gpu_uuid?: string | null;
             };
             header?: never;
             path?: never;
@@ -2950,8 +2956,6 @@ export interface operations {
     list_violations: {
         parameters: {
             query?: {
-                limit?: number;
-                offset?: number;
                 status?: "open" | "resolved";
                 host?: string;
                 gpu_uuid?: string;
@@ -2963,6 +2967,8 @@ export interface operations {
                 opened_after?: string;
                 /** @description opened before this time */
                 opened_before?: string;
+                limit?: number;
+                offset?: number;
             };
             header?: never;
             path?: never;

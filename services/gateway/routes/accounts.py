@@ -14,17 +14,23 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from services.gateway.routes.reservations import IdPath
-from services.gateway.routes.session import UserSchema
-from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
-from services.reservations.access import rule_applies_to
-from services.reservations.domain import AccessRule, Member
-from services.reservations.handlers import (
+from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
+from services.reservations import api
+from services.reservations.api import (
+    AccountSchema,
     CreateGroupArgs,
     CreateUserArgs,
+    GroupDeletedSchema,
+    GroupSchema,
+    MembershipSchema,
     RuleArgs,
+    RuleDeletedSchema,
+    RuleSchema,
     UpdateGroupArgs,
     UpdateUserArgs,
+    UserSchema,
 )
+from services.shared.rpc import Method
 
 _Str = fields.String
 _Time = fields.AwareDateTime
@@ -99,75 +105,6 @@ class RuleBody(RuleArgs):
 # --- answers ------------------------------------------------------------------------------------
 
 
-class AccountSchema(Answer):
-    """A user in the list: admins see the whole account, others the username and roles."""
-
-    username = _Str(required=True)
-    roles = fields.List(_Str(), required=True)
-    email = _Str(metadata={"description": "admins only"})
-    groups = fields.List(_Str(), metadata={"description": "admins only"})
-    created_at = _Time(metadata={"description": "admins only"})
-
-
-class GroupSchema(Answer):
-    name = _Str(required=True)
-    description = _Str(required=True)
-    is_default = fields.Boolean(
-        required=True, metadata={"description": "users created from now on join it"}
-    )
-    members = fields.List(_Str(), required=True)
-
-
-class AccessChangeSchema(Answer):
-    """Future reservations that an access change cancelled, or restored, by id."""
-
-    cancelled = fields.List(fields.Integer(), required=True)
-    restored = fields.List(fields.Integer(), required=True)
-
-
-class GroupDeletedSchema(AccessChangeSchema):
-    name = _Str(required=True)
-
-
-class MembershipSchema(AccessChangeSchema):
-    group = _Str(required=True)
-    username = _Str(required=True)
-    changed = fields.Boolean(
-        required=True, metadata={"description": "false: they were (not) a member already"}
-    )
-
-
-class RuleWindowSchema(Answer):
-    days = fields.List(fields.Integer(), required=True, metadata={"description": "0 = Monday"})
-    start = _Str(required=True, metadata={"example": "08:00"})
-    end = _Str(required=True, metadata={"example": "18:00"})
-
-
-class RuleSchema(Answer):
-    id = fields.Integer(required=True)
-    name = _Str(required=True)
-    description = _Str(required=True)
-    users = fields.List(_Str(), required=True)
-    groups = fields.List(_Str(), required=True)
-    all_gpus = fields.Boolean(required=True)
-    hosts = fields.List(_Str(), required=True)
-    gpus = fields.List(_Str(), required=True)
-    valid_from = _Time(required=True)
-    valid_until = _Time(required=True, allow_none=True)
-    windows = fields.List(fields.Nested(RuleWindowSchema), required=True)
-    timezone = _Str(required=True)
-    max_gpus = fields.Integer(required=True, allow_none=True)
-    max_duration_s = fields.Integer(required=True, allow_none=True)
-    max_gpu_hours_per_week = fields.Float(required=True, allow_none=True)
-    created_by = _Str()
-    created_at = _Time()
-    updated_at = _Time()
-
-
-class RuleDeletedSchema(AccessChangeSchema):
-    id = fields.Integer(required=True)
-
-
 # --- helpers ------------------------------------------------------------------------------------
 
 
@@ -192,101 +129,85 @@ def _wire(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _as_rule(found: dict[str, Any]) -> AccessRule:
-    """Enough of an answered rule for `rule_applies_to` (its subjects)."""
-    return AccessRule(
-        id=found["id"],
-        name=found["name"],
-        valid_from=datetime.fromisoformat(found["valid_from"]),
-        users=frozenset(found["users"]),
-        groups=frozenset(found["groups"]),
-    )
-
-
-async def _answer(call: Call, method: str, args: dict[str, Any]) -> Any:
-    return _without_secrets(await call.rpc("reservations", method, args))
+async def _answer(call: Call, method: Method, args: dict[str, Any]) -> Any:
+    return _without_secrets(await call.rpc(method, args))
 
 
 # --- users --------------------------------------------------------------------------------------
 
 
 async def list_users(call: Call) -> dict[str, Any]:
-    found = await _answer(call, "list_users", {"actor": call.user.username})
+    found = await _answer(call, api.LIST_USERS, {"actor": call.user.username})
     offset, limit = call.query["offset"], call.query["limit"]
     return page_of(found[offset : offset + limit], len(found), call.query)
 
 
 async def create_user(call: Call) -> Any:
-    return await _answer(call, "create_user", {"actor": call.user.username, **call.body})
+    return await _answer(call, api.CREATE_USER, {"actor": call.user.username, **call.body})
 
 
 async def get_user(call: Call) -> Any:
     args = {"actor": call.user.username, "username": call.params["username"]}
-    return await _answer(call, "get_user", args)
+    return await _answer(call, api.GET_USER, args)
 
 
 async def update_user(call: Call) -> Any:
     args = {"actor": call.user.username, "username": call.params["username"], **call.body}
-    return await _answer(call, "update_user", args)
+    return await _answer(call, api.UPDATE_USER, args)
 
 
 # --- groups -------------------------------------------------------------------------------------
 
 
 async def list_groups(call: Call) -> Any:
-    return await _answer(call, "list_groups", {"actor": call.user.username})
+    return await _answer(call, api.LIST_GROUPS, {"actor": call.user.username})
 
 
 async def create_group(call: Call) -> Any:
-    return await _answer(call, "create_group", {"actor": call.user.username, **call.body})
+    return await _answer(call, api.CREATE_GROUP, {"actor": call.user.username, **call.body})
 
 
 async def update_group(call: Call) -> Any:
     args = {"actor": call.user.username, "name": call.params["name"], **call.body}
-    return await _answer(call, "update_group", args)
+    return await _answer(call, api.UPDATE_GROUP, args)
 
 
 async def delete_group(call: Call) -> Any:
     return await _answer(
-        call, "delete_group", {"actor": call.user.username, "name": call.params["name"]}
+        call, api.DELETE_GROUP, {"actor": call.user.username, "name": call.params["name"]}
     )
 
 
 async def add_group_member(call: Call) -> Any:
-    return await _answer(call, "add_group_member", {"actor": call.user.username, **call.params})
+    return await _answer(call, api.ADD_GROUP_MEMBER, {"actor": call.user.username, **call.params})
 
 
 async def remove_group_member(call: Call) -> Any:
     args = {"actor": call.user.username, **call.params}
-    return await _answer(call, "remove_group_member", args)
+    return await _answer(call, api.REMOVE_GROUP_MEMBER, args)
 
 
 # --- access rules -------------------------------------------------------------------------------
 
 
 async def list_rules(call: Call) -> list[dict[str, Any]]:
-    rules: list[dict[str, Any]] = await _answer(call, "list_rules", {})
-    if call.user.is_admin:
-        return rules
-    me = call.user.username
-    account = await call.rpc("reservations", "get_user", {"actor": me, "username": me})
-    member = Member(me, frozenset(account.get("groups", ())))
-    return [rule for rule in rules if rule_applies_to(_as_rule(rule), member)]
+    rules: list[dict[str, Any]] = await _answer(call, api.LIST_RULES, {"actor": call.user.username})
+    return rules
 
 
 async def create_rule(call: Call) -> Any:
     args = {"actor": call.user.username, **_wire(call.body)}
-    return await _answer(call, "create_rule", args)
+    return await _answer(call, api.CREATE_RULE, args)
 
 
 async def replace_rule(call: Call) -> Any:
     args = {"actor": call.user.username, "id": call.params["id"], **_wire(call.body)}
-    return await _answer(call, "update_rule", args)
+    return await _answer(call, api.UPDATE_RULE, args)
 
 
 async def delete_rule(call: Call) -> Any:
     args = {"actor": call.user.username, "id": call.params["id"]}
-    return await _answer(call, "delete_rule", args)
+    return await _answer(call, api.DELETE_RULE, args)
 
 
 _RECHECKED = (

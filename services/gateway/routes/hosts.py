@@ -27,12 +27,16 @@ from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from services.gateway.auth import Caller
-from services.gateway.routes.reservations import ReservationSchema
-from services.gateway.routing import Access, Answer, Call, Route
+from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import Event, StreamHub
 from services.gateway.visibility import reservation_for
+from services.monitor import api as monitor_api
+from services.monitor.api import SeriesSchema
+from services.reservations import api as reservations_api
+from services.reservations.api import ReservationSchema
 from services.shared.contracts import GpuSample, HostSampled
 from services.shared.errors import NotFound
+from services.shared.rpc import Answer
 
 log = logging.getLogger("warden.gateway")
 
@@ -77,28 +81,7 @@ class GpusQuery(Schema):
     )
 
 
-class SeriesQuery(Schema):
-    host = _Str(required=True, validate=validate.Length(min=1, max=255))
-    metric = _Str(
-        required=True,
-        validate=validate.Length(min=1, max=64),
-        metadata={
-            "description": "a host metric (cpu_percent, load_1m, memory_used_mib, ...) or, "
-            "with gpu_uuid, a GPU metric (utilization_gpu_percent, temperature_c, ...)"
-        },
-    )
-    start = _Time(required=True)
-    end = _Time(required=True)
-    step_s = _Num(
-        required=True,
-        validate=validate.Range(min=1),
-        metadata={"description": "seconds per bucket, at least 1"},
-    )
-    gpu_uuid = _Str(
-        validate=validate.Length(min=1, max=128),
-        metadata={"description": "the GPU, for a GPU metric"},
-    )
-
+class SeriesQuery(monitor_api.SeriesArgs):
     @validates_schema
     def ordered(self, data: dict[str, Any], **_: Any) -> None:
         if "start" in data and "end" in data and data["end"] <= data["start"]:
@@ -193,22 +176,6 @@ class HostsSchema(Answer):
 class GpusSchema(Answer):
     gpus = fields.List(fields.Nested(GpuStateSchema), required=True)
     generated_at = _Time(required=True)
-
-
-class SeriesBucketSchema(Answer):
-    start = _Time(required=True)
-    min = _Num(required=True, allow_none=True)
-    avg = _Num(required=True, allow_none=True)
-    max = _Num(required=True, allow_none=True)
-    count = fields.Integer(required=True)
-
-
-class SeriesSchema(Answer):
-    host = _Str(required=True)
-    gpu_uuid = _Str(required=True, allow_none=True)
-    metric = _Str(required=True)
-    step_s = _Num(required=True)
-    buckets = fields.List(fields.Nested(SeriesBucketSchema), required=True)
 
 
 # --- composition -------------------------------------------------------------------------------
@@ -572,7 +539,7 @@ class FleetBoard:
         now = datetime.now(UTC)
         try:
             snapshot, calendar = await asyncio.gather(
-                call.rpc("monitor", "snapshot", {}) if fetch_snapshot else _nothing(),
+                call.rpc(monitor_api.SNAPSHOT) if fetch_snapshot else _nothing(),
                 self._calendar(call, now, None if whole else pending),
             )
         except BaseException:
@@ -610,7 +577,7 @@ class FleetBoard:
         args: dict[str, Any] = {"start": now.isoformat(), "end": until.isoformat()}
         if gpus is not None:
             args["gpus"] = sorted(gpus)
-        found: list[dict[str, Any]] = await call.rpc("reservations", "calendar", args)
+        found: list[dict[str, Any]] = await call.rpc(reservations_api.CALENDAR, args)
         return found
 
 
@@ -685,7 +652,7 @@ async def metric_series(call: Call) -> dict[str, Any]:
     }
     if query.get("gpu_uuid"):
         args["gpu_uuid"] = query["gpu_uuid"]
-    series: dict[str, Any] = await call.rpc("monitor", "series", args)
+    series: dict[str, Any] = await call.rpc(monitor_api.SERIES, args)
     return series
 
 

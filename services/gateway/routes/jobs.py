@@ -14,21 +14,24 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
-from services.jobs.spec import DefinitionSchema
-from services.shared.contracts import JOB_STATUSES, TASK_STATUSES
+from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
+from services.jobs import api
+from services.jobs.api import (
+    LOG_DEFAULT_BYTES,
+    LOG_MAX_BYTES,
+    DefinitionSchema,
+    JobDeletedSchema,
+    JobHistorySchema,
+    JobLogsSchema,
+    JobPreviewSchema,
+    JobSchema,
+)
 from services.shared.errors import Forbidden
+from services.shared.rpc import Method
 
 _Str = fields.String
 _Time = fields.AwareDateTime
 _Int = fields.Integer
-
-# Starting a job logs in to its hosts over SSH (one round trip each, in parallel), and reading
-# a log is one more: longer than an ordinary RPC may take.
-SSH_RPC_TIMEOUT_S = 60.0
-# The jobs service's limit on one read of a log (`engine.LOG_MAX_BYTES`).
-LOG_MAX_BYTES = 1 << 20
-LOG_DEFAULT_BYTES = 64 * 1024
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -42,9 +45,8 @@ class JobTaskPath(JobPath):
     index = _Int(required=True, validate=validate.Range(min=0, max=2**31 - 1))
 
 
-class JobListQuery(Page):
-    owner = _Str(validate=validate.Length(min=1, max=255), metadata={"description": "only theirs"})
-    status = _Str(validate=validate.OneOf(JOB_STATUSES))
+class JobListQuery(Page, api.ListArgs):
+    pass
 
 
 class JobDefinitionBody(DefinitionSchema):
@@ -71,110 +73,6 @@ class JobLogsQuery(Schema):
 # --- answers -----------------------------------------------------------------------------------
 
 
-class JobParamSchema(Answer):
-    name = _Str(required=True, metadata={"description": "empty: a positional argument"})
-    value = _Str(required=True, allow_none=True, metadata={"description": "null: a flag"})
-    separator = _Str(required=True, metadata={"description": '" " or "="'})
-
-
-class JobTaskSchema(Answer):
-    index = _Int(required=True)
-    host = _Str(required=True, allow_none=True, metadata={"description": "null: not placed yet"})
-    gpus = fields.List(_Str(), required=True, metadata={"description": "GPU uuids"})
-    gpu_count = _Int(allow_none=True)
-    status = _Str(required=True, metadata={"description": ", ".join(TASK_STATUSES)})
-    session = _Str(required=True, metadata={"description": "the screen/tmux session on the host"})
-    exit_code = _Int(allow_none=True)
-    reason = _Str(allow_none=True)
-    started_at = _Time(allow_none=True)
-    ended_at = _Time(allow_none=True)
-    # The owner's (and admins') view only:
-    command = _Str(metadata={"description": "owner and admins only"})
-    cwd = _Str()
-    params = fields.List(fields.Nested(JobParamSchema))
-    env = fields.Dict(keys=_Str(), values=_Str(), metadata={"description": "owner and admins"})
-    role = _Str()
-    pid = _Int(allow_none=True)
-    port = _Int(allow_none=True)
-    run = _Int(metadata={"description": "how many times the task was started"})
-
-
-class JobSchema(Answer):
-    id = _Int(required=True)
-    owner = _Str(required=True)
-    name = _Str(required=True)
-    status = _Str(required=True, metadata={"description": ", ".join(JOB_STATUSES)})
-    queued = fields.Boolean(required=True)
-    start_at = _Time(allow_none=True)
-    stop_at = _Time(allow_none=True)
-    reservation_id = _Int(allow_none=True)
-    max_runtime_s = fields.Float(allow_none=True)
-    template = fields.Raw(
-        allow_none=True,
-        metadata={"description": "the template's kind; for the owner and admins `{kind, options}`"},
-    )
-    waiting_reason = _Str(allow_none=True, metadata={"description": "why a queued job waits"})
-    tasks = fields.List(fields.Nested(JobTaskSchema), required=True)
-    created_at = _Time(required=True)
-    updated_at = _Time(required=True)
-    # The owner's (and admins') view only:
-    description = _Str()
-    params = fields.List(fields.Nested(JobParamSchema))
-    env = fields.Dict(keys=_Str(), values=_Str(), metadata={"description": "owner and admins"})
-    enqueued_at = _Time(allow_none=True)
-    stop_reason = _Str(allow_none=True)
-
-
-class JobDeletedSchema(Answer):
-    deleted = _Int(required=True, metadata={"description": "the deleted job's id"})
-
-
-class JobRunSchema(Answer):
-    task = _Int(required=True)
-    run = _Int(required=True)
-    host = _Str(required=True, allow_none=True)
-    gpus = fields.List(_Str(), required=True)
-    status = _Str(required=True)
-    exit_code = _Int(allow_none=True)
-    reason = _Str(allow_none=True)
-    started_at = _Time(allow_none=True)
-    ended_at = _Time(allow_none=True)
-
-
-class JobHistorySchema(Answer):
-    runs = fields.List(
-        fields.Nested(JobRunSchema),
-        required=True,
-        metadata={"description": "every ended run of the job's tasks, by task then run"},
-    )
-
-
-class JobLogsSchema(Answer):
-    job_id = _Int(required=True)
-    task = _Int(required=True)
-    host = _Str(required=True)
-    session = _Str(required=True)
-    log = _Str(required=True, metadata={"description": "the tail of the task's output"})
-
-
-class JobPreviewTaskSchema(Answer):
-    index = _Int(required=True)
-    host = _Str(required=True, metadata={"description": "`<host>` where the scheduler picks"})
-    command = _Str(required=True, metadata={"description": "one line of sh, values quoted"})
-    env = fields.Dict(
-        keys=_Str(),
-        values=_Str(),
-        required=True,
-        metadata={"description": "exported before the command, CUDA_VISIBLE_DEVICES included"},
-    )
-    gpus = fields.List(_Str(), required=True)
-    port = _Int(allow_none=True, metadata={"description": "the port a template took"})
-
-
-class JobPreviewSchema(Answer):
-    tasks = fields.List(fields.Nested(JobPreviewTaskSchema), required=True)
-
-
 # --- helpers -----------------------------------------------------------------------------------
 
 
@@ -190,8 +88,8 @@ def _job_args(call: Call) -> dict[str, Any]:
     return {"id": call.params["id"], **call.actor()}
 
 
-async def _act(call: Call, method: str, timeout: float | None = None) -> dict[str, Any]:
-    answer: dict[str, Any] = await call.rpc("jobs", method, _job_args(call), timeout=timeout)
+async def _act(call: Call, method: Method) -> dict[str, Any]:
+    answer: dict[str, Any] = await call.rpc(method, _job_args(call))
     return answer
 
 
@@ -200,16 +98,14 @@ async def _act(call: Call, method: str, timeout: float | None = None) -> dict[st
 
 async def list_jobs(call: Call) -> dict[str, Any]:
     query = call.query
-    args: dict[str, Any] = {
-        key: query[key] for key in ("limit", "offset", "owner", "status") if key in query
-    }
-    found = await call.rpc("jobs", "list_jobs", args)
+    args: dict[str, Any] = {key: value for key, value in query.items() if value is not None}
+    found = await call.rpc(api.LIST_JOBS, args)
     return page_of(found["jobs"], found["total"], query)
 
 
 async def create_job(call: Call) -> dict[str, Any]:
     created: dict[str, Any] = await call.rpc(
-        "jobs", "create_job", {**_definition(call.body), **call.actor()}
+        api.CREATE_JOB, {**_definition(call.body), **call.actor()}
     )
     return created
 
@@ -218,49 +114,49 @@ async def preview_job(call: Call) -> dict[str, Any]:
     owner = call.body.get("owner")
     if owner is not None and owner != call.user.username and not call.user.is_admin:
         raise Forbidden("only an admin may preview a job for someone else", {"owner": owner})
-    rendered = await call.rpc("jobs", "preview_job", {**_definition(call.body), **call.actor()})
+    rendered = await call.rpc(api.PREVIEW_JOB, {**_definition(call.body), **call.actor()})
     return {"tasks": rendered}
 
 
 async def get_job(call: Call) -> dict[str, Any]:
-    return await _act(call, "get_job")
+    return await _act(call, api.GET_JOB)
 
 
 async def update_job(call: Call) -> dict[str, Any]:
     updated: dict[str, Any] = await call.rpc(
-        "jobs", "update_job", {**_definition(call.body), **_job_args(call)}
+        api.UPDATE_JOB, {**_definition(call.body), **_job_args(call)}
     )
     return updated
 
 
 async def delete_job(call: Call) -> dict[str, Any]:
-    return await _act(call, "delete_job")
+    return await _act(call, api.DELETE_JOB)
 
 
 async def start_job(call: Call) -> dict[str, Any]:
-    return await _act(call, "start_job", timeout=SSH_RPC_TIMEOUT_S)
+    return await _act(call, api.START_JOB)
 
 
 async def stop_job(call: Call) -> dict[str, Any]:
-    return await _act(call, "stop_job")
+    return await _act(call, api.STOP_JOB)
 
 
 async def enqueue_job(call: Call) -> dict[str, Any]:
-    return await _act(call, "enqueue_job")
+    return await _act(call, api.ENQUEUE_JOB)
 
 
 async def dequeue_job(call: Call) -> dict[str, Any]:
-    return await _act(call, "dequeue_job")
+    return await _act(call, api.DEQUEUE_JOB)
 
 
 async def job_history(call: Call) -> dict[str, Any]:
-    runs = await call.rpc("jobs", "job_history", _job_args(call))
+    runs = await call.rpc(api.JOB_HISTORY, _job_args(call))
     return {"runs": runs}
 
 
 async def task_logs(call: Call) -> dict[str, Any]:
     args = {**_job_args(call), "task": call.params["index"], "max_bytes": call.query["max_bytes"]}
-    logs: dict[str, Any] = await call.rpc("jobs", "task_logs", args, timeout=SSH_RPC_TIMEOUT_S)
+    logs: dict[str, Any] = await call.rpc(api.TASK_LOGS, args)
     return logs
 
 

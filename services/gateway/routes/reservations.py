@@ -15,8 +15,10 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from services.gateway.calendar import item as calendar_item
 from services.gateway.context import CALENDAR
-from services.gateway.routing import Access, Answer, Call, Page, Route, page_of, page_schema
+from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
 from services.gateway.visibility import reservation_for
+from services.reservations import api
+from services.reservations.api import OverviewSchema, ReservationSchema, SlotSchema
 from services.shared.errors import InvalidRequest
 
 _Str = fields.String
@@ -27,60 +29,6 @@ DEFAULT_RANGE = timedelta(days=7)
 
 class IdPath(Schema):
     id = fields.Integer(required=True, validate=validate.Range(min=1, max=2**31 - 1))
-
-
-class GpuRefSchema(Answer):
-    uuid = _Str(required=True)
-    host = _Str(required=True)
-    index = fields.Integer(required=True, allow_none=True)
-    name = _Str()
-
-
-class UsageSchema(Answer):
-    samples = fields.Integer(required=True)
-    avg_utilization_percent = fields.Float(allow_none=True)
-    peak_utilization_percent = fields.Float(allow_none=True)
-    avg_memory_used_mib = fields.Float(allow_none=True)
-    peak_memory_used_mib = fields.Float(allow_none=True)
-    idle_share = fields.Float(allow_none=True)
-
-
-class ReservationSchema(Answer):
-    id = fields.Integer(required=True)
-    owner = _Str(required=True)
-    gpus = fields.List(fields.Nested(GpuRefSchema), required=True)
-    start = _Time(required=True)
-    end = _Time(required=True)
-    title = _Str(required=True)
-    description = _Str(
-        required=True, metadata={"description": "empty unless you own, share or administer it"}
-    )
-    status = _Str(required=True, metadata={"description": "active, cancelled or ended"})
-    guests = fields.List(_Str(), required=True)
-    created_by = _Str(required=True)
-    cancelled_at = _Time(allow_none=True)
-    cancelled_by = _Str(allow_none=True)
-    cancel_reason = _Str(allow_none=True)
-    created_at = _Time()
-    updated_at = _Time()
-    usage = fields.Nested(UsageSchema, allow_none=True)
-
-
-class CalendarItemSchema(Answer):
-    id = fields.Integer(required=True)
-    owner = _Str(required=True)
-    gpus = fields.List(fields.Nested(GpuRefSchema), required=True)
-    start = _Time(required=True)
-    end = _Time(required=True)
-    title = _Str(required=True)
-    description = _Str(required=True)
-    status = _Str(required=True)
-    guests = fields.List(_Str(), required=True)
-    created_by = _Str(required=True)
-    cancelled_at = _Time(allow_none=True)
-    cancelled_by = _Str(allow_none=True)
-    cancel_reason = _Str(allow_none=True)
-    updated_at = _Time(allow_none=True)
 
 
 class ListQuery(Page):
@@ -102,36 +50,27 @@ def _ordered(data: dict[str, Any], *, required: bool) -> None:
         raise ValidationError("give end or duration_minutes", "end")
 
 
-class CreateBody(Schema):
-    gpus = fields.List(
-        _Str(validate=validate.Length(min=1, max=128)),
-        required=True,
-        validate=validate.Length(min=1, max=1024),
-        metadata={"description": f"each {GPU_REF}"},
-    )
-    start = _Time(required=True)
-    end = _Time()
+class CreateBody(api.CreateReservationArgs):
+    """The service's arguments, less `actor`, with the end given or as a duration."""
+
+    end = _Time(metadata={"description": "or give duration_minutes"})
     duration_minutes = fields.Integer(validate=validate.Range(min=1, max=60 * 24 * 366))
-    title = _Str(required=True, validate=validate.Length(min=1, max=200))
-    description = _Str(load_default="", validate=validate.Length(max=5000))
-    guests = fields.List(_Str(validate=validate.Length(min=1, max=64)), load_default=list)
-    owner = _Str(
-        validate=validate.Length(min=1, max=64),
-        metadata={"description": "admins only: book for someone else"},
-    )
+
+    class Meta:
+        exclude = ("actor",)
 
     @validates_schema
     def one_end(self, data: dict[str, Any], **_: Any) -> None:
         _ordered(data, required=True)
 
 
-class UpdateBody(Schema):
-    title = _Str(validate=validate.Length(min=1, max=200))
-    description = _Str(validate=validate.Length(max=5000))
-    start = _Time()
-    end = _Time()
+class UpdateBody(api.UpdateReservationArgs):
+    """What to change (what is left out stays as it is), the end also as a duration."""
+
     duration_minutes = fields.Integer(validate=validate.Range(min=1, max=60 * 24 * 366))
-    guests = fields.List(_Str(validate=validate.Length(min=1, max=64)))
+
+    class Meta:
+        exclude = ("actor", "id")
 
     @validates_schema
     def one_end(self, data: dict[str, Any], **_: Any) -> None:
@@ -149,30 +88,6 @@ class OverviewQuery(Schema):
     gpus = fields.List(_Str(validate=validate.Length(min=1, max=128)))
 
 
-class RunSchema(Answer):
-    state = _Str(required=True, metadata={"description": "free, mine, taken or not_allowed"})
-
-
-class OverviewGpuSchema(Answer):
-    uuid = _Str(required=True)
-    host = _Str(required=True)
-    index = fields.Integer(required=True, allow_none=True)
-    runs = fields.List(fields.Nested(RunSchema), required=True)
-
-
-class OverviewHostSchema(Answer):
-    host = _Str(required=True)
-    gpus = fields.List(fields.Nested(OverviewGpuSchema), required=True)
-
-
-class OverviewSchema(Answer):
-    start = _Time(required=True)
-    end = _Time(required=True)
-    slot_minutes = fields.Float(required=True)
-    slots = fields.Integer(required=True)
-    hosts = fields.List(fields.Nested(OverviewHostSchema), required=True)
-
-
 class SlotQuery(Schema):
     count = fields.Integer(required=True, validate=validate.Range(min=1, max=1024))
     duration_minutes = fields.Integer(
@@ -184,18 +99,6 @@ class SlotQuery(Schema):
     same_host = fields.Boolean(load_default=False)
 
 
-class SlotGpuSchema(Answer):
-    uuid = _Str(required=True)
-    host = _Str(required=True)
-    index = fields.Integer(required=True, allow_none=True)
-
-
-class SlotSchema(Answer):
-    start = _Time(required=True)
-    end = _Time(required=True)
-    gpus = fields.List(fields.Nested(SlotGpuSchema), required=True)
-
-
 # --- helpers shared with other routes ----------------------------------------------------------
 
 
@@ -203,7 +106,7 @@ async def resolve_gpus(call: Call, refs: list[str]) -> list[str]:
     """GPU uuids for what users write: a uuid, or `host:index`. Unknown ones are a 422."""
     if all(":" not in ref for ref in refs):
         return refs
-    known = await call.rpc("reservations", "list_gpus", {})
+    known = await call.rpc(api.LIST_GPUS)
     by_place = {f"{gpu['host']}:{gpu['index']}": gpu["uuid"] for gpu in known}
     uuids, unknown = [], []
     for ref in refs:
@@ -276,7 +179,7 @@ async def list_reservations(call: Call) -> dict[str, Any]:
             args["gpus"] = gpus
         if query.get("owner"):
             args["owner"] = query["owner"]
-        found = [calendar_item(r) for r in await call.rpc("reservations", "calendar", args)]
+        found = [calendar_item(r) for r in await call.rpc(api.CALENDAR, args)]
     page = found[query["offset"] : query["offset"] + query["limit"]]
     return page_of([reservation_for(call.user, r) for r in page], len(found), query)
 
@@ -294,12 +197,12 @@ async def create_reservation(call: Call) -> dict[str, Any]:
     }
     if body.get("owner"):
         args["owner"] = body["owner"]
-    created: dict[str, Any] = await call.rpc("reservations", "create_reservation", args)
+    created: dict[str, Any] = await call.rpc(api.CREATE_RESERVATION, args)
     return _seen(call, "reservation.created", created)
 
 
 async def get_reservation(call: Call) -> dict[str, Any]:
-    found = await call.rpc("reservations", "get_reservation", {"id": call.params["id"]})
+    found = await call.rpc(api.GET_RESERVATION, {"id": call.params["id"]})
     return reservation_for(call.user, found)
 
 
@@ -309,28 +212,28 @@ async def update_reservation(call: Call) -> dict[str, Any]:
     for key in ("title", "description", "guests"):
         if key in body:
             args[key] = body[key]
-    if "start" in body:
-        args["start"] = body["start"].isoformat()
     start = body.get("start")
+    if start is not None:
+        args["start"] = start.isoformat()
     if body.get("duration_minutes") is not None and start is None:
-        current = await call.rpc("reservations", "get_reservation", {"id": call.params["id"]})
+        current = await call.rpc(api.GET_RESERVATION, {"id": call.params["id"]})
         start = datetime.fromisoformat(current["start"])
     end = _end(body, start)
     if end is not None:
         args["end"] = end.isoformat()
-    updated: dict[str, Any] = await call.rpc("reservations", "update_reservation", args)
+    updated: dict[str, Any] = await call.rpc(api.UPDATE_RESERVATION, args)
     return _seen(call, "reservation.updated", updated)
 
 
 async def cancel_reservation(call: Call) -> dict[str, Any]:
     args = {"actor": call.user.username, "id": call.params["id"], **call.query}
-    cancelled: dict[str, Any] = await call.rpc("reservations", "cancel_reservation", args)
+    cancelled: dict[str, Any] = await call.rpc(api.CANCEL_RESERVATION, args)
     return _seen(call, "reservation.cancelled", cancelled)
 
 
 async def end_reservation(call: Call) -> dict[str, Any]:
     args = {"actor": call.user.username, "id": call.params["id"]}
-    ended: dict[str, Any] = await call.rpc("reservations", "end_reservation", args)
+    ended: dict[str, Any] = await call.rpc(api.END_RESERVATION, args)
     return _seen(call, "reservation.ended", ended)
 
 
@@ -344,7 +247,7 @@ async def overview(call: Call) -> dict[str, Any]:
     }
     if call.query.get("gpus"):
         args["gpus"] = await resolve_gpus(call, call.query["gpus"])
-    grid: dict[str, Any] = await call.rpc("reservations", "overview", args)
+    grid: dict[str, Any] = await call.rpc(api.OVERVIEW, args)
     return grid
 
 
@@ -352,7 +255,7 @@ async def earliest_slot(call: Call) -> dict[str, Any]:
     args = {"actor": call.user.username, **call.query}
     if "not_before" in args:
         args["not_before"] = args["not_before"].isoformat()
-    slot: dict[str, Any] = await call.rpc("reservations", "find_slot", args)
+    slot: dict[str, Any] = await call.rpc(api.FIND_SLOT, args)
     return slot
 
 

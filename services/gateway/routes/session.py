@@ -12,6 +12,8 @@ from marshmallow import Schema, fields, validate
 
 from services.gateway.context import LIMITS, TOKENS
 from services.gateway.routing import Access, Call, Route
+from services.reservations import api
+from services.reservations.api import UserSchema
 from services.shared.errors import AuthenticationFailed, WardenError
 
 
@@ -26,14 +28,6 @@ class LoginBody(Schema):
 
 class RefreshBody(Schema):
     refresh_token = fields.String(required=True, validate=validate.Length(min=1, max=256))
-
-
-class UserSchema(Schema):
-    username = fields.String(required=True)
-    email = fields.String(required=True)
-    roles = fields.List(fields.String(), required=True)
-    groups = fields.List(fields.String(), required=True)
-    created_at = fields.AwareDateTime(required=True)
 
 
 class TokensSchema(Schema):
@@ -80,7 +74,7 @@ async def login(call: Call) -> dict[str, Any]:
         )
     ttl_s = call.settings.auth.refresh_token_ttl_s
     try:
-        answer = await call.rpc("reservations", "login", {**call.body, "ttl_s": ttl_s})
+        answer = await call.rpc(api.LOGIN, {**call.body, "ttl_s": ttl_s})
     except AuthenticationFailed:
         limits.by_user.failed(username)
         limits.by_address.failed(address)
@@ -91,17 +85,17 @@ async def login(call: Call) -> dict[str, Any]:
 
 async def refresh(call: Call) -> dict[str, Any]:
     ttl_s = call.settings.auth.refresh_token_ttl_s
-    answer = await call.rpc("reservations", "refresh_session", {**call.body, "ttl_s": ttl_s})
+    answer = await call.rpc(api.REFRESH_SESSION, {**call.body, "ttl_s": ttl_s})
     return _tokens(call, answer)
 
 
 async def logout(call: Call) -> None:
-    await call.rpc("reservations", "logout", call.body)
+    await call.rpc(api.LOGOUT, call.body)
 
 
 async def me(call: Call) -> dict[str, Any]:
     user = await call.rpc(
-        "reservations", "get_user", {"actor": call.user.username, "username": call.user.username}
+        api.GET_USER, {"actor": call.user.username, "username": call.user.username}
     )
     return {"user": user}
 

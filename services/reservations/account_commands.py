@@ -1,0 +1,163 @@
+"""Accounts, groups and sessions as the RPC methods do them: who may, then the change in one
+transaction (`accounts`, `sessions`), then the outbox relay woken.
+
+Each method takes its arguments loaded by the api's schema (`services.reservations.api`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.reservations import accounts, sessions
+from services.reservations.commands import Commands
+from services.reservations.store import Store, now_ms
+from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest
+
+
+class AccountCommands:
+    def __init__(self, store: Store, commands: Commands) -> None:
+        self.store = store
+        self.commands = commands  # who the actor is, re-checking reservations, on_commit
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def authenticate(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return await accounts.authenticate(conn, args["username"], args["password"])
+
+    async def login(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            user = await accounts.authenticate(conn, args["username"], args["password"])
+            token = await sessions.open_session(
+                conn, user["username"], args["ttl_s"] * 1000, now_ms()
+            )
+        return {"user": user, **token}
+
+    async def refresh_session(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            refreshed = await sessions.rotate(
+                conn, args["refresh_token"], args["ttl_s"] * 1000, now_ms()
+            )
+            user = None
+            if refreshed.username is not None:
+                user = await accounts.get_user(conn, refreshed.username)
+        # Raised after the commit, so that the family's revocation is kept.
+        if refreshed.reused:
+            raise AuthenticationFailed(sessions.REUSED_TOKEN, {"revoked": True})
+        if user is None or refreshed.token is None:
+            raise AuthenticationFailed(sessions.INVALID_TOKEN)
+        return {"user": user, **refreshed.token}
+
+    async def logout(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            closed = await sessions.close_session(conn, args["refresh_token"], now_ms())
+        return {"revoked": closed}
+
+    # --- users ----------------------------------------------------------------------------------
+
+    async def contacts(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return await accounts.contacts(conn, args["usernames"])
+
+    async def get_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        if actor.username != args["username"] and not actor.is_admin:
+            raise Forbidden("only admins see other accounts")
+        async with self.store.read() as conn:
+            return await accounts.get_user(conn, args["username"])
+
+    async def list_users(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        actor = await self.commands.actor(args["actor"])
+        async with self.store.read() as conn:
+            found = await accounts.list_users(conn)
+        if actor.is_admin:
+            return found
+        return [{"username": u["username"], "roles": u["roles"]} for u in found]
+
+    async def create_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        fields = dict(args)
+        actor = await self.commands.actor(fields.pop("actor"))
+        self.commands.require_admin(actor)
+        async with self.store.write() as conn:
+            created = await accounts.create_user(conn, **fields, actor=actor.username)
+        self.commands.on_commit()
+        return created
+
+    async def update_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        fields = dict(args)
+        actor = await self.commands.actor(fields.pop("actor"))
+        username = fields.pop("username")
+        if not actor.is_admin and (actor.username != username or fields["is_admin"] is not None):
+            raise Forbidden("users change their own e-mail and password; admins change roles")
+        async with self.store.write() as conn:
+            demoting = fields["is_admin"] is False and await accounts.is_admin(conn, username)
+            if demoting and await accounts.count_admins(conn) <= 1:
+                raise InvalidRequest(f"{username} is the last admin", {"field": "is_admin"})
+            updated = await accounts.update_user(conn, username, **fields, actor=actor.username)
+            if fields["password"] is not None:
+                await sessions.revoke_user(conn, username, now_ms())
+        self.commands.on_commit()
+        return updated
+
+    # --- groups ---------------------------------------------------------------------------------
+
+    async def list_groups(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        await self.commands.actor(args["actor"])
+        async with self.store.read() as conn:
+            return await accounts.list_groups(conn)
+
+    async def create_group(self, args: dict[str, Any]) -> dict[str, Any]:
+        fields = dict(args)
+        self.commands.require_admin(await self.commands.actor(fields.pop("actor")))
+        async with self.store.write() as conn:
+            return await accounts.create_group(conn, **fields)
+
+    async def update_group(self, args: dict[str, Any]) -> dict[str, Any]:
+        fields = dict(args)
+        self.commands.require_admin(await self.commands.actor(fields.pop("actor")))
+        async with self.store.write() as conn:
+            return await accounts.update_group(conn, fields.pop("name"), **fields)
+
+    async def delete_group(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        self.commands.require_admin(actor)
+        async with self.store.write() as conn:
+            await accounts.delete_group(conn, args["name"])
+            changed = await self.commands.recheck(
+                conn, actor, cause="group.deleted", group=args["name"]
+            )
+        self.commands.on_commit()
+        return {"name": args["name"], **vars(changed)}
+
+    async def add_group_member(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._membership(args, "added")
+
+    async def remove_group_member(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._membership(args, "removed")
+
+    async def _membership(self, args: dict[str, Any], change: str) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        self.commands.require_admin(actor)
+        act = accounts.add_member if change == "added" else accounts.remove_member
+        async with self.store.write() as conn:
+            did = await act(conn, args["name"], args["username"], actor.username)
+            changed = (
+                await self.commands.recheck(
+                    conn,
+                    actor,
+                    cause=f"group.member_{change}",
+                    group=args["name"],
+                    username=args["username"],
+                    owners={args["username"]},
+                )
+                if did
+                else None
+            )
+        self.commands.on_commit()
+        return {
+            "group": args["name"],
+            "username": args["username"],
+            "changed": did,
+            "cancelled": changed.cancelled if changed else [],
+            "restored": changed.restored if changed else [],
+        }

@@ -1,0 +1,159 @@
+"""Reservations, access rules and GPUs as the RPC methods ask for them: arguments (loaded by the
+api's schemas) turned into the domain's terms and handed to `Commands` or `Queries`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from services.reservations import api
+from services.reservations.commands import Commands
+from services.reservations.domain import AccessRule, Limits, WeeklyWindow
+from services.reservations.queries import Queries
+
+
+def weekly_window(raw: dict[str, Any]) -> WeeklyWindow:
+    def parse(text: str) -> time:
+        hours, minutes = text.split(":")
+        return time(0, 0) if hours == "24" else time(int(hours), int(minutes))
+
+    # Validated by api.WindowArgs: every name is a day.
+    days = frozenset(
+        day if isinstance(day, int) else api.day_index(day) or 0 for day in raw["days"]
+    )
+    return WeeklyWindow(days=days, start=parse(raw["start"]), end=parse(raw["end"]))
+
+
+def access_rule(args: dict[str, Any], now: datetime) -> AccessRule:
+    max_duration = args["max_duration_s"]
+    return AccessRule(
+        id=args.get("id", 0),
+        name=args["name"].strip(),
+        valid_from=args["valid_from"] or now,
+        valid_until=args["valid_until"],
+        users=frozenset(args["users"]),
+        groups=frozenset(args["groups"]),
+        all_gpus=args["all_gpus"],
+        hosts=frozenset(args["hosts"]),
+        gpus=frozenset(args["gpus"]),
+        windows=tuple(weekly_window(w) for w in args["windows"]),
+        timezone=args["timezone"],
+        limits=Limits(
+            max_gpus=args["max_gpus"],
+            max_duration=None if max_duration is None else timedelta(seconds=max_duration),
+            max_gpu_hours_per_week=args["max_gpu_hours_per_week"],
+        ),
+    )
+
+
+def _next_minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
+class BookingCalls:
+    def __init__(self, commands: Commands, queries: Queries) -> None:
+        self.commands = commands
+        self.queries = queries
+
+    # --- GPUs and access rules ------------------------------------------------------------------
+
+    async def list_gpus(self, _args: dict[str, Any]) -> list[dict[str, Any]]:
+        return await self.queries.gpus()
+
+    async def list_rules(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        if args["actor"] is None:
+            return await self.queries.rules()
+        actor = await self.commands.actor(args["actor"])
+        return await self.queries.rules(None if actor.is_admin else actor.username)
+
+    async def create_rule(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        rule = access_rule(args, self.commands.clock())
+        return await self.commands.create_rule(actor, rule, args["description"])
+
+    async def update_rule(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        rule = access_rule(args, self.commands.clock())
+        return await self.commands.update_rule(actor, rule, args["description"])
+
+    async def delete_rule(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        return await self.commands.delete_rule(actor, args["id"])
+
+    # --- reservations ---------------------------------------------------------------------------
+
+    async def create_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        return await self.commands.create(
+            actor,
+            owner=args.get("owner") or actor.username,
+            gpu_uuids=args["gpus"],
+            start=args["start"],
+            end=args["end"],
+            title=args["title"],
+            description=args["description"],
+            guests=args["guests"],
+        )
+
+    async def get_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.queries.get(args["id"])
+
+    async def update_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        return await self.commands.update(
+            actor,
+            args["id"],
+            title=args.get("title"),
+            description=args.get("description"),
+            start=args.get("start"),
+            end=args.get("end"),
+            guests=args.get("guests"),
+        )
+
+    async def cancel_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self.commands.actor(args["actor"])
+        return await self.commands.cancel(actor, args["id"], args["reason"])
+
+    async def end_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.commands.end_now(await self.commands.actor(args["actor"]), args["id"])
+
+    async def calendar(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        return await self.queries.calendar(
+            args["start"],
+            args["end"],
+            args["gpus"],
+            owner=args["owner"],
+            include_cancelled=args["include_cancelled"],
+        )
+
+    async def overview(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.queries.overview(
+            args["actor"],
+            args["start"],
+            args["end"],
+            timedelta(minutes=args["slot_minutes"]),
+            args["gpus"],
+        )
+
+    async def find_slot(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.queries.find_slot(
+            args["actor"],
+            count=args["count"],
+            duration=timedelta(minutes=args["duration_minutes"]),
+            not_before=args["not_before"] or _next_minute(self.commands.clock()),
+            host=args["host"],
+            gpu_model=args["gpu_model"],
+            same_host=args["same_host"],
+        )
+
+    async def active_reservations(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        return await self.queries.active_at(
+            args["at"] or self.commands.clock(), args["gpus"], args["host"]
+        )
+
+    async def check_use(self, args: dict[str, Any]) -> dict[str, Any]:
+        refusals = await self.queries.use_refusals(
+            args["user"], args["gpus"], args["start"], args["end"]
+        )
+        return {"allowed": not refusals, "reasons": refusals}
