@@ -1,5 +1,6 @@
 // Loading what the reservation pages share: the GPU list and the reservations of a range.
 import { api, unwrap, type Schemas } from '../../api/client'
+import { fetchAllPages } from '../../paging'
 import { session } from '../../session'
 
 export type Reservation = Schemas['Reservation']
@@ -33,28 +34,10 @@ export function groupByHost<T extends { host: string }>(gpus: T[]): { host: stri
   return [...map].map(([host, list]) => ({ host, gpus: list }))
 }
 
-/** Active reservations overlapping [start, end), on `gpus` when given (all pages). */
-export async function loadReservations(start: Date, end: Date, gpus?: string[]): Promise<Reservation[]> {
-  const out: Reservation[] = []
-  const limit = 500
-  for (let offset = 0; offset < 10_000; offset += limit) {
-    const page = await unwrap(
-      api.GET('/api/v1/reservations', {
-        params: {
-          query: {
-            start: start.toISOString(),
-            end: end.toISOString(),
-            ...(gpus && gpus.length ? { gpus } : {}),
-            limit,
-            offset,
-          },
-        },
-      }),
-    )
-    out.push(...page.items)
-    if (page.items.length < limit || out.length >= page.total) break
-  }
-  return out
+/** Active reservations overlapping [start, end), on `gpus` when given (all pages, up to 10,000). */
+export function loadReservations(start: Date, end: Date, gpus?: string[]): Promise<Reservation[]> {
+  const range = { start: start.toISOString(), end: end.toISOString(), ...(gpus && gpus.length ? { gpus } : {}) }
+  return fetchAllPages((page) => unwrap(api.GET('/api/v1/reservations', { params: { query: { ...range, ...page } } })), { max: 10_000 })
 }
 
 export function isMine(r: { owner: string }): boolean {
