@@ -1,7 +1,7 @@
 """One simulated host: its state (GPUs and their background-job lanes, scripted processes,
 terminal sessions, job tasks, scripted faults) and the processes running on it at a time `t`.
 
-Its CPU, memory and pid counters are drawn once from the seed (`model` prints them).
+Its CPU, memory and pid counters are drawn once from the seed (`probe_output` prints them).
 Processes started by the scripting API or by a job task are "scripted"; the background jobs
 come from the lanes (`services.sim.gpus`) while `churn` is on.
 """

@@ -4,17 +4,11 @@ Pure: no I/O, no clock read except through the `clock` passed in. Everything a h
 at time `t` follows from the seed, `t` and what was scripted (`start_process`, `set_hang`, ...).
 The GPUs and their background jobs live in `gpus`, a host's state and what runs on it in
 `host`, how a remote script's call is read in `shell`.
-CPU counters are the integral of a smooth busy fraction since boot, so they only grow.
-
-`render_probe_output(host, now)` is what `services.monitor.probe.PROBE_COMMAND` prints on
-such a host, byte for byte as the real tools would print it: `nvidia-smi` CSV with ", "
-separators, procps' right-aligned `pid`/`etimes` and 64-wide `user` columns, `/proc` lines in
-the kernel's layout, and the real error texts when nvidia-smi is missing, failing or finds
-no GPU.
 
 `run_command` answers the commands Warden runs on a host:
 
-- the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`;
+- the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`
+  (`probe_output`: what nvidia-smi, ps and /proc print);
 - the violation actions' scripts (`services.violations.scripts`), recognised as
   `[sudo -n] sh -c <SCRIPT> warden <args>` with SCRIPT one of its constants: WHO lists the
   terminal sessions opened with `login(host, user)` in `who`'s layout; WRITE_TTY appends the
@@ -58,16 +52,9 @@ from services.jobs.scripts import SIGNAL_SCRIPT as JOB_SIGNAL_SCRIPT
 from services.jobs.scripts import SIGNALS as JOB_SIGNALS
 from services.jobs.scripts import START_SCRIPT as JOB_START_SCRIPT
 from services.jobs.scripts import STATUS_SCRIPT as JOB_STATUS_SCRIPT
-from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
 from services.shared.errors import InvalidRequest, NotFound
-from services.sim.gpus import (
-    DEFAULT_GPU_MODEL,
-    GPU_MODELS,
-    GpuMetrics,
-    SimGpu,
-    SimProcess,
-    gpu_metrics,
-)
+from services.sim import probe_output
+from services.sim.gpus import DEFAULT_GPU_MODEL, GPU_MODELS, SimProcess
 from services.sim.host import (
     NVIDIA_SMI_MODES,
     NvidiaSmiMode,
@@ -76,6 +63,7 @@ from services.sim.host import (
     TerminalSession,
     make_host,
 )
+from services.sim.probe_output import NVIDIA_SMI_FAILED
 from services.sim.shell import (
     UNSUPPORTED,
     CommandResult,
@@ -93,23 +81,18 @@ from services.violations.scripts import (
     WRITE_TTY_SCRIPT,
 )
 
-NA = "[N/A]"
-NVIDIA_SMI_PATH = "/usr/bin/nvidia-smi"
-NVIDIA_SMI_FAILED = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n\n"
-)
-NVIDIA_SMI_FAILED_RC = 9
-NO_DEVICES = "No devices were found\n"
-NO_DEVICES_RC = 6
+# The fleet, and the values its callers use with it (GPU models, nvidia-smi modes and texts).
+__all__ = [
+    "DEFAULT_GPU_MODEL",
+    "GPU_MODELS",
+    "NVIDIA_SMI_FAILED",
+    "NVIDIA_SMI_MODES",
+    "SimEvent",
+    "SimFleet",
+]
 
-# The commands `warden hosts check` runs, besides the probe.
-CHECK_ECHO = "echo ok"
-CHECK_WHICH = "command -v nvidia-smi"
-CHECK_LIST = "nvidia-smi -L"
 LOGIN_ADDRESS = "192.0.2.10"  # where simulated terminal sessions come from (TEST-NET-1)
 
-USER_HZ = 100  # /proc/stat ticks per second per core
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
@@ -141,51 +124,6 @@ def _task_behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
     return duration, int(exit_[1]) % 256 if exit_ else 0, frozenset(ignores)
 
 
-def _fmt(value: float | int | None) -> str:
-    return NA if value is None else str(value)
-
-
-_GPU_FIELD_TEXT: dict[str, Callable[[GpuMetrics], str]] = {
-    "uuid": lambda m: m.uuid,
-    "index": lambda m: str(m.index),
-    "name": lambda m: m.name,
-    "utilization.gpu": lambda m: str(m.utilization_gpu_percent),
-    "utilization.memory": lambda m: str(m.utilization_memory_percent),
-    "memory.used": lambda m: str(m.memory_used_mib),
-    "memory.total": lambda m: str(m.memory_total_mib),
-    "memory.free": lambda m: str(m.memory_total_mib - m.memory_used_mib),
-    "temperature.gpu": lambda m: str(m.temperature_c),
-    "power.draw": lambda m: f"{m.power_draw_w:.2f}",
-    "power.limit": lambda m: f"{m.power_limit_w:.2f}",
-    "fan.speed": lambda m: _fmt(m.fan_speed_percent),
-    "clocks.sm": lambda m: str(m.clock_sm_mhz),
-    "clocks.mem": lambda m: str(m.clock_memory_mhz),
-}
-# One renderer per field PROBE_COMMAND asks for, in its order (a field the model does not know
-# prints as [N/A], as nvidia-smi does for a field a board does not support).
-_GPU_ROW = tuple(_GPU_FIELD_TEXT.get(f, lambda _m: NA) for f in GPU_FIELDS)
-_APP_FIELD_TEXT: dict[str, Callable[[SimProcess, str], str]] = {
-    "pid": lambda p, _uuid: str(p.pid),
-    "gpu_uuid": lambda _p, uuid: uuid,
-    "used_memory": lambda p, _uuid: _fmt(p.used_memory_mib),
-    "used_gpu_memory": lambda p, _uuid: _fmt(p.used_memory_mib),
-    "process_name": lambda p, _uuid: p.process_name,
-    "name": lambda p, _uuid: p.process_name,
-}
-_APP_ROW = tuple(_APP_FIELD_TEXT.get(f, lambda _p, _uuid: NA) for f in APP_FIELDS)
-
-
-def _not_found_line(shell: LoginShell, line: int) -> str:
-    """What the login shell prints when `nvidia-smi` on line `line` of `-c` is not found."""
-    if shell == "sh":
-        return f"sh: {line}: nvidia-smi: not found\n"
-    return f"bash: line {line}: nvidia-smi: command not found\n"
-
-
-_PROBE_GPU_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-gpu")
-_PROBE_APPS_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-compute-apps")
-_PROBE_HEAD = f"@@warden-probe {PROBE_VERSION}\n"
-_PROBE_TRIMMED = PROBE_COMMAND.rstrip("\n")  # as `ssh host "$(cat probe.sh)"` sends it
 # Where dash's error messages (`warden: LINE: ...`) say the scripts failed.
 _KILL_LINE = line_of(SIGNAL_SCRIPT, "kill -s")
 _WRITE_LINE = line_of(WRITE_TTY_SCRIPT, "printf")
@@ -220,7 +158,6 @@ class SimFleet:
         self.login_shell: LoginShell = login_shell
         self.pid_max = pid_max
         self._clock = clock
-        self._pid_width = max(5, len(str(pid_max - 1)))
         self._listeners: list[Callable[[SimEvent], None]] = []
         start = clock() if start_time is None else start_time
         width = max(3, len(str(hosts)))
@@ -271,112 +208,11 @@ class SimFleet:
         """Seconds a command waits before it answers (math.inf: never); None: no hang."""
         return self._host(host).hang_s
 
-    # -- rendering ------------------------------------------------------------------------
-
-    def _cpu_line(self, host: SimHost, t: float) -> str:
-        elapsed = max(0.0, t - host.boot_time)
-        hz = host.cores * USER_HZ
-        total = hz * elapsed
-        busy = hz * (
-            host.cpu_base * elapsed
-            - host.cpu_amp
-            / host.cpu_w
-            * (
-                math.cos(host.cpu_w * t + host.cpu_phi)
-                - math.cos(host.cpu_w * host.boot_time + host.cpu_phi)
-            )
-        )
-        busy = min(max(busy, 0.0), total)
-        iowait = 0.004 * total
-        idle = total - busy - iowait
-        return (
-            f"cpu  {int(0.82 * busy)} {int(0.01 * busy)} {int(0.13 * busy)} {int(idle)} "
-            f"{int(iowait)} 0 {int(0.04 * busy)} 0 0 0\n"
-        )
-
-    def _busy_fraction(self, host: SimHost, t: float) -> float:
-        return host.cpu_base + host.cpu_amp * math.sin(host.cpu_w * t + host.cpu_phi)
-
-    def _loadavg_line(self, host: SimHost, t: float, nprocs: int) -> str:
-        loads = [host.cores * self._busy_fraction(host, t - lag) for lag in (0.0, 150.0, 450.0)]
-        running = 1 + int(loads[0] / 4) % max(1, host.cores)
-        total = 700 + host.number % 200 + 12 * nprocs
-        last_pid = (host.pid_origin + int(t * 3)) % (self.pid_max - 300) + 300
-        return f"{loads[0]:.2f} {loads[1]:.2f} {loads[2]:.2f} {running}/{total} {last_pid}\n"
-
-    def _meminfo(self, host: SimHost, t: float, nprocs: int) -> str:
-        total = host.memory_total_kb
-        share = 0.08 + 0.1 * (0.5 + 0.5 * math.sin(host.cpu_w * 0.7 * t + host.cpu_phi))
-        available = int(total * (1.0 - share)) - nprocs * 6 * 1024 * 1024
-        available = max(int(total * 0.05), available)
-        return f"{'MemTotal:':<16}{total:>8} kB\n{'MemAvailable:':<16}{available:>8} kB\n"
-
-    @staticmethod
-    def _gpu_row(metrics: GpuMetrics) -> str:
-        return ", ".join([render(metrics) for render in _GPU_ROW]) + "\n"
-
-    @staticmethod
-    def _app_row(proc: SimProcess, gpu: SimGpu) -> str:
-        return ", ".join([render(proc, gpu.uuid) for render in _APP_ROW]) + "\n"
-
-    def _ps_row(self, proc: SimProcess, t: float) -> str:
-        etimes = max(0, int(t - proc.started_at))
-        user = proc.user if len(proc.user) <= 64 else proc.user[:63] + "+"
-        return f"{proc.pid:>{self._pid_width}} {user:<64} {etimes:>7} {proc.command}\n"
-
-    def _nvidia_smi_failure(self, host: SimHost, line: int) -> tuple[str, int] | None:
-        """(output, exit status) when nvidia-smi cannot list GPUs; None when it can."""
-        mode = host.nvidia_smi
-        if mode == "missing":
-            return _not_found_line(self.login_shell, line), 127
-        if mode == "failing":
-            return NVIDIA_SMI_FAILED, NVIDIA_SMI_FAILED_RC
-        if mode == "no_devices" or not any(not g.removed for g in host.gpus):
-            return NO_DEVICES, NO_DEVICES_RC
-        return None
+    # -- commands -----------------------------------------------------------------------
 
     def render_probe_output(self, host: str, now: float) -> str:
         """Exactly what PROBE_COMMAND prints on `host` at `now` (seconds since the epoch)."""
-        h = self._host(host)
-        t = float(now)
-        by_gpu, ends = h.by_gpu(t)
-        nprocs = len({p.pid for procs in by_gpu.values() for p in procs})
-        out = [
-            _PROBE_HEAD,
-            f"@@time {int(t)}\n@@stat\n",
-            self._cpu_line(h, t),
-            "@@loadavg\n",
-            self._loadavg_line(h, t, nprocs),
-            "@@meminfo\n",
-            self._meminfo(h, t, nprocs),
-            "@@gpus\n",
-        ]
-        failure = self._nvidia_smi_failure(h, _PROBE_GPU_LINE)
-        if failure is not None:
-            text, rc = failure
-            out.append(text)
-            out.append(f"@@gpus-rc {rc}\n@@apps\n")
-            apps_text, apps_rc = self._nvidia_smi_failure(h, _PROBE_APPS_LINE) or ("", 0)
-            if apps_text.rstrip("\n"):  # $(...) drops trailing newlines; printf adds one
-                out.append(apps_text.rstrip("\n") + "\n")
-            out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@end\n")
-            return "".join(out)
-        apps = []
-        listed: dict[int, SimProcess] = {}
-        for gpu in h.gpus:
-            if gpu.removed:
-                continue
-            procs = by_gpu[gpu.index]
-            out.append(self._gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index])))
-            for proc in procs:
-                apps.append(self._app_row(proc, gpu))
-                listed[proc.pid] = proc
-        out.append("@@gpus-rc 0\n@@apps\n")
-        out.extend(apps)
-        out.append("@@apps-rc 0\n@@ps\n")
-        out.extend(self._ps_row(listed[pid], t) for pid in sorted(listed))
-        out.append("@@end\n")
-        return "".join(out)
+        return probe_output.render(self._host(host), now, self.login_shell)
 
     def nvidia_smi_query(
         self, host: str, what: Literal["gpus", "apps"], now: float
@@ -384,25 +220,7 @@ class SimFleet:
         """What `nvidia-smi --query-gpu=...` (gpus) or `--query-compute-apps=...` (apps) alone
         prints: lets a test run the real PROBE_COMMAND around it and compare with
         `render_probe_output`. (When nvidia-smi is missing, the shell's message, on stderr.)"""
-        h = self._host(host)
-        t = float(now)
-        failure = self._nvidia_smi_failure(h, 1)
-        if failure is not None:
-            text, rc = failure
-            if h.nvidia_smi == "missing":
-                return CommandResult("", text, rc)
-            return CommandResult(text, "", rc)
-        by_gpu, ends = h.by_gpu(t)
-        rows = []
-        for gpu in h.gpus:
-            if gpu.removed:
-                continue
-            procs = by_gpu[gpu.index]
-            if what == "gpus":
-                rows.append(self._gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index])))
-            else:
-                rows.extend(self._app_row(proc, gpu) for proc in procs)
-        return CommandResult("".join(rows), "", 0)
+        return probe_output.nvidia_smi_query(self._host(host), what, now, self.login_shell)
 
     def run_command(
         self, host: str, command: str, now: float, *, login: str | None = None
@@ -410,27 +228,9 @@ class SimFleet:
         """What `command` prints on `host` when `login` (None: root) runs it: the probe, the
         `warden hosts check` commands, the violation actions' scripts (see the module doc)."""
         h = self._host(host)
-        if command in (PROBE_COMMAND, _PROBE_TRIMMED):
-            return CommandResult(self.render_probe_output(host, now), "", 0)
-        if command == CHECK_ECHO:
-            return CommandResult("ok\n", "", 0)
-        if command == CHECK_WHICH:
-            if h.nvidia_smi == "missing":
-                return CommandResult("", "", 1 if self.login_shell == "bash" else 127)
-            return CommandResult(NVIDIA_SMI_PATH + "\n", "", 0)
-        if command == CHECK_LIST:
-            failure = self._nvidia_smi_failure(h, 1)
-            if failure is None:
-                lines = "".join(
-                    f"GPU {g.index}: {g.model.name} (UUID: {g.uuid})\n"
-                    for g in h.gpus
-                    if not g.removed
-                )
-                return CommandResult(lines, "", 0)
-            text, rc = failure
-            if h.nvidia_smi == "missing":
-                return CommandResult("", text, rc)
-            return CommandResult(text, "", rc)
+        answer = probe_output.answer(h, command, now, self.login_shell)
+        if answer is not None:
+            return answer
         script = script_call(command)
         if script is not None and script[0] == JOB_SCRIPT_NAME and not script[3]:
             answer = self._job_script(h, script[1], script[2], login or "root", now)
