@@ -9,13 +9,9 @@ The GPUs and their background jobs live in `gpus`, a host's state and what runs 
 
 - the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`
   (`probe_output`: what nvidia-smi, ps and /proc print);
-- the violation actions' scripts (`services.violations.scripts`), recognised as
-  `[sudo -n] sh -c <SCRIPT> warden <args>` with SCRIPT one of its constants: WHO lists the
-  terminal sessions opened with `login(host, user)` in `who`'s layout; WRITE_TTY appends the
-  message to the session's `tty_messages` when the owner matches; SIGNAL checks the owner and
-  start time as the real script does (`now - etimes` on the host clock) and stops the process
-  (SIGTERM not when it was started with `ignore_sigterm=True`; SIGKILL always). Without sudo,
-  only the login's own terminals and processes can be written to or signalled (root: any);
+- the violation actions' scripts (`services.violations.scripts`; `violation_scripts`): who,
+  write to a terminal, signal a process, on the terminal sessions opened with
+  `login(host, user)` and the running processes;
 - the jobs' task scripts (`services.jobs.scripts`), `sh -c <SCRIPT> warden-job <args>`, for any
   login user, whose tasks only that login sees (the state directory is not modelled): START
   makes a task (`exists` while one of that name runs) with one GPU process (owned by the
@@ -39,6 +35,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 from services.jobs.scripts import ENV_NAME_RE as JOB_ENV_NAME_RE
@@ -53,7 +50,7 @@ from services.jobs.scripts import SIGNALS as JOB_SIGNALS
 from services.jobs.scripts import START_SCRIPT as JOB_START_SCRIPT
 from services.jobs.scripts import STATUS_SCRIPT as JOB_STATUS_SCRIPT
 from services.shared.errors import InvalidRequest, NotFound
-from services.sim import probe_output
+from services.sim import probe_output, violation_scripts
 from services.sim.gpus import DEFAULT_GPU_MODEL, GPU_MODELS, SimProcess
 from services.sim.host import (
     NVIDIA_SMI_MODES,
@@ -69,17 +66,9 @@ from services.sim.shell import (
     CommandResult,
     LoginShell,
     is_number,
-    line_of,
     script_call,
 )
-from services.violations.scripts import (
-    SCRIPT_NAME,
-    SIGNAL_SCRIPT,
-    SIGNALS,
-    TTY_RE,
-    WHO_SCRIPT,
-    WRITE_TTY_SCRIPT,
-)
+from services.violations.scripts import SCRIPT_NAME as VIOLATION_SCRIPT_NAME
 
 # The fleet, and the values its callers use with it (GPU models, nvidia-smi modes and texts).
 __all__ = [
@@ -90,8 +79,6 @@ __all__ = [
     "SimEvent",
     "SimFleet",
 ]
-
-LOGIN_ADDRESS = "192.0.2.10"  # where simulated terminal sessions come from (TEST-NET-1)
 
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
@@ -122,11 +109,6 @@ def _task_behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
         for word in match[1].split()
     }
     return duration, int(exit_[1]) % 256 if exit_ else 0, frozenset(ignores)
-
-
-# Where dash's error messages (`warden: LINE: ...`) say the scripts failed.
-_KILL_LINE = line_of(SIGNAL_SCRIPT, "kill -s")
-_WRITE_LINE = line_of(WRITE_TTY_SCRIPT, "printf")
 
 
 class SimFleet:
@@ -226,28 +208,27 @@ class SimFleet:
         self, host: str, command: str, now: float, *, login: str | None = None
     ) -> CommandResult:
         """What `command` prints on `host` when `login` (None: root) runs it: the probe, the
-        `warden hosts check` commands, the violation actions' scripts (see the module doc)."""
+        `warden hosts check` commands, the violation actions' and the jobs' scripts (see the
+        module doc)."""
         h = self._host(host)
         answer = probe_output.answer(h, command, now, self.login_shell)
-        if answer is not None:
-            return answer
-        script = script_call(command)
-        if script is not None and script[0] == JOB_SCRIPT_NAME and not script[3]:
-            answer = self._job_script(h, script[1], script[2], login or "root", now)
-            if answer is not None:
-                return answer
-        elif script is not None and script[0] == SCRIPT_NAME:
-            _name, text, args, sudo = script
-            as_root = sudo or login is None or login == "root"
-            if text == WHO_SCRIPT and not args:
-                return CommandResult(self._who(h), "", 0)
-            if text == WRITE_TTY_SCRIPT and len(args) == 3:
-                return self._write_tty(h, args[0], args[1], args[2], as_root, login)
-            if text == SIGNAL_SCRIPT and len(args) == 5:
-                return self._signal(h, args, as_root, login, now)
-        return CommandResult("", UNSUPPORTED, 127)
+        call = script_call(command) if answer is None else None
+        if call is not None and call.name == JOB_SCRIPT_NAME and not call.sudo:
+            answer = self._job_script(h, call.script, call.args, login or "root", now)
+        elif call is not None and call.name == VIOLATION_SCRIPT_NAME:
+            answer = violation_scripts.answer(
+                h,
+                call.script,
+                call.args,
+                as_root=call.sudo or login is None or login == "root",
+                login=login,
+                now=now,
+                stop=lambda pid, exit_code: self.stop_process(host, pid, exit_code=exit_code),
+                emit=partial(self._emit, host),
+            )
+        return CommandResult("", UNSUPPORTED, 127) if answer is None else answer
 
-    # -- terminal sessions and the violation actions' scripts -----------------------------
+    # -- terminal sessions ----------------------------------------------------------------
 
     def login(self, host: str, user: str) -> str:
         """`user` opens a terminal session on `host`; returns its tty (the lowest free pts/N)."""
@@ -279,63 +260,6 @@ class SimFleet:
         if session is None:
             raise NotFound(f"no session on {tty} of {host}", {"host": host, "tty": tty})
         return list(session.messages)
-
-    def _who(self, host: SimHost) -> str:
-        """`LC_ALL=C who`: name (8 wide), line (12 wide), `%b %e %H:%M`, (address)."""
-        lines = []
-        for session in host.sessions.values():
-            stamp = time.gmtime(session.login_at)
-            when = f"{time.strftime('%b', stamp)} {stamp.tm_mday:>2} {stamp.tm_hour:02d}:"
-            when += f"{stamp.tm_min:02d}"
-            lines.append(f"{session.user:<8} {session.tty:<12} {when} ({LOGIN_ADDRESS})\n")
-        return "".join(lines)
-
-    def _write_tty(
-        self, host: SimHost, tty: str, owner: str, message: str, as_root: bool, login: str | None
-    ) -> CommandResult:
-        if not TTY_RE.fullmatch(tty):
-            return CommandResult("invalid\n", "", 2)
-        session = host.sessions.get(tty)
-        if session is None:  # /dev/ttyN always exists (root's while nobody is logged in)
-            return CommandResult("not-owner root\n" if tty.startswith("tty") else "gone\n", "", 0)
-        if session.user != owner:
-            return CommandResult(f"not-owner {session.user}\n", "", 0)
-        if not as_root and login != session.user:
-            denied = f"{SCRIPT_NAME}: {_WRITE_LINE}: cannot create /dev/{tty}: Permission denied\n"
-            return CommandResult("failed\n", denied, 1)
-        session.messages.append(message)
-        self._emit(host.name, "ttys")
-        return CommandResult("written\n", "", 0)
-
-    def _signal(
-        self, host: SimHost, args: list[str], as_root: bool, login: str | None, now: float
-    ) -> CommandResult:
-        pid_text, user, start_text, tolerance_text, signal = args
-        if (
-            signal not in SIGNALS
-            or not is_number(pid_text)
-            or not is_number(tolerance_text)
-            or (start_text and not is_number(start_text))
-        ):
-            return CommandResult("invalid\n", "", 2)
-        pid = int(pid_text)
-        proc = next((p for p in host.processes(now) if p.pid == pid), None)
-        if proc is None:
-            return CommandResult("gone\n", "", 0)
-        # As the real script: the host clock (whole seconds) minus ps's etimes.
-        started = int(now) - max(0, int(now - proc.started_at))
-        if (
-            not start_text
-            or proc.user != user
-            or abs(started - int(start_text)) > int(tolerance_text)
-        ):
-            return CommandResult(f"mismatch {proc.user} {started}\n", "", 0)
-        if not as_root and login != proc.user:
-            denied = f"{SCRIPT_NAME}: {_KILL_LINE}: kill: Operation not permitted\n"
-            return CommandResult("failed\n", denied, 1)
-        if signal == "KILL" or (signal == "TERM" and not proc.ignore_sigterm):
-            self.stop_process(host.name, pid, exit_code=137 if signal == "KILL" else 143)
-        return CommandResult("signalled\n", "", 0)
 
     # -- job tasks (services.jobs.scripts) ----------------------------------------
 
