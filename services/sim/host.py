@@ -41,7 +41,7 @@ class TerminalSession:
 
 @dataclass
 class SimTask:
-    """One job task START began as `user` (see `services.sim.model`). It ends by itself at
+    """One job task START began as `user` (see `services.sim.job_scripts`). It ends by itself at
     `ends_at` with `natural_exit`, or when signalled (`ended_at`, `exit_code`: None when
     killed)."""
 
@@ -68,19 +68,6 @@ class SimTask:
         if self.ends_at is not None and self.ends_at <= t:
             return "exited", self.natural_exit
         return "running", None
-
-    def log(self, t: float) -> str:
-        lines = [
-            f"sim: {self.session} started: {self.command}",
-            f"sim: pid {self.pid} in {self.cwd or '~'} with {self.multiplexer}, "
-            f"CUDA_VISIBLE_DEVICES={self.env.get('CUDA_VISIBLE_DEVICES', '')}",
-        ]
-        state, code = self.state(t)
-        if state == "exited":
-            lines.append(f"sim: {self.session} exited with status {code}")
-        elif state == "gone":
-            lines.append(f"sim: {self.session} was killed")
-        return "".join(line + "\n" for line in lines)
 
     def to_dict(self, t: float) -> dict[str, Any]:
         state, code = self.state(t)

@@ -2,27 +2,16 @@
 
 Pure: no I/O, no clock read except through the `clock` passed in. Everything a host reports
 at time `t` follows from the seed, `t` and what was scripted (`start_process`, `set_hang`, ...).
-The GPUs and their background jobs live in `gpus`, a host's state and what runs on it in
-`host`, how a remote script's call is read in `shell`.
 
-`run_command` answers the commands Warden runs on a host:
+`SimFleet` holds the hosts (`host`: their state; `gpus`: their GPUs and background jobs) and
+the clock, takes the scripted changes and tells its listeners about them, and answers the
+commands Warden runs on a host (`run_command`) with the module that imitates each:
 
-- the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`
-  (`probe_output`: what nvidia-smi, ps and /proc print);
-- the violation actions' scripts (`services.violations.scripts`; `violation_scripts`): who,
-  write to a terminal, signal a process, on the terminal sessions opened with
-  `login(host, user)` and the running processes;
-- the jobs' task scripts (`services.jobs.scripts`), `sh -c <SCRIPT> warden-job <args>`, for any
-  login user, whose tasks only that login sees (the state directory is not modelled): START
-  makes a task (`exists` while one of that name runs) with one GPU process (owned by the
-  login, one pid on each GPU named by uuid or index in CUDA_VISIBLE_DEVICES, the command as
-  its command line); the command decides how it ends: `sleep N` anywhere ends it after N s
-  with status 0, `exit N` anywhere with N (at once, or after the sleep), anything else runs
-  until signalled; `trap '' INT TERM` in it ignores those signals. SIGNAL: INT ends it with
-  130, TERM with 143, KILL with no status (STATUS says `gone`); 0 only checks. STATUS says
-  running, exited, gone or unknown per session; LOG prints a few `sim: ...` lines. Stopping
-  a task's GPU process (`stop_process`, the violations' SIGNAL) ends the task too (137; 143
-  for SIGTERM), as its runner shell would write.
+- `probe_output`: the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`,
+  `nvidia-smi -L`;
+- `violation_scripts`: the violation actions' scripts (`services.violations.scripts`): who,
+  write to a terminal, signal a process;
+- `job_scripts`: the jobs' task scripts (`services.jobs.scripts`): start, status, signal, log.
 
 Anything else answers "sim: unsupported command" with exit status 127.
 """
@@ -30,7 +19,6 @@ Anything else answers "sim: unsupported command" with exit status 127.
 from __future__ import annotations
 
 import math
-import random
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -38,36 +26,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, cast
 
-from services.jobs.scripts import ENV_NAME_RE as JOB_ENV_NAME_RE
-from services.jobs.scripts import LOG_MARK as JOB_LOG_MARK
-from services.jobs.scripts import LOG_SCRIPT as JOB_LOG_SCRIPT
-from services.jobs.scripts import MULTIPLEXERS as JOB_MULTIPLEXERS
-from services.jobs.scripts import RUNNER_SCRIPT as JOB_RUNNER_SCRIPT
 from services.jobs.scripts import SCRIPT_NAME as JOB_SCRIPT_NAME
-from services.jobs.scripts import SESSION_RE as JOB_SESSION_RE
-from services.jobs.scripts import SIGNAL_SCRIPT as JOB_SIGNAL_SCRIPT
-from services.jobs.scripts import SIGNALS as JOB_SIGNALS
-from services.jobs.scripts import START_SCRIPT as JOB_START_SCRIPT
-from services.jobs.scripts import STATUS_SCRIPT as JOB_STATUS_SCRIPT
 from services.shared.errors import InvalidRequest, NotFound
-from services.sim import probe_output, violation_scripts
+from services.sim import job_scripts, probe_output, violation_scripts
 from services.sim.gpus import DEFAULT_GPU_MODEL, GPU_MODELS, SimProcess
 from services.sim.host import (
     NVIDIA_SMI_MODES,
     NvidiaSmiMode,
     SimHost,
-    SimTask,
     TerminalSession,
     make_host,
 )
 from services.sim.probe_output import NVIDIA_SMI_FAILED
-from services.sim.shell import (
-    UNSUPPORTED,
-    CommandResult,
-    LoginShell,
-    is_number,
-    script_call,
-)
+from services.sim.shell import UNSUPPORTED, CommandResult, LoginShell, script_call
 from services.violations.scripts import SCRIPT_NAME as VIOLATION_SCRIPT_NAME
 
 # The fleet, and the values its callers use with it (GPU models, nvidia-smi modes and texts).
@@ -89,26 +60,6 @@ class SimEvent:
 
     host: str
     what: str  # down | hang | nvidia_smi | processes | gpus | ttys | tasks
-
-
-# What a task's command does in the simulator (see the module doc).
-_TASK_SLEEP_RE = re.compile(r"(?<![\w.-])sleep\s+([0-9]+(?:\.[0-9]+)?)(?![\w.])")
-_TASK_EXIT_RE = re.compile(r"(?<![\w.-])exit\s+([0-9]+)(?![\w.])")
-_TASK_TRAP_RE = re.compile(r"""trap\s+(?:''|"")((?:\s+(?:SIG)?(?:INT|TERM)\b)+)""")
-_TASK_SIGNAL_EXIT = {"INT": 130, "TERM": 143}
-
-
-def _task_behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
-    """(seconds until it ends by itself or None, its exit status then, signals it ignores)."""
-    sleep = _TASK_SLEEP_RE.search(command)
-    exit_ = _TASK_EXIT_RE.search(command)
-    duration = float(sleep[1]) if sleep else (0.0 if exit_ else None)
-    ignores = {
-        word.removeprefix("SIG")
-        for match in _TASK_TRAP_RE.finditer(command)
-        for word in match[1].split()
-    }
-    return duration, int(exit_[1]) % 256 if exit_ else 0, frozenset(ignores)
 
 
 class SimFleet:
@@ -213,8 +164,9 @@ class SimFleet:
         h = self._host(host)
         answer = probe_output.answer(h, command, now, self.login_shell)
         call = script_call(command) if answer is None else None
+        emit = partial(self._emit, host)
         if call is not None and call.name == JOB_SCRIPT_NAME and not call.sudo:
-            answer = self._job_script(h, call.script, call.args, login or "root", now)
+            answer = job_scripts.answer(h, call.script, call.args, login or "root", now, emit)
         elif call is not None and call.name == VIOLATION_SCRIPT_NAME:
             answer = violation_scripts.answer(
                 h,
@@ -224,7 +176,7 @@ class SimFleet:
                 login=login,
                 now=now,
                 stop=lambda pid, exit_code: self.stop_process(host, pid, exit_code=exit_code),
-                emit=partial(self._emit, host),
+                emit=emit,
             )
         return CommandResult("", UNSUPPORTED, 127) if answer is None else answer
 
@@ -261,151 +213,13 @@ class SimFleet:
             raise NotFound(f"no session on {tty} of {host}", {"host": host, "tty": tty})
         return list(session.messages)
 
-    # -- job tasks (services.jobs.scripts) ----------------------------------------
+    # -- job tasks ------------------------------------------------------------------------
 
     def tasks(self, host: str, now: float | None = None) -> list[dict[str, Any]]:
         """The job tasks of `host` (of every login), in start order, with their state."""
         t = self.now() if now is None else float(now)
         tasks = sorted(self._host(host).tasks.values(), key=lambda task: task.started_at)
         return [task.to_dict(t) for task in tasks]
-
-    def _job_script(
-        self, host: SimHost, text: str, args: list[str], login: str, now: float
-    ) -> CommandResult | None:
-        """START, STATUS, SIGNAL or LOG as `login`; None for another script."""
-        if text == JOB_START_SCRIPT and len(args) >= 6:
-            return self._start_task(host, login, args, now)
-        if text == JOB_STATUS_SCRIPT and args:
-            return self._task_status(host, login, args[0], args[1:], now)
-        if text == JOB_SIGNAL_SCRIPT and len(args) == 3:
-            return self._signal_task(host, login, args, now)
-        if text == JOB_LOG_SCRIPT and len(args) == 3:
-            return self._task_log(host, login, args, now)
-        return None
-
-    def _visible_gpus(self, host: SimHost, visible: str) -> tuple[int, ...]:
-        """The GPUs CUDA_VISIBLE_DEVICES names (uuids or indexes); others are skipped."""
-        by_uuid = {g.uuid: g.index for g in host.gpus if not g.removed}
-        found = []
-        for word in visible.split(","):
-            word = word.strip()
-            if word in by_uuid:
-                found.append(by_uuid[word])
-            elif word.isdigit() and int(word) in by_uuid.values():
-                found.append(int(word))
-        return tuple(sorted(set(found)))
-
-    def _start_task(
-        self, host: SimHost, login: str, args: list[str], now: float
-    ) -> CommandResult | None:
-        mux, session, state_dir, cwd, command, runner, *pairs = args
-        if runner != JOB_RUNNER_SCRIPT:
-            return None
-        if (
-            mux not in JOB_MULTIPLEXERS
-            or not JOB_SESSION_RE.fullmatch(session)
-            or not state_dir
-            or not command
-            or any(
-                "=" not in pair or not JOB_ENV_NAME_RE.fullmatch(pair.split("=", 1)[0])
-                for pair in pairs
-            )
-        ):
-            return CommandResult("invalid\n", "", 2)
-        old = host.tasks.get((login, session))
-        if old is not None and old.state(now)[0] == "running":
-            return CommandResult("exists\n", "", 0)
-        env = dict(pair.split("=", 1) for pair in pairs)
-        gpus = self._visible_gpus(host, env.get("CUDA_VISIBLE_DEVICES", ""))
-        duration, natural_exit, ignores = _task_behaviour(command)
-        ends_at = None if duration is None else now + duration
-        pid = host.free_pid(now)
-        line = " ".join(command.split())[:256]
-        gpu_pid = None
-        if gpus:
-            gpu_pid = host.free_pid(now, also=(pid,))
-            rng = random.Random(f"{self.seed}/{host.name}/{login}/{session}/{pid}")
-            total = host.gpus[gpus[0]].model.memory_total_mib
-            host.scripted[gpu_pid] = SimProcess(
-                pid=gpu_pid,
-                user=login,
-                command=line,
-                gpus=gpus,
-                used_memory_mib=int(total * rng.uniform(0.1, 0.6)),
-                started_at=now,
-                ends_at=ends_at,
-                scripted=True,
-                ignore_sigterm="TERM" in ignores,
-            )
-        host.tasks[(login, session)] = SimTask(
-            user=login,
-            session=session,
-            multiplexer=mux,
-            cwd=cwd,
-            command=line,
-            env=env,
-            pid=pid,
-            started_at=now,
-            gpus=gpus,
-            gpu_pid=gpu_pid,
-            ends_at=ends_at,
-            natural_exit=natural_exit,
-            ignores=ignores,
-        )
-        self._emit(host.name, "tasks")
-        if gpus:
-            self._emit(host.name, "processes")
-        return CommandResult(f"started {pid} {int(now)}\n", "", 0)
-
-    def _task_status(
-        self, host: SimHost, login: str, state_dir: str, sessions: list[str], now: float
-    ) -> CommandResult:
-        if not state_dir or not all(JOB_SESSION_RE.fullmatch(s) for s in sessions):
-            return CommandResult("invalid\n", "", 2)
-        lines = []
-        for session in sessions:
-            task = host.tasks.get((login, session))
-            if task is None:
-                lines.append(f"{session} unknown\n")
-                continue
-            state, code = task.state(now)
-            if state == "running":
-                lines.append(f"{session} running {task.pid} {int(task.started_at)}\n")
-            elif state == "exited":
-                lines.append(f"{session} exited {code}\n")
-            else:
-                lines.append(f"{session} gone\n")
-        return CommandResult("".join(lines) + "ok\n", "", 0)
-
-    def _signal_task(self, host: SimHost, login: str, args: list[str], now: float) -> CommandResult:
-        state_dir, session, signal = args
-        if signal not in JOB_SIGNALS or not state_dir or not JOB_SESSION_RE.fullmatch(session):
-            return CommandResult("invalid\n", "", 2)
-        task = host.tasks.get((login, session))
-        if task is None or task.state(now)[0] != "running":
-            return CommandResult("gone\n", "", 0)
-        if signal == "0" or signal in task.ignores:
-            return CommandResult("signalled\n", "", 0)
-        task.ended_at, task.exit_code = now, _TASK_SIGNAL_EXIT.get(signal)
-        proc = host.scripted.pop(task.gpu_pid, None) if task.gpu_pid is not None else None
-        if proc is not None:
-            for index in proc.gpus:
-                host.gpus[index].last_stop = now
-            self._emit(host.name, "processes")
-        self._emit(host.name, "tasks")
-        return CommandResult("signalled\n", "", 0)
-
-    def _task_log(self, host: SimHost, login: str, args: list[str], now: float) -> CommandResult:
-        state_dir, session, max_text = args
-        if not state_dir or not JOB_SESSION_RE.fullmatch(session) or not is_number(max_text):
-            return CommandResult("invalid\n", "", 2)
-        task = host.tasks.get((login, session))
-        if task is None:
-            return CommandResult(f"{JOB_LOG_MARK} missing\n", "", 0)
-        data = task.log(now).encode()
-        tail = data[len(data) - min(len(data), int(max_text)) :]
-        text = f"{JOB_LOG_MARK} begin\n{tail.decode(errors='replace')}\n"
-        return CommandResult(f"{text}{JOB_LOG_MARK} ok {len(data)}\n", "", 0)
 
     # -- snapshot -------------------------------------------------------------------------
 
