@@ -1,5 +1,6 @@
 """The shell around a command on a simulated host: what a command answers, how a remote
-script's call is read (`[sudo -n] sh -c SCRIPT NAME ARGS...`), and the shells' own messages."""
+script's call is read (`[sudo -n] sh -c SCRIPT NAME ARGS...`), and what the scripts' shell
+checks and reports (a number, the line a command failed on)."""
 
 from __future__ import annotations
 
