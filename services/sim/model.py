@@ -1,44 +1,17 @@
 """A simulated GPU fleet: hosts, GPUs and the processes on them, as functions of time.
 
 Pure: no I/O, no clock read except through the `clock` passed in. Everything a host reports
-at time `t` follows from the seed, `t` and what was scripted (`start_process`, `set_hang`, ...):
+at time `t` follows from the seed, `t` and what was scripted (`start_process`, `set_hang`, ...).
 
-- CPU counters are the integral of a smooth busy fraction since boot, so they only grow;
-- each GPU has two "lanes" of background jobs (`churn=True`): time is cut into slots per lane,
-  and a hash of (seed, host, GPU, lane, slot) says whether a job runs in that slot, whose it
-  is, when it starts and ends, its pid, command and memory. Some jobs span two GPUs (one pid
-  on both, as data-parallel training does);
-- utilisation follows the jobs on a GPU (ramping up after a job starts), temperature and
-  power follow utilisation (cooling down after a job ends); figures the model does not report
-  are `[N/A]` (fan speed on the data-centre GPUs).
+`SimFleet` holds the hosts (`host`: their state; `gpus`: their GPUs and background jobs) and
+the clock, takes the scripted changes and tells its listeners about them, and answers the
+commands Warden runs on a host (`run_command`) with the module that imitates each:
 
-`render_probe_output(host, now)` is what `services.monitor.probe.PROBE_COMMAND` prints on
-such a host, byte for byte as the real tools would print it: `nvidia-smi` CSV with ", "
-separators, procps' right-aligned `pid`/`etimes` and 64-wide `user` columns, `/proc` lines in
-the kernel's layout, and the real error texts when nvidia-smi is missing, failing or finds
-no GPU.
-
-`run_command` answers the commands Warden runs on a host:
-
-- the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`, `nvidia-smi -L`;
-- the violation actions' scripts (`services.violations.scripts`), recognised as
-  `[sudo -n] sh -c <SCRIPT> warden <args>` with SCRIPT one of its constants: WHO lists the
-  terminal sessions opened with `login(host, user)` in `who`'s layout; WRITE_TTY appends the
-  message to the session's `tty_messages` when the owner matches; SIGNAL checks the owner and
-  start time as the real script does (`now - etimes` on the host clock) and stops the process
-  (SIGTERM not when it was started with `ignore_sigterm=True`; SIGKILL always). Without sudo,
-  only the login's own terminals and processes can be written to or signalled (root: any);
-- the jobs' task scripts (`services.jobs.scripts`), `sh -c <SCRIPT> warden-job <args>`, for any
-  login user, whose tasks only that login sees (the state directory is not modelled): START
-  makes a task (`exists` while one of that name runs) with one GPU process (owned by the
-  login, one pid on each GPU named by uuid or index in CUDA_VISIBLE_DEVICES, the command as
-  its command line); the command decides how it ends: `sleep N` anywhere ends it after N s
-  with status 0, `exit N` anywhere with N (at once, or after the sleep), anything else runs
-  until signalled; `trap '' INT TERM` in it ignores those signals. SIGNAL: INT ends it with
-  130, TERM with 143, KILL with no status (STATUS says `gone`); 0 only checks. STATUS says
-  running, exited, gone or unknown per session; LOG prints a few `sim: ...` lines. Stopping
-  a task's GPU process (`stop_process`, the violations' SIGNAL) ends the task too (137; 143
-  for SIGTERM), as its runner shell would write.
+- `probe_output`: the probe, and `warden hosts check`'s `echo ok`, `command -v nvidia-smi`,
+  `nvidia-smi -L`;
+- `violation_scripts`: the violation actions' scripts (`services.violations.scripts`): who,
+  write to a terminal, signal a process;
+- `job_scripts`: the jobs' task scripts (`services.jobs.scripts`): start, status, signal, log.
 
 Anything else answers "sim: unsupported command" with exit status 127.
 """
@@ -46,229 +19,39 @@ Anything else answers "sim: unsupported command" with exit status 127.
 from __future__ import annotations
 
 import math
-import random
 import re
-import shlex
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
-from services.jobs.scripts import ENV_NAME_RE as JOB_ENV_NAME_RE
-from services.jobs.scripts import LOG_MARK as JOB_LOG_MARK
-from services.jobs.scripts import LOG_SCRIPT as JOB_LOG_SCRIPT
-from services.jobs.scripts import MULTIPLEXERS as JOB_MULTIPLEXERS
-from services.jobs.scripts import RUNNER_SCRIPT as JOB_RUNNER_SCRIPT
 from services.jobs.scripts import SCRIPT_NAME as JOB_SCRIPT_NAME
-from services.jobs.scripts import SESSION_RE as JOB_SESSION_RE
-from services.jobs.scripts import SIGNAL_SCRIPT as JOB_SIGNAL_SCRIPT
-from services.jobs.scripts import SIGNALS as JOB_SIGNALS
-from services.jobs.scripts import START_SCRIPT as JOB_START_SCRIPT
-from services.jobs.scripts import STATUS_SCRIPT as JOB_STATUS_SCRIPT
-from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
 from services.shared.errors import InvalidRequest, NotFound
-from services.violations.scripts import (
-    SCRIPT_NAME,
-    SIGNAL_SCRIPT,
-    SIGNALS,
-    TTY_RE,
-    WHO_SCRIPT,
-    WRITE_TTY_SCRIPT,
+from services.sim import job_scripts, probe_output, violation_scripts
+from services.sim.gpus import DEFAULT_GPU_MODEL, GPU_MODELS, SimProcess
+from services.sim.host import (
+    NVIDIA_SMI_MODES,
+    NvidiaSmiMode,
+    SimHost,
+    TerminalSession,
+    make_host,
 )
+from services.sim.probe_output import NVIDIA_SMI_FAILED
+from services.sim.shell import UNSUPPORTED, CommandResult, LoginShell, script_call
+from services.violations.scripts import SCRIPT_NAME as VIOLATION_SCRIPT_NAME
 
-NA = "[N/A]"
-NVIDIA_SMI_MODES = ("ok", "missing", "failing", "no_devices")
-NvidiaSmiMode = Literal["ok", "missing", "failing", "no_devices"]
-LoginShell = Literal["bash", "sh"]
-NVIDIA_SMI_PATH = "/usr/bin/nvidia-smi"
-NVIDIA_SMI_FAILED = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n\n"
-)
-NVIDIA_SMI_FAILED_RC = 9
-NO_DEVICES = "No devices were found\n"
-NO_DEVICES_RC = 6
+# The fleet, and the values its callers use with it (GPU models, nvidia-smi modes and texts).
+__all__ = [
+    "DEFAULT_GPU_MODEL",
+    "GPU_MODELS",
+    "NVIDIA_SMI_FAILED",
+    "NVIDIA_SMI_MODES",
+    "SimEvent",
+    "SimFleet",
+]
 
-# The commands `warden hosts check` runs, besides the probe.
-CHECK_ECHO = "echo ok"
-CHECK_WHICH = "command -v nvidia-smi"
-CHECK_LIST = "nvidia-smi -L"
-UNSUPPORTED = "sim: unsupported command\n"
-LOGIN_ADDRESS = "192.0.2.10"  # where simulated terminal sessions come from (TEST-NET-1)
-
-USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
-USER_HZ = 100  # /proc/stat ticks per second per core
-RAMP_S = 20.0  # a GPU reaches its working utilisation this fast after a job starts
-COOL_S = 90.0  # and cools down this fast after the last one ends
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-
-_COMMANDS = (
-    "python train.py --config configs/resnet50.yaml --batch-size 256",
-    "/usr/bin/python3 -m torch.distributed.run --nproc_per_node=1 train_gpt.py --model gpt2-medium",
-    "python3 finetune.py --model meta-llama/Llama-2-7b-hf --lr 2e-5 --epochs 3",
-    "/opt/conda/bin/python -m ipykernel_launcher -f "
-    "/home/{user}/.local/share/jupyter/runtime/kernel-{tag}.json",
-    "python sweep.py --trial {tag} --lr 3e-4 --layers 12,24,48",
-    "/home/{user}/venvs/diffusion/bin/python sample.py --steps 50 --out /scratch/{user}/{tag}",
-    "/usr/bin/python3 /usr/local/bin/vllm serve mistralai/Mistral-7B-Instruct-v0.2 --port 8{port}",
-    "./build/bin/nbody -benchmark -numbodies=1048576",
-)
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    name: str
-    memory_total_mib: int
-    power_limit_w: float
-    idle_power_w: float
-    busy_power_w: float
-    idle_temp_c: float
-    busy_temp_c: float
-    sm_clock_idle_mhz: int
-    sm_clock_max_mhz: int
-    mem_clock_idle_mhz: int
-    mem_clock_max_mhz: int
-    reports_fan: bool  # passively cooled data-centre boards report fan.speed as [N/A]
-    idle_memory_used_mib: int
-
-
-def _model(
-    name: str,
-    memory_mib: int,
-    power: tuple[float, float, float],
-    temps: tuple[float, float],
-    sm: tuple[int, int],
-    mem: tuple[int, int],
-    reports_fan: bool,
-) -> GpuModel:
-    return GpuModel(
-        name=name,
-        memory_total_mib=memory_mib,
-        power_limit_w=power[0],
-        idle_power_w=power[1],
-        busy_power_w=power[2],
-        idle_temp_c=temps[0],
-        busy_temp_c=temps[1],
-        sm_clock_idle_mhz=sm[0],
-        sm_clock_max_mhz=sm[1],
-        mem_clock_idle_mhz=mem[0],
-        mem_clock_max_mhz=mem[1],
-        reports_fan=reports_fan,
-        idle_memory_used_mib=4 if not reports_fan else 2,
-    )
-
-
-# name, memory.total, (power.limit, idle W, busy W), (idle, busy C), SM and memory clocks
-GPU_MODELS: dict[str, GpuModel] = {
-    m.name: m
-    for m in (
-        _model(
-            "NVIDIA A100-SXM4-80GB",
-            81920,
-            (400.0, 58.0, 385.0),
-            (31, 63),
-            (210, 1410),
-            (1593, 1593),
-            reports_fan=False,
-        ),
-        _model(
-            "NVIDIA H100 80GB HBM3",
-            81559,
-            (700.0, 71.0, 660.0),
-            (30, 66),
-            (345, 1980),
-            (2619, 2619),
-            reports_fan=False,
-        ),
-        _model(
-            "NVIDIA RTX A6000",
-            49140,
-            (300.0, 21.0, 285.0),
-            (36, 82),
-            (210, 1800),
-            (405, 8001),
-            reports_fan=True,
-        ),
-    )
-}
-DEFAULT_GPU_MODEL = "NVIDIA A100-SXM4-80GB"
-
-
-@dataclass(frozen=True)
-class SimProcess:
-    """One process using one or more GPUs (the same pid on each, as nvidia-smi lists it)."""
-
-    pid: int
-    user: str
-    command: str
-    gpus: tuple[int, ...]
-    used_memory_mib: int | None  # per GPU; None: the driver reports [N/A]
-    started_at: float
-    ends_at: float | None = None  # background jobs end by themselves; scripted ones do not
-    scripted: bool = False
-    ignore_sigterm: bool = False  # SIGTERM leaves it running (SIGKILL does not)
-
-    @property
-    def process_name(self) -> str:
-        """What nvidia-smi's `process_name` shows: the executable (argv[0])."""
-        return self.command.split(" ", 1)[0]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "user": self.user,
-            "command": self.command,
-            "gpus": list(self.gpus),
-            "used_memory_mib": self.used_memory_mib,
-            "started_at": self.started_at,
-            "ends_at": self.ends_at,
-            "scripted": self.scripted,
-            "ignore_sigterm": self.ignore_sigterm,
-        }
-
-
-@dataclass(slots=True)  # not frozen: built 8 times per probe, and frozen init is slow
-class GpuMetrics:
-    """What one GPU reports at one instant (None: not reported, [N/A])."""
-
-    index: int
-    uuid: str
-    name: str
-    utilization_gpu_percent: int
-    utilization_memory_percent: int
-    memory_used_mib: int
-    memory_total_mib: int
-    temperature_c: int
-    power_draw_w: float
-    power_limit_w: float
-    fan_speed_percent: int | None
-    clock_sm_mhz: int
-    clock_memory_mhz: int
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    stdout: str
-    stderr: str
-    exit_status: int
-
-
-@dataclass
-class TerminalSession:
-    """One login with a terminal (`who` lists it) and what was written to that terminal."""
-
-    user: str
-    tty: str
-    login_at: float
-    messages: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tty": self.tty,
-            "user": self.user,
-            "login_at": self.login_at,
-            "messages": list(self.messages),
-        }
 
 
 @dataclass(frozen=True)
@@ -277,227 +60,6 @@ class SimEvent:
 
     host: str
     what: str  # down | hang | nvidia_smi | processes | gpus | ttys | tasks
-
-
-TaskState = Literal["running", "exited", "gone"]
-
-
-@dataclass
-class SimTask:
-    """One job task START began as `user` (see the module doc). It ends by itself at `ends_at`
-    with `natural_exit`, or when signalled (`ended_at`, `exit_code`: None when killed)."""
-
-    user: str
-    session: str
-    multiplexer: str
-    cwd: str
-    command: str
-    env: dict[str, str]
-    pid: int  # the task's runner shell (what STATUS reports)
-    started_at: float
-    gpus: tuple[int, ...]
-    gpu_pid: int | None  # its process on `gpus`
-    ends_at: float | None
-    natural_exit: int
-    ignores: frozenset[str]  # signals the command ignores (`trap '' INT`)
-    ended_at: float | None = None
-    exit_code: int | None = None
-
-    def state(self, t: float) -> tuple[TaskState, int | None]:
-        """(running | exited | gone, exit status) at `t`."""
-        if self.ended_at is not None and self.ended_at <= t:
-            return ("gone", None) if self.exit_code is None else ("exited", self.exit_code)
-        if self.ends_at is not None and self.ends_at <= t:
-            return "exited", self.natural_exit
-        return "running", None
-
-    def log(self, t: float) -> str:
-        lines = [
-            f"sim: {self.session} started: {self.command}",
-            f"sim: pid {self.pid} in {self.cwd or '~'} with {self.multiplexer}, "
-            f"CUDA_VISIBLE_DEVICES={self.env.get('CUDA_VISIBLE_DEVICES', '')}",
-        ]
-        state, code = self.state(t)
-        if state == "exited":
-            lines.append(f"sim: {self.session} exited with status {code}")
-        elif state == "gone":
-            lines.append(f"sim: {self.session} was killed")
-        return "".join(line + "\n" for line in lines)
-
-    def to_dict(self, t: float) -> dict[str, Any]:
-        state, code = self.state(t)
-        return {
-            "user": self.user,
-            "session": self.session,
-            "multiplexer": self.multiplexer,
-            "cwd": self.cwd,
-            "command": self.command,
-            "env": dict(self.env),
-            "pid": self.pid,
-            "started_at": self.started_at,
-            "gpus": list(self.gpus),
-            "gpu_pid": self.gpu_pid,
-            "state": state,
-            "exit_code": code,
-        }
-
-
-# What a task's command does in the simulator (see the module doc).
-_TASK_SLEEP_RE = re.compile(r"(?<![\w.-])sleep\s+([0-9]+(?:\.[0-9]+)?)(?![\w.])")
-_TASK_EXIT_RE = re.compile(r"(?<![\w.-])exit\s+([0-9]+)(?![\w.])")
-_TASK_TRAP_RE = re.compile(r"""trap\s+(?:''|"")((?:\s+(?:SIG)?(?:INT|TERM)\b)+)""")
-_TASK_SIGNAL_EXIT = {"INT": 130, "TERM": 143}
-
-
-def _task_behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
-    """(seconds until it ends by itself or None, its exit status then, signals it ignores)."""
-    sleep = _TASK_SLEEP_RE.search(command)
-    exit_ = _TASK_EXIT_RE.search(command)
-    duration = float(sleep[1]) if sleep else (0.0 if exit_ else None)
-    ignores = {
-        word.removeprefix("SIG")
-        for match in _TASK_TRAP_RE.finditer(command)
-        for word in match[1].split()
-    }
-    return duration, int(exit_[1]) % 256 if exit_ else 0, frozenset(ignores)
-
-
-@dataclass
-class _Lane:
-    gpu: int
-    number: int
-    period_s: float
-    origin: float
-    busy_probability: float
-    memory_range_mib: tuple[int, int]
-    multi_gpu_probability: float
-    slot: int | None = None
-    job: SimProcess | None = None
-
-
-@dataclass
-class _Gpu:
-    index: int
-    uuid: str
-    model: GpuModel
-    busy_lo: float
-    busy_hi: float
-    memory_ratio: float
-    temp_offset: float
-    wave: tuple[float, float, float, float]
-    removed: bool = False
-    last_stop: float | None = None  # a scripted or killed process left this GPU then
-
-
-@dataclass
-class _Host:
-    name: str
-    number: int
-    cores: int
-    memory_total_kb: int
-    boot_time: float
-    cpu_base: float
-    cpu_amp: float
-    cpu_w: float
-    cpu_phi: float
-    pid_origin: int
-    gpus: list[_Gpu]
-    lanes: list[_Lane]
-    next_pid: int
-    scripted: dict[int, SimProcess] = field(default_factory=dict)
-    killed: set[tuple[int, float]] = field(default_factory=set)  # (pid, started_at)
-    sessions: dict[str, TerminalSession] = field(default_factory=dict)  # by tty
-    tasks: dict[tuple[str, str], SimTask] = field(default_factory=dict)  # by (user, session)
-    down: bool = False
-    hang_s: float | None = None  # math.inf: never answers
-    nvidia_smi: NvidiaSmiMode = "ok"
-
-
-def _wave(t: float, w: tuple[float, float, float, float]) -> float:
-    """A smooth value in [-1, 1]."""
-    return 0.6 * math.sin(w[0] * t + w[1]) + 0.4 * math.sin(w[2] * t + w[3])
-
-
-def _uuid(rng: random.Random) -> str:
-    h = f"{rng.getrandbits(128):032x}"
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def _fmt(value: float | int | None) -> str:
-    return NA if value is None else str(value)
-
-
-_GPU_FIELD_TEXT: dict[str, Callable[[GpuMetrics], str]] = {
-    "uuid": lambda m: m.uuid,
-    "index": lambda m: str(m.index),
-    "name": lambda m: m.name,
-    "utilization.gpu": lambda m: str(m.utilization_gpu_percent),
-    "utilization.memory": lambda m: str(m.utilization_memory_percent),
-    "memory.used": lambda m: str(m.memory_used_mib),
-    "memory.total": lambda m: str(m.memory_total_mib),
-    "memory.free": lambda m: str(m.memory_total_mib - m.memory_used_mib),
-    "temperature.gpu": lambda m: str(m.temperature_c),
-    "power.draw": lambda m: f"{m.power_draw_w:.2f}",
-    "power.limit": lambda m: f"{m.power_limit_w:.2f}",
-    "fan.speed": lambda m: _fmt(m.fan_speed_percent),
-    "clocks.sm": lambda m: str(m.clock_sm_mhz),
-    "clocks.mem": lambda m: str(m.clock_memory_mhz),
-}
-# One renderer per field PROBE_COMMAND asks for, in its order (a field the model does not know
-# prints as [N/A], as nvidia-smi does for a field a board does not support).
-_GPU_ROW = tuple(_GPU_FIELD_TEXT.get(f, lambda _m: NA) for f in GPU_FIELDS)
-_APP_FIELD_TEXT: dict[str, Callable[[SimProcess, str], str]] = {
-    "pid": lambda p, _uuid: str(p.pid),
-    "gpu_uuid": lambda _p, uuid: uuid,
-    "used_memory": lambda p, _uuid: _fmt(p.used_memory_mib),
-    "used_gpu_memory": lambda p, _uuid: _fmt(p.used_memory_mib),
-    "process_name": lambda p, _uuid: p.process_name,
-    "name": lambda p, _uuid: p.process_name,
-}
-_APP_ROW = tuple(_APP_FIELD_TEXT.get(f, lambda _p, _uuid: NA) for f in APP_FIELDS)
-
-
-def _not_found_line(shell: LoginShell, line: int) -> str:
-    """What the login shell prints when `nvidia-smi` on line `line` of `-c` is not found."""
-    if shell == "sh":
-        return f"sh: {line}: nvidia-smi: not found\n"
-    return f"bash: line {line}: nvidia-smi: command not found\n"
-
-
-def _line_of(command: str, needle: str) -> int:
-    for number, line in enumerate(command.split("\n"), start=1):
-        if needle in line:
-            return number
-    return 1
-
-
-_PROBE_GPU_LINE = _line_of(PROBE_COMMAND, "nvidia-smi --query-gpu")
-_PROBE_APPS_LINE = _line_of(PROBE_COMMAND, "nvidia-smi --query-compute-apps")
-_PROBE_HEAD = f"@@warden-probe {PROBE_VERSION}\n"
-_PROBE_TRIMMED = PROBE_COMMAND.rstrip("\n")  # as `ssh host "$(cat probe.sh)"` sends it
-# Where dash's error messages (`warden: LINE: ...`) say the scripts failed.
-_KILL_LINE = _line_of(SIGNAL_SCRIPT, "kill -s")
-_WRITE_LINE = _line_of(WRITE_TTY_SCRIPT, "printf")
-
-
-def _number(text: str) -> bool:
-    """What the SIGNAL script accepts as a number: ASCII digits, no leading zero."""
-    return bool(re.fullmatch(r"0|[1-9][0-9]*", text))
-
-
-def _warden_script(command: str) -> tuple[str, str, list[str], bool] | None:
-    """(name, script, args, sudo?) of `[sudo -n] sh -c SCRIPT NAME ARGS...` with NAME `warden`
-    or `warden-job`; None for others."""
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        return None
-    sudo = argv[:2] == ["sudo", "-n"]
-    if sudo:
-        argv = argv[2:]
-    if len(argv) < 4 or argv[:2] != ["sh", "-c"] or argv[3] not in (SCRIPT_NAME, JOB_SCRIPT_NAME):
-        return None
-    return argv[3], argv[2], argv[4:], sudo
 
 
 class SimFleet:
@@ -529,73 +91,24 @@ class SimFleet:
         self.login_shell: LoginShell = login_shell
         self.pid_max = pid_max
         self._clock = clock
-        self._pid_width = max(5, len(str(pid_max - 1)))
         self._listeners: list[Callable[[SimEvent], None]] = []
         start = clock() if start_time is None else start_time
         width = max(3, len(str(hosts)))
         model = GPU_MODELS[gpu_model]
-        self._hosts: dict[str, _Host] = {}
+        self._hosts: dict[str, SimHost] = {}
         for number in range(1, hosts + 1):
             name = f"sim-{number:0{width}d}"
-            self._hosts[name] = self._make_host(name, number, gpus_per_host, model, start)
-
-    # -- construction ---------------------------------------------------------------------
-
-    def _make_host(
-        self, name: str, number: int, gpu_count: int, model: GpuModel, start: float
-    ) -> _Host:
-        rng = random.Random(f"{self.seed}/{name}")
-        gpus = []
-        lanes = []
-        for index in range(gpu_count):
-            lo = rng.uniform(35.0, 80.0)
-            gpu = _Gpu(
-                index=index,
-                uuid=_uuid(rng),
-                model=model,
-                busy_lo=lo,
-                busy_hi=rng.uniform(max(lo, 88.0), 100.0),
-                memory_ratio=rng.uniform(0.25, 0.7),
-                temp_offset=rng.uniform(-2.0, 3.0),
-                wave=(
-                    rng.uniform(0.02, 0.08),
-                    rng.uniform(0, math.tau),
-                    rng.uniform(0.1, 0.4),
-                    rng.uniform(0, math.tau),
-                ),
+            self._hosts[name] = make_host(
+                name,
+                number,
+                gpus_per_host,
+                model,
+                start,
+                seed=seed,
+                churn=churn,
+                churn_period_s=churn_period_s,
+                pid_max=pid_max,
             )
-            gpus.append(gpu)
-            scale = model.memory_total_mib / 81920
-            for lane_no, (p_busy, mem, multi) in enumerate(
-                ((0.7, (8000, 60000), 0.12), (0.25, (1000, 16000), 0.0))
-            ):
-                period = self.churn_period_s * rng.uniform(0.5, 1.5)
-                lanes.append(
-                    _Lane(
-                        gpu=index,
-                        number=lane_no,
-                        period_s=period,
-                        origin=start - rng.uniform(0.0, period),
-                        busy_probability=p_busy,
-                        memory_range_mib=(int(mem[0] * scale), int(mem[1] * scale)),
-                        multi_gpu_probability=multi if index + 1 < gpu_count else 0.0,
-                    )
-                )
-        return _Host(
-            name=name,
-            number=number,
-            cores=rng.choice((32, 64, 96, 128)),
-            memory_total_kb=rng.choice((263847184, 527952152, 1056538036, 2113060436)),
-            boot_time=start - rng.uniform(3600.0, 60 * 86400.0),
-            cpu_base=rng.uniform(0.1, 0.45),
-            cpu_amp=rng.uniform(0.02, 0.08),
-            cpu_w=rng.uniform(0.005, 0.03),
-            cpu_phi=rng.uniform(0, math.tau),
-            pid_origin=rng.randrange(300, self.pid_max // 2),
-            gpus=gpus,
-            lanes=lanes,
-            next_pid=rng.randrange(self.pid_max // 2, self.pid_max * 3 // 4),
-        )
 
     # -- reading --------------------------------------------------------------------------
 
@@ -615,7 +128,7 @@ class SimFleet:
         for listener in list(self._listeners):
             listener(SimEvent(host, what))
 
-    def _host(self, name: str) -> _Host:
+    def _host(self, name: str) -> SimHost:
         try:
             return self._hosts[name]
         except KeyError:
@@ -628,238 +141,11 @@ class SimFleet:
         """Seconds a command waits before it answers (math.inf: never); None: no hang."""
         return self._host(host).hang_s
 
-    def _lane_job(self, host: _Host, lane: _Lane, t: float) -> SimProcess | None:
-        slot = math.floor((t - lane.origin) / lane.period_s)
-        if slot == lane.slot:
-            return lane.job
-        rng = random.Random(f"{self.seed}/{host.name}/{lane.gpu}/{lane.number}/{slot}")
-        job = None
-        if rng.random() < lane.busy_probability:
-            slot_start = lane.origin + slot * lane.period_s
-            offset = rng.uniform(0.0, 0.3) * lane.period_s
-            duration = rng.uniform(0.3, 1.0) * (lane.period_s - offset)
-            user = rng.choice(USERS)
-            tag = f"{rng.getrandbits(32):08x}"
-            command = rng.choice(_COMMANDS).format(user=user, tag=tag, port=rng.randrange(100))
-            gpus: tuple[int, ...] = (lane.gpu,)
-            if rng.random() < lane.multi_gpu_probability:
-                gpus = (lane.gpu, lane.gpu + 1)
-            job = SimProcess(
-                pid=rng.randrange(1000, self.pid_max),
-                user=user,
-                command=command,
-                gpus=gpus,
-                used_memory_mib=rng.randrange(*lane.memory_range_mib),
-                started_at=slot_start + offset,
-                ends_at=slot_start + offset + duration,
-            )
-        lane.slot, lane.job = slot, job
-        return job
-
-    def _processes(self, host: _Host, t: float) -> list[SimProcess]:
-        """Processes running at `t`, scripted first, then background jobs by GPU."""
-        running = [
-            p
-            for p in host.scripted.values()
-            if p.started_at <= t and (p.ends_at is None or t < p.ends_at)
-        ]
-        if self.churn:
-            for lane in host.lanes:
-                job = self._lane_job(host, lane, t)
-                if (
-                    job is not None
-                    and job.started_at <= t
-                    and job.ends_at is not None
-                    and t < job.ends_at
-                    and (job.pid, job.started_at) not in host.killed
-                ):
-                    running.append(job)
-        return running
-
-    def _metrics(
-        self, gpu: _Gpu, t: float, procs: Sequence[SimProcess], last_end: float | None
-    ) -> GpuMetrics:
-        model = gpu.model
-        wave = _wave(t, gpu.wave)
-        heat = 0.0
-        util = 0
-        if procs:
-            first = min(p.started_at for p in procs)
-            heat = 1.0 - math.exp(-max(0.0, t - first) / RAMP_S)
-            level = gpu.busy_lo + (gpu.busy_hi - gpu.busy_lo) * (0.5 + 0.5 * wave)
-            util = max(1, min(100, round(level * heat)))
-        if last_end is not None:
-            heat = max(heat, math.exp(-(t - last_end) / COOL_S))
-        used = model.idle_memory_used_mib + sum(p.used_memory_mib or 0 for p in procs)
-        temp = (
-            model.idle_temp_c
-            + (model.busy_temp_c - model.idle_temp_c) * heat * (0.8 + 0.2 * wave)
-            + gpu.temp_offset
-            + 0.6 * math.sin(gpu.wave[2] * t)
-        )
-        power = model.idle_power_w + (model.busy_power_w - model.idle_power_w) * (util / 100.0) * (
-            0.9 + 0.1 * wave
-        )
-        power += 0.8 * math.sin(gpu.wave[0] * 7.0 * t + gpu.wave[3])
-        fan = None
-        if model.reports_fan:
-            fan = max(30, min(100, round(30 + (temp - model.idle_temp_c) * 1.4)))
-        if util:
-            clock_sm = model.sm_clock_max_mhz - 15 * round(2 * (0.5 + 0.5 * wave))
-            clock_mem = model.mem_clock_max_mhz
-        else:
-            clock_sm, clock_mem = model.sm_clock_idle_mhz, model.mem_clock_idle_mhz
-        return GpuMetrics(
-            index=gpu.index,
-            uuid=gpu.uuid,
-            name=model.name,
-            utilization_gpu_percent=util,
-            utilization_memory_percent=round(util * gpu.memory_ratio),
-            memory_used_mib=min(model.memory_total_mib, used),
-            memory_total_mib=model.memory_total_mib,
-            temperature_c=round(temp),
-            power_draw_w=round(min(model.power_limit_w, max(1.0, power)), 2),
-            power_limit_w=model.power_limit_w,
-            fan_speed_percent=fan,
-            clock_sm_mhz=clock_sm,
-            clock_memory_mhz=clock_mem,
-        )
-
-    def _by_gpu(
-        self, host: _Host, t: float
-    ) -> tuple[dict[int, list[SimProcess]], dict[int, float | None]]:
-        """Running processes by GPU, and when each GPU last saw a process end (None: never)."""
-        by_gpu: dict[int, list[SimProcess]] = {g.index: [] for g in host.gpus}
-        for proc in self._processes(host, t):
-            for index in proc.gpus:
-                by_gpu[index].append(proc)
-        for procs in by_gpu.values():
-            if len(procs) > 1:
-                procs.sort(key=lambda p: (p.started_at, p.pid))
-        ends: dict[int, float | None] = {
-            g.index: g.last_stop if g.last_stop is not None and g.last_stop <= t else None
-            for g in host.gpus
-        }
-        for proc in host.scripted.values():  # tasks that ended by themselves
-            if proc.ends_at is not None and proc.started_at <= proc.ends_at <= t:
-                for index in proc.gpus:
-                    end = ends[index]
-                    ends[index] = proc.ends_at if end is None else max(end, proc.ends_at)
-        if self.churn:  # _processes brought each lane's job up to `t`
-            for lane in host.lanes:
-                job = lane.job
-                if job is not None and job.ends_at is not None and job.ends_at <= t:
-                    for index in job.gpus:
-                        end = ends[index]
-                        ends[index] = job.ends_at if end is None else max(end, job.ends_at)
-        return by_gpu, ends
-
-    # -- rendering ------------------------------------------------------------------------
-
-    def _cpu_line(self, host: _Host, t: float) -> str:
-        elapsed = max(0.0, t - host.boot_time)
-        hz = host.cores * USER_HZ
-        total = hz * elapsed
-        busy = hz * (
-            host.cpu_base * elapsed
-            - host.cpu_amp
-            / host.cpu_w
-            * (
-                math.cos(host.cpu_w * t + host.cpu_phi)
-                - math.cos(host.cpu_w * host.boot_time + host.cpu_phi)
-            )
-        )
-        busy = min(max(busy, 0.0), total)
-        iowait = 0.004 * total
-        idle = total - busy - iowait
-        return (
-            f"cpu  {int(0.82 * busy)} {int(0.01 * busy)} {int(0.13 * busy)} {int(idle)} "
-            f"{int(iowait)} 0 {int(0.04 * busy)} 0 0 0\n"
-        )
-
-    def _busy_fraction(self, host: _Host, t: float) -> float:
-        return host.cpu_base + host.cpu_amp * math.sin(host.cpu_w * t + host.cpu_phi)
-
-    def _loadavg_line(self, host: _Host, t: float, nprocs: int) -> str:
-        loads = [host.cores * self._busy_fraction(host, t - lag) for lag in (0.0, 150.0, 450.0)]
-        running = 1 + int(loads[0] / 4) % max(1, host.cores)
-        total = 700 + host.number % 200 + 12 * nprocs
-        last_pid = (host.pid_origin + int(t * 3)) % (self.pid_max - 300) + 300
-        return f"{loads[0]:.2f} {loads[1]:.2f} {loads[2]:.2f} {running}/{total} {last_pid}\n"
-
-    def _meminfo(self, host: _Host, t: float, nprocs: int) -> str:
-        total = host.memory_total_kb
-        share = 0.08 + 0.1 * (0.5 + 0.5 * math.sin(host.cpu_w * 0.7 * t + host.cpu_phi))
-        available = int(total * (1.0 - share)) - nprocs * 6 * 1024 * 1024
-        available = max(int(total * 0.05), available)
-        return f"{'MemTotal:':<16}{total:>8} kB\n{'MemAvailable:':<16}{available:>8} kB\n"
-
-    @staticmethod
-    def _gpu_row(metrics: GpuMetrics) -> str:
-        return ", ".join([render(metrics) for render in _GPU_ROW]) + "\n"
-
-    @staticmethod
-    def _app_row(proc: SimProcess, gpu: _Gpu) -> str:
-        return ", ".join([render(proc, gpu.uuid) for render in _APP_ROW]) + "\n"
-
-    def _ps_row(self, proc: SimProcess, t: float) -> str:
-        etimes = max(0, int(t - proc.started_at))
-        user = proc.user if len(proc.user) <= 64 else proc.user[:63] + "+"
-        return f"{proc.pid:>{self._pid_width}} {user:<64} {etimes:>7} {proc.command}\n"
-
-    def _nvidia_smi_failure(self, host: _Host, line: int) -> tuple[str, int] | None:
-        """(output, exit status) when nvidia-smi cannot list GPUs; None when it can."""
-        mode = host.nvidia_smi
-        if mode == "missing":
-            return _not_found_line(self.login_shell, line), 127
-        if mode == "failing":
-            return NVIDIA_SMI_FAILED, NVIDIA_SMI_FAILED_RC
-        if mode == "no_devices" or not any(not g.removed for g in host.gpus):
-            return NO_DEVICES, NO_DEVICES_RC
-        return None
+    # -- commands -----------------------------------------------------------------------
 
     def render_probe_output(self, host: str, now: float) -> str:
         """Exactly what PROBE_COMMAND prints on `host` at `now` (seconds since the epoch)."""
-        h = self._host(host)
-        t = float(now)
-        by_gpu, ends = self._by_gpu(h, t)
-        nprocs = len({p.pid for procs in by_gpu.values() for p in procs})
-        out = [
-            _PROBE_HEAD,
-            f"@@time {int(t)}\n@@stat\n",
-            self._cpu_line(h, t),
-            "@@loadavg\n",
-            self._loadavg_line(h, t, nprocs),
-            "@@meminfo\n",
-            self._meminfo(h, t, nprocs),
-            "@@gpus\n",
-        ]
-        failure = self._nvidia_smi_failure(h, _PROBE_GPU_LINE)
-        if failure is not None:
-            text, rc = failure
-            out.append(text)
-            out.append(f"@@gpus-rc {rc}\n@@apps\n")
-            apps_text, apps_rc = self._nvidia_smi_failure(h, _PROBE_APPS_LINE) or ("", 0)
-            if apps_text.rstrip("\n"):  # $(...) drops trailing newlines; printf adds one
-                out.append(apps_text.rstrip("\n") + "\n")
-            out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@end\n")
-            return "".join(out)
-        apps = []
-        listed: dict[int, SimProcess] = {}
-        for gpu in h.gpus:
-            if gpu.removed:
-                continue
-            procs = by_gpu[gpu.index]
-            out.append(self._gpu_row(self._metrics(gpu, t, procs, ends[gpu.index])))
-            for proc in procs:
-                apps.append(self._app_row(proc, gpu))
-                listed[proc.pid] = proc
-        out.append("@@gpus-rc 0\n@@apps\n")
-        out.extend(apps)
-        out.append("@@apps-rc 0\n@@ps\n")
-        out.extend(self._ps_row(listed[pid], t) for pid in sorted(listed))
-        out.append("@@end\n")
-        return "".join(out)
+        return probe_output.render(self._host(host), now, self.login_shell)
 
     def nvidia_smi_query(
         self, host: str, what: Literal["gpus", "apps"], now: float
@@ -867,70 +153,34 @@ class SimFleet:
         """What `nvidia-smi --query-gpu=...` (gpus) or `--query-compute-apps=...` (apps) alone
         prints: lets a test run the real PROBE_COMMAND around it and compare with
         `render_probe_output`. (When nvidia-smi is missing, the shell's message, on stderr.)"""
-        h = self._host(host)
-        t = float(now)
-        failure = self._nvidia_smi_failure(h, 1)
-        if failure is not None:
-            text, rc = failure
-            if h.nvidia_smi == "missing":
-                return CommandResult("", text, rc)
-            return CommandResult(text, "", rc)
-        by_gpu, ends = self._by_gpu(h, t)
-        rows = []
-        for gpu in h.gpus:
-            if gpu.removed:
-                continue
-            procs = by_gpu[gpu.index]
-            if what == "gpus":
-                rows.append(self._gpu_row(self._metrics(gpu, t, procs, ends[gpu.index])))
-            else:
-                rows.extend(self._app_row(proc, gpu) for proc in procs)
-        return CommandResult("".join(rows), "", 0)
+        return probe_output.nvidia_smi_query(self._host(host), what, now, self.login_shell)
 
     def run_command(
         self, host: str, command: str, now: float, *, login: str | None = None
     ) -> CommandResult:
         """What `command` prints on `host` when `login` (None: root) runs it: the probe, the
-        `warden hosts check` commands, the violation actions' scripts (see the module doc)."""
+        `warden hosts check` commands, the violation actions' and the jobs' scripts (see the
+        module doc)."""
         h = self._host(host)
-        if command in (PROBE_COMMAND, _PROBE_TRIMMED):
-            return CommandResult(self.render_probe_output(host, now), "", 0)
-        if command == CHECK_ECHO:
-            return CommandResult("ok\n", "", 0)
-        if command == CHECK_WHICH:
-            if h.nvidia_smi == "missing":
-                return CommandResult("", "", 1 if self.login_shell == "bash" else 127)
-            return CommandResult(NVIDIA_SMI_PATH + "\n", "", 0)
-        if command == CHECK_LIST:
-            failure = self._nvidia_smi_failure(h, 1)
-            if failure is None:
-                lines = "".join(
-                    f"GPU {g.index}: {g.model.name} (UUID: {g.uuid})\n"
-                    for g in h.gpus
-                    if not g.removed
-                )
-                return CommandResult(lines, "", 0)
-            text, rc = failure
-            if h.nvidia_smi == "missing":
-                return CommandResult("", text, rc)
-            return CommandResult(text, "", rc)
-        script = _warden_script(command)
-        if script is not None and script[0] == JOB_SCRIPT_NAME and not script[3]:
-            answer = self._job_script(h, script[1], script[2], login or "root", now)
-            if answer is not None:
-                return answer
-        elif script is not None and script[0] == SCRIPT_NAME:
-            _name, text, args, sudo = script
-            as_root = sudo or login is None or login == "root"
-            if text == WHO_SCRIPT and not args:
-                return CommandResult(self._who(h), "", 0)
-            if text == WRITE_TTY_SCRIPT and len(args) == 3:
-                return self._write_tty(h, args[0], args[1], args[2], as_root, login)
-            if text == SIGNAL_SCRIPT and len(args) == 5:
-                return self._signal(h, args, as_root, login, now)
-        return CommandResult("", UNSUPPORTED, 127)
+        answer = probe_output.answer(h, command, now, self.login_shell)
+        call = script_call(command) if answer is None else None
+        emit = partial(self._emit, host)
+        if call is not None and call.name == JOB_SCRIPT_NAME and not call.sudo:
+            answer = job_scripts.answer(h, call.script, call.args, login or "root", now, emit)
+        elif call is not None and call.name == VIOLATION_SCRIPT_NAME:
+            answer = violation_scripts.answer(
+                h,
+                call.script,
+                call.args,
+                as_root=call.sudo or login is None or login == "root",
+                login=login,
+                now=now,
+                stop=lambda pid, exit_code: self.stop_process(host, pid, exit_code=exit_code),
+                emit=emit,
+            )
+        return CommandResult("", UNSUPPORTED, 127) if answer is None else answer
 
-    # -- terminal sessions and the violation actions' scripts -----------------------------
+    # -- terminal sessions ----------------------------------------------------------------
 
     def login(self, host: str, user: str) -> str:
         """`user` opens a terminal session on `host`; returns its tty (the lowest free pts/N)."""
@@ -963,64 +213,7 @@ class SimFleet:
             raise NotFound(f"no session on {tty} of {host}", {"host": host, "tty": tty})
         return list(session.messages)
 
-    def _who(self, host: _Host) -> str:
-        """`LC_ALL=C who`: name (8 wide), line (12 wide), `%b %e %H:%M`, (address)."""
-        lines = []
-        for session in host.sessions.values():
-            stamp = time.gmtime(session.login_at)
-            when = f"{time.strftime('%b', stamp)} {stamp.tm_mday:>2} {stamp.tm_hour:02d}:"
-            when += f"{stamp.tm_min:02d}"
-            lines.append(f"{session.user:<8} {session.tty:<12} {when} ({LOGIN_ADDRESS})\n")
-        return "".join(lines)
-
-    def _write_tty(
-        self, host: _Host, tty: str, owner: str, message: str, as_root: bool, login: str | None
-    ) -> CommandResult:
-        if not TTY_RE.fullmatch(tty):
-            return CommandResult("invalid\n", "", 2)
-        session = host.sessions.get(tty)
-        if session is None:  # /dev/ttyN always exists (root's while nobody is logged in)
-            return CommandResult("not-owner root\n" if tty.startswith("tty") else "gone\n", "", 0)
-        if session.user != owner:
-            return CommandResult(f"not-owner {session.user}\n", "", 0)
-        if not as_root and login != session.user:
-            denied = f"{SCRIPT_NAME}: {_WRITE_LINE}: cannot create /dev/{tty}: Permission denied\n"
-            return CommandResult("failed\n", denied, 1)
-        session.messages.append(message)
-        self._emit(host.name, "ttys")
-        return CommandResult("written\n", "", 0)
-
-    def _signal(
-        self, host: _Host, args: list[str], as_root: bool, login: str | None, now: float
-    ) -> CommandResult:
-        pid_text, user, start_text, tolerance_text, signal = args
-        if (
-            signal not in SIGNALS
-            or not _number(pid_text)
-            or not _number(tolerance_text)
-            or (start_text and not _number(start_text))
-        ):
-            return CommandResult("invalid\n", "", 2)
-        pid = int(pid_text)
-        proc = next((p for p in self._processes(host, now) if p.pid == pid), None)
-        if proc is None:
-            return CommandResult("gone\n", "", 0)
-        # As the real script: the host clock (whole seconds) minus ps's etimes.
-        started = int(now) - max(0, int(now - proc.started_at))
-        if (
-            not start_text
-            or proc.user != user
-            or abs(started - int(start_text)) > int(tolerance_text)
-        ):
-            return CommandResult(f"mismatch {proc.user} {started}\n", "", 0)
-        if not as_root and login != proc.user:
-            denied = f"{SCRIPT_NAME}: {_KILL_LINE}: kill: Operation not permitted\n"
-            return CommandResult("failed\n", denied, 1)
-        if signal == "KILL" or (signal == "TERM" and not proc.ignore_sigterm):
-            self.stop_process(host.name, pid, exit_code=137 if signal == "KILL" else 143)
-        return CommandResult("signalled\n", "", 0)
-
-    # -- job tasks (services.jobs.scripts) ----------------------------------------
+    # -- job tasks ------------------------------------------------------------------------
 
     def tasks(self, host: str, now: float | None = None) -> list[dict[str, Any]]:
         """The job tasks of `host` (of every login), in start order, with their state."""
@@ -1028,184 +221,17 @@ class SimFleet:
         tasks = sorted(self._host(host).tasks.values(), key=lambda task: task.started_at)
         return [task.to_dict(t) for task in tasks]
 
-    def _job_script(
-        self, host: _Host, text: str, args: list[str], login: str, now: float
-    ) -> CommandResult | None:
-        """START, STATUS, SIGNAL or LOG as `login`; None for another script."""
-        if text == JOB_START_SCRIPT and len(args) >= 6:
-            return self._start_task(host, login, args, now)
-        if text == JOB_STATUS_SCRIPT and args:
-            return self._task_status(host, login, args[0], args[1:], now)
-        if text == JOB_SIGNAL_SCRIPT and len(args) == 3:
-            return self._signal_task(host, login, args, now)
-        if text == JOB_LOG_SCRIPT and len(args) == 3:
-            return self._task_log(host, login, args, now)
-        return None
-
-    def _visible_gpus(self, host: _Host, visible: str) -> tuple[int, ...]:
-        """The GPUs CUDA_VISIBLE_DEVICES names (uuids or indexes); others are skipped."""
-        by_uuid = {g.uuid: g.index for g in host.gpus if not g.removed}
-        found = []
-        for word in visible.split(","):
-            word = word.strip()
-            if word in by_uuid:
-                found.append(by_uuid[word])
-            elif word.isdigit() and int(word) in by_uuid.values():
-                found.append(int(word))
-        return tuple(sorted(set(found)))
-
-    def _start_task(
-        self, host: _Host, login: str, args: list[str], now: float
-    ) -> CommandResult | None:
-        mux, session, state_dir, cwd, command, runner, *pairs = args
-        if runner != JOB_RUNNER_SCRIPT:
-            return None
-        if (
-            mux not in JOB_MULTIPLEXERS
-            or not JOB_SESSION_RE.fullmatch(session)
-            or not state_dir
-            or not command
-            or any(
-                "=" not in pair or not JOB_ENV_NAME_RE.fullmatch(pair.split("=", 1)[0])
-                for pair in pairs
-            )
-        ):
-            return CommandResult("invalid\n", "", 2)
-        old = host.tasks.get((login, session))
-        if old is not None and old.state(now)[0] == "running":
-            return CommandResult("exists\n", "", 0)
-        env = dict(pair.split("=", 1) for pair in pairs)
-        gpus = self._visible_gpus(host, env.get("CUDA_VISIBLE_DEVICES", ""))
-        duration, natural_exit, ignores = _task_behaviour(command)
-        ends_at = None if duration is None else now + duration
-        pid = self._free_pid(host, now)
-        line = " ".join(command.split())[:256]
-        gpu_pid = None
-        if gpus:
-            gpu_pid = self._free_pid(host, now, also=(pid,))
-            rng = random.Random(f"{self.seed}/{host.name}/{login}/{session}/{pid}")
-            total = host.gpus[gpus[0]].model.memory_total_mib
-            host.scripted[gpu_pid] = SimProcess(
-                pid=gpu_pid,
-                user=login,
-                command=line,
-                gpus=gpus,
-                used_memory_mib=int(total * rng.uniform(0.1, 0.6)),
-                started_at=now,
-                ends_at=ends_at,
-                scripted=True,
-                ignore_sigterm="TERM" in ignores,
-            )
-        host.tasks[(login, session)] = SimTask(
-            user=login,
-            session=session,
-            multiplexer=mux,
-            cwd=cwd,
-            command=line,
-            env=env,
-            pid=pid,
-            started_at=now,
-            gpus=gpus,
-            gpu_pid=gpu_pid,
-            ends_at=ends_at,
-            natural_exit=natural_exit,
-            ignores=ignores,
-        )
-        self._emit(host.name, "tasks")
-        if gpus:
-            self._emit(host.name, "processes")
-        return CommandResult(f"started {pid} {int(now)}\n", "", 0)
-
-    def _task_status(
-        self, host: _Host, login: str, state_dir: str, sessions: list[str], now: float
-    ) -> CommandResult:
-        if not state_dir or not all(JOB_SESSION_RE.fullmatch(s) for s in sessions):
-            return CommandResult("invalid\n", "", 2)
-        lines = []
-        for session in sessions:
-            task = host.tasks.get((login, session))
-            if task is None:
-                lines.append(f"{session} unknown\n")
-                continue
-            state, code = task.state(now)
-            if state == "running":
-                lines.append(f"{session} running {task.pid} {int(task.started_at)}\n")
-            elif state == "exited":
-                lines.append(f"{session} exited {code}\n")
-            else:
-                lines.append(f"{session} gone\n")
-        return CommandResult("".join(lines) + "ok\n", "", 0)
-
-    def _signal_task(self, host: _Host, login: str, args: list[str], now: float) -> CommandResult:
-        state_dir, session, signal = args
-        if signal not in JOB_SIGNALS or not state_dir or not JOB_SESSION_RE.fullmatch(session):
-            return CommandResult("invalid\n", "", 2)
-        task = host.tasks.get((login, session))
-        if task is None or task.state(now)[0] != "running":
-            return CommandResult("gone\n", "", 0)
-        if signal == "0" or signal in task.ignores:
-            return CommandResult("signalled\n", "", 0)
-        task.ended_at, task.exit_code = now, _TASK_SIGNAL_EXIT.get(signal)
-        proc = host.scripted.pop(task.gpu_pid, None) if task.gpu_pid is not None else None
-        if proc is not None:
-            for index in proc.gpus:
-                host.gpus[index].last_stop = now
-            self._emit(host.name, "processes")
-        self._emit(host.name, "tasks")
-        return CommandResult("signalled\n", "", 0)
-
-    def _task_log(self, host: _Host, login: str, args: list[str], now: float) -> CommandResult:
-        state_dir, session, max_text = args
-        if not state_dir or not JOB_SESSION_RE.fullmatch(session) or not _number(max_text):
-            return CommandResult("invalid\n", "", 2)
-        task = host.tasks.get((login, session))
-        if task is None:
-            return CommandResult(f"{JOB_LOG_MARK} missing\n", "", 0)
-        data = task.log(now).encode()
-        tail = data[len(data) - min(len(data), int(max_text)) :]
-        text = f"{JOB_LOG_MARK} begin\n{tail.decode(errors='replace')}\n"
-        return CommandResult(f"{text}{JOB_LOG_MARK} ok {len(data)}\n", "", 0)
-
     # -- snapshot -------------------------------------------------------------------------
 
     def snapshot(self, host: str | None = None, now: float | None = None) -> dict[str, Any]:
         """The fleet (or one host) as plain JSON-ready data, for assertions and GET /fleet."""
         t = self.now() if now is None else float(now)
         names = list(self._hosts) if host is None else [self._host(host).name]
-        return {"time": t, "hosts": [self._host_snapshot(self._hosts[n], t) for n in names]}
-
-    def _host_snapshot(self, host: _Host, t: float) -> dict[str, Any]:
-        by_gpu, ends = self._by_gpu(host, t)
-        procs = {p.pid: p for p in self._processes(host, t)}
-        hang: float | str | None = host.hang_s
-        if hang == math.inf:
-            hang = "forever"
-        return {
-            "name": host.name,
-            "down": host.down,
-            "hang_s": hang,
-            "nvidia_smi": host.nvidia_smi,
-            "cores": host.cores,
-            "memory_total_kb": host.memory_total_kb,
-            "gpus": [
-                {
-                    **asdict(self._metrics(g, t, by_gpu[g.index], ends[g.index])),
-                    "removed": g.removed,
-                }
-                for g in host.gpus
-            ],
-            "processes": [
-                {
-                    **procs[pid].to_dict(),
-                    "gpu_uuids": [host.gpus[i].uuid for i in procs[pid].gpus],
-                }
-                for pid in sorted(procs)
-            ],
-        }
+        return {"time": t, "hosts": [self._hosts[n].snapshot(t) for n in names]}
 
     # -- scripting ------------------------------------------------------------------------
 
-    def _gpu_indexes(self, host: _Host, gpu_index: int | Iterable[int]) -> tuple[int, ...]:
+    def _gpu_indexes(self, host: SimHost, gpu_index: int | Iterable[int]) -> tuple[int, ...]:
         raw: list[Any] = []
         if isinstance(gpu_index, int):
             raw = [gpu_index]
@@ -1268,10 +294,10 @@ class SimFleet:
             )
         t = self.now() if started_at is None else started_at
         if pid is not None:
-            if pid in self._taken_pids(h, t):
+            if pid in h.taken_pids(t):
                 raise InvalidRequest(f"pid {pid} is in use on {host}", {"pid": pid})
         else:
-            pid = self._free_pid(h, t)
+            pid = h.free_pid(t)
         h.scripted[pid] = SimProcess(
             pid=pid,
             user=user,
@@ -1285,20 +311,6 @@ class SimFleet:
         self._emit(host, "processes")
         return pid
 
-    def _taken_pids(self, h: _Host, t: float) -> set[int]:
-        taken = {p.pid for p in self._processes(h, t)} | set(h.scripted)
-        return taken | {task.pid for task in h.tasks.values()}
-
-    def _free_pid(self, h: _Host, t: float, also: Iterable[int] = ()) -> int:
-        """The next free pid of `h` (as the kernel hands them out: upwards, then wrapping),
-        not one of `also` either."""
-        taken = self._taken_pids(h, t) | set(also)
-        while h.next_pid in taken or h.next_pid >= self.pid_max:
-            h.next_pid = 300 if h.next_pid >= self.pid_max else h.next_pid + 1
-        pid = h.next_pid
-        h.next_pid += 1 + pid % 13
-        return pid
-
     def stop_process(self, host: str, pid: int, *, exit_code: int = 137) -> None:
         """End a scripted or background process; NotFound when no such process runs.
 
@@ -1310,7 +322,7 @@ class SimFleet:
         if proc is not None and proc.ends_at is not None and proc.ends_at <= t:
             proc = None  # a task's process that ended by itself
         if proc is None:
-            proc = next((p for p in self._processes(h, t) if p.pid == pid), None)
+            proc = next((p for p in h.processes(t) if p.pid == pid), None)
             if proc is None:
                 raise NotFound(f"no process {pid} on {host}", {"host": host, "pid": pid})
             h.killed.add((pid, proc.started_at))

@@ -1,0 +1,250 @@
+"""What `nvidia-smi`, `ps` and `/proc` print on a simulated host: the monitor's probe and the
+commands `warden hosts check` runs.
+
+`render(host, now, shell)` is what `services.monitor.probe.PROBE_COMMAND` prints on such a host,
+byte for byte as the real tools would print it: `nvidia-smi` CSV with ", " separators,
+procps' right-aligned `pid`/`etimes` and 64-wide `user` columns, `/proc` lines in the kernel's
+layout, and the real error texts when nvidia-smi is missing, failing or finds no GPU (the
+host's `nvidia_smi` mode, or no GPU left). CPU counters are the integral of a smooth busy
+fraction since boot, so they only grow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
+from services.sim.gpus import GpuMetrics, SimGpu, SimProcess, gpu_metrics
+from services.sim.host import SimHost
+from services.sim.shell import CommandResult, LoginShell, line_of
+
+NA = "[N/A]"
+NVIDIA_SMI_PATH = "/usr/bin/nvidia-smi"
+NVIDIA_SMI_FAILED = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n\n"
+)
+NVIDIA_SMI_FAILED_RC = 9
+NO_DEVICES = "No devices were found\n"
+NO_DEVICES_RC = 6
+
+# The commands `warden hosts check` runs, besides the probe.
+CHECK_ECHO = "echo ok"
+CHECK_WHICH = "command -v nvidia-smi"
+CHECK_LIST = "nvidia-smi -L"
+
+USER_HZ = 100  # /proc/stat ticks per second per core
+
+
+def _fmt(value: float | int | None) -> str:
+    return NA if value is None else str(value)
+
+
+_GPU_FIELD_TEXT: dict[str, Callable[[GpuMetrics], str]] = {
+    "uuid": lambda m: m.uuid,
+    "index": lambda m: str(m.index),
+    "name": lambda m: m.name,
+    "utilization.gpu": lambda m: str(m.utilization_gpu_percent),
+    "utilization.memory": lambda m: str(m.utilization_memory_percent),
+    "memory.used": lambda m: str(m.memory_used_mib),
+    "memory.total": lambda m: str(m.memory_total_mib),
+    "memory.free": lambda m: str(m.memory_total_mib - m.memory_used_mib),
+    "temperature.gpu": lambda m: str(m.temperature_c),
+    "power.draw": lambda m: f"{m.power_draw_w:.2f}",
+    "power.limit": lambda m: f"{m.power_limit_w:.2f}",
+    "fan.speed": lambda m: _fmt(m.fan_speed_percent),
+    "clocks.sm": lambda m: str(m.clock_sm_mhz),
+    "clocks.mem": lambda m: str(m.clock_memory_mhz),
+}
+# One renderer per field PROBE_COMMAND asks for, in its order (a field the model does not know
+# prints as [N/A], as nvidia-smi does for a field a board does not support).
+_GPU_ROW = tuple(_GPU_FIELD_TEXT.get(f, lambda _m: NA) for f in GPU_FIELDS)
+_APP_FIELD_TEXT: dict[str, Callable[[SimProcess, str], str]] = {
+    "pid": lambda p, _uuid: str(p.pid),
+    "gpu_uuid": lambda _p, uuid: uuid,
+    "used_memory": lambda p, _uuid: _fmt(p.used_memory_mib),
+    "used_gpu_memory": lambda p, _uuid: _fmt(p.used_memory_mib),
+    "process_name": lambda p, _uuid: p.process_name,
+    "name": lambda p, _uuid: p.process_name,
+}
+_APP_ROW = tuple(_APP_FIELD_TEXT.get(f, lambda _p, _uuid: NA) for f in APP_FIELDS)
+
+_PROBE_GPU_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-gpu")
+_PROBE_APPS_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-compute-apps")
+_PROBE_HEAD = f"@@warden-probe {PROBE_VERSION}\n"
+_PROBE_TRIMMED = PROBE_COMMAND.rstrip("\n")  # as `ssh host "$(cat probe.sh)"` sends it
+
+
+def answer(host: SimHost, command: str, now: float, shell: LoginShell) -> CommandResult | None:
+    """What the probe or a `warden hosts check` command prints on `host`; None for others."""
+    if command in (PROBE_COMMAND, _PROBE_TRIMMED):
+        return CommandResult(render(host, now, shell), "", 0)
+    if command == CHECK_ECHO:
+        return CommandResult("ok\n", "", 0)
+    if command == CHECK_WHICH:
+        if host.nvidia_smi == "missing":
+            return CommandResult("", "", 1 if shell == "bash" else 127)
+        return CommandResult(NVIDIA_SMI_PATH + "\n", "", 0)
+    if command == CHECK_LIST:
+        failure = _nvidia_smi_failure(host, shell, 1)
+        if failure is None:
+            lines = "".join(
+                f"GPU {g.index}: {g.model.name} (UUID: {g.uuid})\n"
+                for g in host.gpus
+                if not g.removed
+            )
+            return CommandResult(lines, "", 0)
+        return _failed(host, failure)
+    return None
+
+
+def render(host: SimHost, now: float, shell: LoginShell) -> str:
+    """Exactly what PROBE_COMMAND prints on `host` at `now` (seconds since the epoch)."""
+    t = float(now)
+    by_gpu, ends = host.by_gpu(t)
+    nprocs = len({p.pid for procs in by_gpu.values() for p in procs})
+    out = [
+        _PROBE_HEAD,
+        f"@@time {int(t)}\n@@stat\n",
+        _cpu_line(host, t),
+        "@@loadavg\n",
+        _loadavg_line(host, t, nprocs),
+        "@@meminfo\n",
+        _meminfo(host, t, nprocs),
+        "@@gpus\n",
+    ]
+    failure = _nvidia_smi_failure(host, shell, _PROBE_GPU_LINE)
+    if failure is not None:
+        text, rc = failure
+        out.append(text)
+        out.append(f"@@gpus-rc {rc}\n@@apps\n")
+        apps_text, apps_rc = _nvidia_smi_failure(host, shell, _PROBE_APPS_LINE) or ("", 0)
+        if apps_text.rstrip("\n"):  # $(...) drops trailing newlines; printf adds one
+            out.append(apps_text.rstrip("\n") + "\n")
+        out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@end\n")
+        return "".join(out)
+    apps = []
+    listed: dict[int, SimProcess] = {}
+    for gpu in host.gpus:
+        if gpu.removed:
+            continue
+        procs = by_gpu[gpu.index]
+        out.append(_gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index])))
+        for proc in procs:
+            apps.append(_app_row(proc, gpu))
+            listed[proc.pid] = proc
+    out.append("@@gpus-rc 0\n@@apps\n")
+    out.extend(apps)
+    out.append("@@apps-rc 0\n@@ps\n")
+    pid_width = max(5, len(str(host.pid_max - 1)))
+    out.extend(_ps_row(listed[pid], t, pid_width) for pid in sorted(listed))
+    out.append("@@end\n")
+    return "".join(out)
+
+
+def nvidia_smi_query(
+    host: SimHost, what: Literal["gpus", "apps"], now: float, shell: LoginShell
+) -> CommandResult:
+    """What `nvidia-smi --query-gpu=...` (gpus) or `--query-compute-apps=...` (apps) alone
+    prints (when nvidia-smi is missing, the shell's message, on stderr)."""
+    t = float(now)
+    failure = _nvidia_smi_failure(host, shell, 1)
+    if failure is not None:
+        return _failed(host, failure)
+    by_gpu, ends = host.by_gpu(t)
+    rows = []
+    for gpu in host.gpus:
+        if gpu.removed:
+            continue
+        procs = by_gpu[gpu.index]
+        if what == "gpus":
+            rows.append(_gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index])))
+        else:
+            rows.extend(_app_row(proc, gpu) for proc in procs)
+    return CommandResult("".join(rows), "", 0)
+
+
+def _nvidia_smi_failure(host: SimHost, shell: LoginShell, line: int) -> tuple[str, int] | None:
+    """(output, exit status) when nvidia-smi, on line `line` of a `-c` script, cannot list GPUs;
+    None when it can."""
+    mode = host.nvidia_smi
+    if mode == "missing":
+        return _not_found_line(shell, line), 127
+    if mode == "failing":
+        return NVIDIA_SMI_FAILED, NVIDIA_SMI_FAILED_RC
+    if mode == "no_devices" or not any(not g.removed for g in host.gpus):
+        return NO_DEVICES, NO_DEVICES_RC
+    return None
+
+
+def _failed(host: SimHost, failure: tuple[str, int]) -> CommandResult:
+    """nvidia-smi's failure as a command's result: the shell's not-found message on stderr."""
+    text, rc = failure
+    if host.nvidia_smi == "missing":
+        return CommandResult("", text, rc)
+    return CommandResult(text, "", rc)
+
+
+def _not_found_line(shell: LoginShell, line: int) -> str:
+    """What the login shell prints when `nvidia-smi` on line `line` of `-c` is not found."""
+    if shell == "sh":
+        return f"sh: {line}: nvidia-smi: not found\n"
+    return f"bash: line {line}: nvidia-smi: command not found\n"
+
+
+def _cpu_line(host: SimHost, t: float) -> str:
+    elapsed = max(0.0, t - host.boot_time)
+    hz = host.cores * USER_HZ
+    total = hz * elapsed
+    busy = hz * (
+        host.cpu_base * elapsed
+        - host.cpu_amp
+        / host.cpu_w
+        * (
+            math.cos(host.cpu_w * t + host.cpu_phi)
+            - math.cos(host.cpu_w * host.boot_time + host.cpu_phi)
+        )
+    )
+    busy = min(max(busy, 0.0), total)
+    iowait = 0.004 * total
+    idle = total - busy - iowait
+    return (
+        f"cpu  {int(0.82 * busy)} {int(0.01 * busy)} {int(0.13 * busy)} {int(idle)} "
+        f"{int(iowait)} 0 {int(0.04 * busy)} 0 0 0\n"
+    )
+
+
+def _busy_fraction(host: SimHost, t: float) -> float:
+    return host.cpu_base + host.cpu_amp * math.sin(host.cpu_w * t + host.cpu_phi)
+
+
+def _loadavg_line(host: SimHost, t: float, nprocs: int) -> str:
+    loads = [host.cores * _busy_fraction(host, t - lag) for lag in (0.0, 150.0, 450.0)]
+    running = 1 + int(loads[0] / 4) % max(1, host.cores)
+    total = 700 + host.number % 200 + 12 * nprocs
+    last_pid = (host.pid_origin + int(t * 3)) % (host.pid_max - 300) + 300
+    return f"{loads[0]:.2f} {loads[1]:.2f} {loads[2]:.2f} {running}/{total} {last_pid}\n"
+
+
+def _meminfo(host: SimHost, t: float, nprocs: int) -> str:
+    total = host.memory_total_kb
+    share = 0.08 + 0.1 * (0.5 + 0.5 * math.sin(host.cpu_w * 0.7 * t + host.cpu_phi))
+    available = int(total * (1.0 - share)) - nprocs * 6 * 1024 * 1024
+    available = max(int(total * 0.05), available)
+    return f"{'MemTotal:':<16}{total:>8} kB\n{'MemAvailable:':<16}{available:>8} kB\n"
+
+
+def _gpu_row(metrics: GpuMetrics) -> str:
+    return ", ".join([text(metrics) for text in _GPU_ROW]) + "\n"
+
+
+def _app_row(proc: SimProcess, gpu: SimGpu) -> str:
+    return ", ".join([text(proc, gpu.uuid) for text in _APP_ROW]) + "\n"
+
+
+def _ps_row(proc: SimProcess, t: float, pid_width: int) -> str:
+    etimes = max(0, int(t - proc.started_at))
+    user = proc.user if len(proc.user) <= 64 else proc.user[:63] + "+"
+    return f"{proc.pid:>{pid_width}} {user:<64} {etimes:>7} {proc.command}\n"
