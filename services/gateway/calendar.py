@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-# What a calendar item holds (ReservationData in services/shared/contracts.py).
+# What a calendar item holds (ReservationData in services/shared/contracts/reservations.py).
 ITEM_KEYS = (
     "id",
     "owner",

@@ -21,7 +21,9 @@ from aiohttp import web
 
 from services.shared.config import ViolationSettings, WebhookTarget
 from services.violations.actions.base import Alert, Process
-from services.violations.actions.webhook import WebhookSender, encode, payload, verify
+from services.violations.actions.webhook import WebhookSender
+from services.violations.actions.webhook_payloads import encode, payload
+from services.violations.actions.webhook_signature import verify
 
 T0 = datetime(2026, 11, 21, 13, 5, tzinfo=UTC)
 WALL = 1_795_363_200.0

@@ -27,14 +27,12 @@ from services.client.api import (
     format_error,
     reason_texts,
 )
-from services.client.commands import (
+from services.client.args import expand_gpus, parse_duration, parse_time
+from services.client.jobs import load_definition
+from services.client.render import (
     NONE,
     STATUS_COLUMNS,
-    expand_gpus,
     job_rows,
-    load_definition,
-    parse_duration,
-    parse_time,
     reservation_rows,
     reservations_table,
     status_rows,

@@ -19,17 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.violations.actions import webhook
+from services.violations.actions import webhook_signature
 from services.violations.actions.base import Alert, Process
-from services.violations.actions.webhook import (
-    FORMATS,
-    audience,
-    encode,
-    payload,
-    retry_after,
-    sign,
-    verify,
-)
+from services.violations.actions.webhook import retry_after
+from services.violations.actions.webhook_payloads import FORMATS, audience, encode, payload
+from services.violations.actions.webhook_signature import sign, verify
 
 T0 = datetime(2026, 11, 21, 13, 5, tzinfo=UTC)
 CHAT_FORMATS = ("slack", "mattermost", "discord", "teams")
@@ -469,7 +463,7 @@ def test_verify_accepts_the_signature_and_refuses_any_change() -> None:
 
 def test_the_receiver_snippet_in_the_docstring_works() -> None:
     """The code receivers are told to copy is the code that is tested."""
-    doc = webhook.__doc__ or ""
+    doc = webhook_signature.__doc__ or ""
     start = doc.index("    import hashlib, hmac, time")
     end = doc.index("signature)\n", start) + len("signature)\n")
     namespace: dict[str, Any] = {}

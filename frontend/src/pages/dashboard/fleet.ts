@@ -79,7 +79,7 @@ export type HostView = {
   readonly gpus: readonly GpuView[]
 } & { readonly [K in HostFigure]: number | null }
 
-/** The bus payloads the dashboard consumes (services/shared/contracts.py). */
+/** The bus payloads the dashboard consumes (services/shared/contracts/). */
 export interface GpuSampleData {
   uuid: string
   index: number

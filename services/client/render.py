@@ -1,0 +1,256 @@
+"""The client's tables and one-line descriptions (pure): the API's JSON (and the time to count
+"today" from) in, a rich `Table` or a line of text out. A figure the API does not report is a
+dash, never 0; names and titles from the API are never read as rich markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+NONE = "\u2013"  # an en dash: a figure the host did not report (never shown as 0)
+
+
+def when(value: str | None, now: datetime, tz: tzinfo | None = None) -> str:
+    """An API time in local time: `HH:MM` today, `YYYY-MM-DD HH:MM` another day."""
+    if not value:
+        return NONE
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    local, today = moment.astimezone(tz), now.astimezone(tz).date()
+    return local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
+
+
+def _figure(value: Any, unit: str = "", digits: int = 0) -> str:
+    if value is None or isinstance(value, bool):
+        return NONE
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return NONE
+    return f"{number:.{digits}f}{unit}"
+
+
+def memory_text(used_mib: Any, total_mib: Any) -> str:
+    if used_mib is None and total_mib is None:
+        return NONE
+    used = _figure(None if used_mib is None else float(used_mib) / 1024, digits=1)
+    total = _figure(None if total_mib is None else float(total_mib) / 1024, digits=1)
+    return f"{used}/{total} GiB"
+
+
+def processes_text(processes: Iterable[Mapping[str, Any]] | None) -> str:
+    shown = [f"{p.get('user') or '?'}({p.get('pid', '?')})" for p in processes or ()]
+    return ", ".join(shown) if shown else NONE
+
+
+def gpu_place(gpu: Mapping[str, Any]) -> str:
+    """`host:index`, or the uuid of a GPU without an index."""
+    index = gpu.get("index")
+    if index is None:
+        return str(gpu.get("uuid") or "?")
+    return f"{gpu.get('host', '?')}:{index}"
+
+
+def current_text(reservation: Mapping[str, Any] | None, now: datetime, tz: tzinfo | None) -> str:
+    if not reservation:
+        return NONE
+    return f"{reservation.get('owner', '?')} until {when(reservation.get('end'), now, tz)}"
+
+
+def next_text(reservation: Mapping[str, Any] | None, now: datetime, tz: tzinfo | None) -> str:
+    if not reservation:
+        return NONE
+    return f"{reservation.get('owner', '?')} from {when(reservation.get('start'), now, tz)}"
+
+
+def _by_place(gpu: Mapping[str, Any]) -> tuple[str, int, str]:
+    index = gpu.get("index")
+    return (
+        str(gpu.get("host", "")),
+        index if isinstance(index, int) else 1 << 30,
+        str(gpu.get("uuid", "")),
+    )
+
+
+STATUS_COLUMNS = ("HOST", "GPU", "MODEL", "UTIL", "MEMORY", "PROCESSES", "RESERVED", "NEXT")
+
+
+def status_rows(
+    payload: Mapping[str, Any], now: datetime, tz: tzinfo | None = None
+) -> list[list[str]]:
+    """One row per GPU of `GET /gpus`: unreported figures are a dash, never 0."""
+    rows = []
+    for gpu in sorted(payload.get("gpus") or (), key=_by_place):
+        reachable = gpu.get("reachable")
+        host = str(gpu.get("host", "?"))
+        if reachable is False:
+            host += " (unreachable)"
+        index = gpu.get("index")
+        rows.append(
+            [
+                host,
+                NONE if index is None else str(index),
+                str(gpu.get("name") or NONE),
+                _figure(gpu.get("utilization_gpu_percent"), "%"),
+                memory_text(gpu.get("memory_used_mib"), gpu.get("memory_total_mib")),
+                processes_text(gpu.get("processes")),
+                current_text(gpu.get("reservation"), now, tz),
+                next_text(gpu.get("next_reservation"), now, tz),
+            ]
+        )
+    return rows
+
+
+RESERVATION_COLUMNS = ("ID", "OWNER", "GPUS", "START", "END", "STATUS", "TITLE")
+
+
+def reservation_rows(
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+) -> list[list[str]]:
+    return [
+        [
+            str(r.get("id", "?")),
+            str(r.get("owner", "?")),
+            ", ".join(gpu_place(g) for g in r.get("gpus") or ()) or NONE,
+            when(r.get("start"), now, tz),
+            when(r.get("end"), now, tz),
+            str(r.get("status") or NONE),
+            str(r.get("title") or ""),
+        ]
+        for r in items
+    ]
+
+
+JOB_COLUMNS = ("ID", "OWNER", "NAME", "STATUS", "TASKS", "CREATED", "NOTE")
+
+
+def task_text(task: Mapping[str, Any]) -> str:
+    gpus = task.get("gpus") or []
+    count = len(gpus) or task.get("gpu_count") or 0
+    where = str(task.get("host") or "any host")
+    text = f"{task.get('index', '?')}: {where}, {count} GPU{'s' if count != 1 else ''}"
+    text += f", {task.get('status') or '?'}"
+    if task.get("exit_code") is not None:
+        text += f" (exit {task['exit_code']})"
+    return text
+
+
+def job_rows(
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+) -> list[list[str]]:
+    rows = []
+    for job in items:
+        status = str(job.get("status") or NONE)
+        if job.get("queued") and status != "queued":
+            status += " (queue)"
+        rows.append(
+            [
+                str(job.get("id", "?")),
+                str(job.get("owner", "?")),
+                str(job.get("name") or ""),
+                status,
+                "\n".join(task_text(t) for t in job.get("tasks") or ()) or NONE,
+                when(job.get("created_at"), now, tz),
+                str(job.get("waiting_reason") or job.get("stop_reason") or ""),
+            ]
+        )
+    return rows
+
+
+VIOLATION_COLUMNS = (
+    "ID",
+    "STATUS",
+    "GPU",
+    "OFFENDER",
+    "PROCESSES",
+    "RESERVED BY",
+    "OPENED",
+    "RESOLVED",
+)
+
+
+def violation_rows(
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+) -> list[list[str]]:
+    rows = []
+    for incident in items:
+        resolved = NONE
+        if incident.get("resolved_at"):
+            resolved = when(incident.get("resolved_at"), now, tz)
+            if incident.get("resolve_reason"):
+                resolved += f" ({incident['resolve_reason']})"
+        rows.append(
+            [
+                str(incident.get("id", "?")),
+                str(incident.get("status") or NONE),
+                gpu_place(
+                    {
+                        "host": incident.get("host"),
+                        "index": incident.get("gpu_index"),
+                        "uuid": incident.get("gpu_uuid"),
+                    }
+                ),
+                str(incident.get("offender") or NONE),
+                processes_text(incident.get("processes")),
+                str(incident.get("owner") or NONE),
+                when(incident.get("opened_at"), now, tz),
+                resolved,
+            ]
+        )
+    return rows
+
+
+def make_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str = "") -> Table:
+    """Cells as plain text: names and titles from the API are never read as rich markup."""
+    table = Table(title=title or None, title_justify="left", header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def status_table(payload: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> Table:
+    return make_table(STATUS_COLUMNS, status_rows(payload, now, tz))
+
+
+def reservations_table(
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None, title: str = ""
+) -> Table:
+    return make_table(RESERVATION_COLUMNS, reservation_rows(items, now, tz), title)
+
+
+def jobs_table(
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+) -> Table:
+    return make_table(JOB_COLUMNS, job_rows(items, now, tz))
+
+
+def violations_table(
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+) -> Table:
+    return make_table(VIOLATION_COLUMNS, violation_rows(items, now, tz))
+
+
+def describe_reservation(r: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> str:
+    gpus = ", ".join(gpu_place(g) for g in r.get("gpus") or ())
+    return (
+        f"reservation {r.get('id', '?')}: {gpus} from {when(r.get('start'), now, tz)} "
+        f"to {when(r.get('end'), now, tz)} ({r.get('title', '')})"
+    )
+
+
+def describe_job(job: Mapping[str, Any]) -> str:
+    text = f"job {job.get('id', '?')} ({job.get('name', '')}): {job.get('status', '?')}"
+    if job.get("waiting_reason"):
+        text += f" ({job['waiting_reason']})"
+    return text

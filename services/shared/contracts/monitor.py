@@ -1,0 +1,133 @@
+"""The events the monitor publishes: GPUs found and lost, host and process readings, outages."""
+
+from __future__ import annotations
+
+from marshmallow import fields, validate
+
+from services.shared.contracts.schema import Integer, NonEmpty, Number, Str, Strict
+from services.shared.contracts.validation import EventType
+
+
+class HostRef(Strict):
+    host = Str(required=True, validate=NonEmpty)
+
+
+GPU_STATUSES = ("ok", "no_gpu", "no_nvidia_smi", "error")
+
+
+class GpuDiscovered(HostRef):
+    uuid = Str(required=True, validate=NonEmpty)
+    index = Integer(required=True, validate=validate.Range(min=0))
+    name = Str(required=True)
+    memory_total_mib = Number(required=True, allow_none=True)
+    mig_parent_uuid = Str(load_default=None, allow_none=True)
+
+
+class GpuDisappeared(HostRef):
+    uuid = Str(required=True, validate=NonEmpty)
+    index = Integer(required=True, allow_none=True)
+    at = fields.AwareDateTime(required=True)
+
+
+class GpuSample(Strict):
+    """One GPU at one tick. A figure the GPU does not report is null, never 0."""
+
+    uuid = Str(required=True, validate=NonEmpty)
+    index = Integer(required=True)
+    name = Str(load_default=None, allow_none=True)
+    utilization_gpu_percent = Number(allow_none=True, load_default=None)
+    utilization_memory_percent = Number(allow_none=True, load_default=None)
+    memory_used_mib = Number(allow_none=True, load_default=None)
+    memory_total_mib = Number(allow_none=True, load_default=None)
+    temperature_c = Number(allow_none=True, load_default=None)
+    power_draw_w = Number(allow_none=True, load_default=None)
+    power_limit_w = Number(allow_none=True, load_default=None)
+    fan_speed_percent = Number(allow_none=True, load_default=None)
+    clock_sm_mhz = Number(allow_none=True, load_default=None)
+    clock_memory_mhz = Number(allow_none=True, load_default=None)
+
+
+class HostSampled(HostRef):
+    sampled_at = fields.AwareDateTime(required=True)
+    cpu_percent = Number(allow_none=True, load_default=None)
+    load_1m = Number(allow_none=True, load_default=None)
+    load_5m = Number(allow_none=True, load_default=None)
+    load_15m = Number(allow_none=True, load_default=None)
+    memory_used_mib = Number(allow_none=True, load_default=None)
+    memory_total_mib = Number(allow_none=True, load_default=None)
+    # ok | no_gpu | no_nvidia_smi | error: why `gpus` may be empty.
+    gpu_status = Str(load_default="ok", validate=validate.OneOf(GPU_STATUSES))
+    gpu_error = Str(allow_none=True, load_default=None)
+    gpus = fields.List(fields.Nested(GpuSample), required=True)
+
+
+class GpuProcess(Strict):
+    gpu_uuid = Str(required=True, validate=NonEmpty)
+    pid = Integer(required=True, validate=validate.Range(min=0))
+    user = Str(required=True, allow_none=True)
+    command = Str(required=True)
+    used_memory_mib = Number(allow_none=True, load_default=None)
+    started_at = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+class ProcessesObserved(HostRef):
+    """The whole truth about GPU processes on one host at one time (not a delta)."""
+
+    observed_at = fields.AwareDateTime(required=True)
+    processes = fields.List(fields.Nested(GpuProcess), required=True)
+
+
+class HostUnreachable(HostRef):
+    since = fields.AwareDateTime(required=True)
+    reason = Str(required=True)
+
+
+class HostRecovered(HostRef):
+    at = fields.AwareDateTime(required=True)
+    down_since = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+EVENTS: tuple[EventType, ...] = (
+    EventType(
+        "gpu.discovered",
+        1,
+        "monitor",
+        GpuDiscovered,
+        "A GPU was seen for the first time, or its identity (index, name, memory) changed.",
+    ),
+    EventType(
+        "gpu.disappeared",
+        1,
+        "monitor",
+        GpuDisappeared,
+        "A GPU seen before is missing from its host's reading (the host itself answered).",
+    ),
+    EventType(
+        "host.sampled",
+        1,
+        "monitor",
+        HostSampled,
+        "CPU and every GPU's figures of one host at one tick.",
+    ),
+    EventType(
+        "processes.observed",
+        1,
+        "monitor",
+        ProcessesObserved,
+        "The complete list of GPU processes of one host at one tick.",
+    ),
+    EventType(
+        "host.unreachable",
+        1,
+        "monitor",
+        HostUnreachable,
+        "A host stopped answering polls (sent once per outage).",
+    ),
+    EventType(
+        "host.recovered",
+        1,
+        "monitor",
+        HostRecovered,
+        "A host that was unreachable answers again (sent once per outage).",
+    ),
+)

@@ -1,0 +1,65 @@
+"""Text that fits a chat service's limits, whatever a command line holds.
+
+Lengths are counted in UTF-16 code units, which is what the JavaScript-based services count and
+never less than the code points the others count. Text shown on one line is cleaned so that a
+command cannot add lines, reorder what is shown, or break out of a Markdown code block.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def clip(text: str, limit: int) -> str:
+    """At most `limit` UTF-16 code units; "…" marks a cut (a surrogate pair is never split)."""
+    if units(text) <= limit:
+        return text
+    head = text.encode("utf-16-le")[: 2 * (limit - 1)].decode("utf-16-le", errors="ignore")
+    return head + "…"
+
+
+def clean(text: str) -> str:
+    """One line of valid Unicode: control characters, line separators and bidi overrides
+    become a space (a command cannot add lines or reorder what is shown), lone surrogates "?"."""
+    return _LINE_BREAKING.sub(" ", _LONE_SURROGATE.sub("?", text))
+
+
+def line(text: str, limit: int) -> str:
+    return clip(clean(clip(text, limit)), limit)
+
+
+def no_fence(text: str) -> str:
+    """A command shown inside a Markdown code block cannot close it."""
+    return text.replace("`", "\u02cb")  # MODIFIER LETTER GRAVE ACCENT looks the same
+
+
+def _more(hidden: int) -> str:
+    return f"… and {hidden} more process{'es' if hidden != 1 else ''}"
+
+
+_MORE_RESERVE = 40  # units kept free for the `_more` line
+
+
+def bounded(lines: Sequence[str], *, max_lines: int, budget: int) -> list[str]:
+    """The first lines that fit in `budget` units (a newline after each) and `max_lines`,
+    then "… and N more processes" when some were left out."""
+    kept: list[str] = []
+    used = 0
+    for i, text in enumerate(lines):
+        cost = units(text) + 1
+        reserve = _MORE_RESERVE if i < len(lines) - 1 else 0
+        if len(kept) >= max_lines or used + cost + reserve > budget:
+            break
+        kept.append(text)
+        used += cost
+    if len(kept) < len(lines):
+        kept.append(_more(len(lines) - len(kept)))
+    return kept
