@@ -29,31 +29,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
-import platform
-import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
-# Runnable as a plain script from a checkout: the repository root holds `services`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import (
+    DEFAULT_AMQP_URL,
+    Latencies,
+    cpu_seconds,
+    print_machine,
+    print_result,
+    print_table,
+    rabbitmq_version,
+    rabbitmq_vhost,
+    setup_logging_and_sigterm,
+    usable_cpus,
+)
 
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.base import Bus, BusSettings, dead_letter_queue_name, queue_name
 from services.shared.bus.inproc import InProcessBus
 from services.shared.contracts import Envelope, make_envelope, parse_envelope
 
-DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 EVENT_TYPE = "host.recovered"
 SOURCE = "monitor"
 PATTERN = "host.recovered"
@@ -61,31 +66,6 @@ PATTERN = "host.recovered"
 TARGET_AMQP_EPS = 4_000
 TARGET_INPROC_EPS = 50_000
 TARGET_RPC_P99_MS = 10.0
-
-
-# --- RabbitMQ vhost ---------------------------------------------------------------------------
-
-
-def _rabbitmqctl(*args: str, check: bool = True) -> str:
-    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    done = subprocess.run([ctl, "-q", *args], capture_output=True, text=True, timeout=120)
-    if check and done.returncode != 0:
-        raise RuntimeError(
-            f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip() or done.stdout.strip()}"
-        )
-    return done.stdout.strip()
-
-
-def rabbitmq_version() -> str:
-    try:
-        return _rabbitmqctl("version") or "unknown"
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
-        return f"unknown ({err.__class__.__name__})"
-
-
-def _with_vhost(url: str, vhost: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + quote(vhost, safe="")))
 
 
 # --- measurements ------------------------------------------------------------------------------
@@ -119,31 +99,6 @@ class EventFigures:
     @property
     def drain_eps(self) -> float:
         return self.events / self.drain_s if self.drain_s else 0.0
-
-
-@dataclass
-class RpcFigures:
-    samples_ms: list[float] = field(default_factory=list)
-
-    def pct(self, p: float) -> float:
-        ordered = sorted(self.samples_ms)
-        if not ordered:
-            return float("nan")
-        # nearest-rank percentile
-        k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-        return ordered[k]
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return self.pct(99)
-
-    @property
-    def max(self) -> float:
-        return max(self.samples_ms) if self.samples_ms else float("nan")
 
 
 def event_data() -> dict[str, Any]:
@@ -263,15 +218,10 @@ class CpuPerEvent:
 
 def broker_cpu_s() -> float | None:
     """CPU seconds used so far by a local RabbitMQ (beam.smp), from /proc; None if not found."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if "(beam.smp)" in text:
-            fields = text.rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if comm.read_text().strip() == "beam.smp":
+                return cpu_seconds(comm.parent.name)
     return None
 
 
@@ -317,7 +267,7 @@ async def measure_e2e_two_processes(
         await child.wait()
 
 
-async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> RpcFigures:
+async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> Latencies:
     async def echo(args: dict[str, Any]) -> dict[str, Any]:
         return args
 
@@ -325,7 +275,7 @@ async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> RpcF
     try:
         for i in range(warmup):
             await client.call("bench", "echo", {"i": i}, timeout=5)
-        figures = RpcFigures()
+        figures = Latencies()
         for i in range(calls):
             t0 = time.perf_counter_ns()
             reply = await client.call("bench", "echo", {"i": i}, timeout=5)
@@ -365,7 +315,7 @@ class Config:
     inproc_runs: int
 
 
-async def run_inproc(cfg: Config) -> tuple[EventFigures, RpcFigures, list[float]]:
+async def run_inproc(cfg: Config) -> tuple[EventFigures, Latencies, list[float]]:
     """In-process runs take well under a second, so one scheduling hiccup of another process
     skews them: the best of `cfg.inproc_runs` runs (each on a fresh bus) is reported."""
     runs: list[EventFigures] = []
@@ -398,7 +348,7 @@ async def run_inproc(cfg: Config) -> tuple[EventFigures, RpcFigures, list[float]
     return best, rpc, [ev.eps for ev in runs]
 
 
-async def run_amqp(url: str, cfg: Config, shared_vhost: bool) -> tuple[EventFigures, RpcFigures]:
+async def run_amqp(url: str, cfg: Config, shared_vhost: bool) -> tuple[EventFigures, Latencies]:
     suffix = uuid.uuid4().hex[:8]
     consumer_name = f"bench.on_recovered_{suffix}"
     publisher = AmqpBus(url, name=f"bench-publisher-{suffix}")
@@ -448,34 +398,17 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def report(
-    amqp: tuple[EventFigures, RpcFigures],
-    inproc: tuple[EventFigures, RpcFigures],
+    amqp: tuple[EventFigures, Latencies],
+    inproc: tuple[EventFigures, Latencies],
     cfg: Config,
     micro: tuple[float, float],
     rmq_version: str,
     where: str,
     inproc_runs: list[float],
 ) -> None:
-    ncpu = os.cpu_count()
-    try:
-        usable: int | None = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = ncpu
     print()
-    print(
-        f"machine: nproc={usable} (cpu_count={ncpu}), Python {platform.python_version()} "
-        f"({platform.python_implementation()}), RabbitMQ {rmq_version}, {platform.platform()}"
-    )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load:    {load} (1/5/15 min, at the end; other work on the machine skews figures)")
+    print_machine(f"RabbitMQ {rmq_version}", sharing="other work on the machine skews figures")
     print(f"broker:  {where}")
     print(
         f"events:  {cfg.events:,} x '{EVENT_TYPE}' via Bus.emit (make_envelope validation + "
@@ -490,17 +423,30 @@ def report(
     )
     print(f"rpc:     bench.echo, {cfg.rpc_warmup} warm-up + {cfg.rpc_calls} sequential calls")
     print()
-    head = (
-        f"{'bus':<11} {'events':>7} {'e2e ev/s':>9} {'e2e ev/s 1 proc':>16} "
-        f"{'publish-only ev/s':>18} {'rpc p50 ms':>11} {'rpc p99 ms':>11} {'rpc max ms':>11}"
+    print_table(
+        [
+            "bus",
+            "events",
+            "e2e ev/s",
+            "e2e ev/s 1 proc",
+            "publish-only ev/s",
+            "rpc p50 ms",
+            "rpc p99 ms",
+            "rpc max ms",
+        ],
+        [
+            [
+                ev.bus,
+                f"{ev.events:,}",
+                fmt_int(ev.eps),
+                fmt_int(ev.one_process_eps),
+                fmt_int(ev.publish_eps),
+                *(f"{ms:.3f}" for ms in (rpc.p50, rpc.p99, rpc.max)),
+            ]
+            for ev, rpc in (amqp, inproc)
+        ],
+        "<>>>>>>>",
     )
-    print(head)
-    print("-" * len(head))
-    for ev, rpc in (amqp, inproc):
-        print(
-            f"{ev.bus:<11} {ev.events:>7,} {fmt_int(ev.eps):>9} {fmt_int(ev.one_process_eps):>16} "
-            f"{fmt_int(ev.publish_eps):>18} {rpc.p50:>11.3f} {rpc.p99:>11.3f} {rpc.max:>11.3f}"
-        )
     print(
         "(AMQP e2e: publisher and consumer in two processes, as two services; "
         "'1 proc': both in one process and event loop)"
@@ -562,10 +508,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--consumer-process"]:
@@ -574,9 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(consumer_process(url, consumer_name, int(n), int(concurrency)))
         return 0
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _sigterm)
+    setup_logging_and_sigterm()
 
     events = args.events or (1_000 if args.quick else 20_000)
     cfg = Config(
@@ -593,32 +533,22 @@ def main(argv: list[str] | None = None) -> int:
     inproc_events, inproc_rpc, inproc_runs = asyncio.run(run_inproc(cfg))
     inproc = (inproc_events, inproc_rpc)
 
-    vhost = None
-    if args.amqp_url:
-        url = args.amqp_url
-    else:
-        vhost = f"warden-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        _rabbitmqctl("add_vhost", vhost)
-    try:
-        if vhost is not None:
-            user = urlsplit(DEFAULT_AMQP_URL).username or "guest"
-            _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-            url = _with_vhost(DEFAULT_AMQP_URL, vhost)
-        amqp = asyncio.run(run_amqp(url, cfg, shared_vhost=vhost is None))
-    finally:
-        if vhost is not None:
-            _rabbitmqctl("delete_vhost", vhost, check=False)
+    with contextlib.ExitStack() as own_vhost:
+        url = args.amqp_url or own_vhost.enter_context(
+            rabbitmq_vhost(DEFAULT_AMQP_URL, "warden-bench")
+        )
+        amqp = asyncio.run(run_amqp(url, cfg, shared_vhost=bool(args.amqp_url)))
 
     parts = urlsplit(url)
     where = f"{parts.hostname}:{parts.port or 5672} vhost {unquote(parts.path[1:]) or '/'}" + (
-        " (own vhost, deleted)" if vhost else " (given)"
+        " (given)" if args.amqp_url else " (own vhost, deleted)"
     )
     report(amqp, inproc, cfg, micro, rmq_version, where, inproc_runs)
-    print(
-        f"RESULT amqp_events_per_s={int(amqp[0].eps)} inproc_events_per_s={int(inproc[0].eps)} "
-        f"rpc_p99_ms={amqp[1].p99:.2f}"
+    print_result(
+        amqp_events_per_s=int(amqp[0].eps),
+        inproc_events_per_s=int(inproc[0].eps),
+        rpc_p99_ms=f"{amqp[1].p99:.2f}",
     )
-    sys.stdout.flush()
     return 0
 
 
