@@ -1,5 +1,6 @@
-"""What the benchmarks in bench/ share: latency figures, the machine they ran on, child
-processes, a Warden config, RabbitMQ vhosts, and printing the table and the `RESULT` line.
+"""What the benchmarks in bench/ share: the command line, latency figures, the machine they ran
+on, child processes, a Warden config, databases and accounts, RabbitMQ vhosts, and printing the
+table and the `RESULT` line.
 
 The benchmarks run as `python bench/<name>.py` from a checkout: Python puts bench/ on the path,
 so they `import _common`, and this module puts the repository root there for `services`.
@@ -7,6 +8,7 @@ so they `import _common`, and this module puts the repository root there for `se
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -26,17 +28,30 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from services.shared import toml
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from services.shared.config import Settings
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 SIM_READY = "Ctrl-C to stop"  # what `warden sim` prints once it serves
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def argument_parser(doc: str | None, quick: str) -> argparse.ArgumentParser:
+    """The script's parser: the first paragraph of its `doc` as description, and `--quick`, a
+    smoke run of what `quick` says."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}")
+    return parser
 
 
 # --- figures ------------------------------------------------------------------------------------
@@ -272,6 +287,52 @@ def write_config(
     config = folder / "warden.toml"
     config.write_text(toml.dumps(document, header=f"Written by bench/{Path(sys.argv[0]).name}"))
     return config
+
+
+# --- databases and accounts -------------------------------------------------------------------
+# The database layer is imported in these functions, not above: loaded into a benchmark that
+# needs none (bench/scheduler.py), its objects would slow every garbage collection it times.
+
+
+async def create_accounts(
+    engine: AsyncEngine, users: Iterable[tuple[str, bool]], password: str
+) -> None:
+    """(username, is_admin) accounts with `password` in the reservations database of
+    `engine`, hashed with argon2 at its cheapest: they are made in milliseconds, and so are their
+    logins (a hash carries its parameters)."""
+    import argon2
+
+    from services.reservations import accounts, passwords
+    from services.reservations.store import Store
+
+    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    passwords._dummy_hash.cache_clear()
+    async with Store(engine).write() as conn:
+        for username, is_admin in users:
+            await accounts.create_user(
+                conn,
+                username=username,
+                email=f"{username}@lab.example",
+                password=password,
+                is_admin=is_admin,
+                actor="bench",
+            )
+
+
+async def prepare_databases(
+    settings: Settings, users: Iterable[tuple[str, bool]], password: str
+) -> None:
+    """Every service's database migrated; `users` made in the reservations one."""
+    from services.shared import db
+
+    for name in db.SERVICES_WITH_DATABASE:
+        engine = db.create_engine(settings.storage.database_url_for(name))
+        try:
+            await db.upgrade(engine, name)
+            if name == "reservations":
+                await create_accounts(engine, users, password)
+        finally:
+            await engine.dispose()
 
 
 # --- RabbitMQ -----------------------------------------------------------------------------------
