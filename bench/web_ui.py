@@ -17,27 +17,23 @@ core; no visibly dropped frames. Ends with
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
-import platform
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import (
+    REPO,
+    argument_parser,
+    print_machine,
+    print_result,
+    print_table,
+    stop_process,
+)
+
 FRONTEND = REPO / "frontend"
 TARGET_JS_KB = 500.0
 TARGET_CPU_PCT = 20.0
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def chromium_version() -> str:
@@ -75,17 +71,11 @@ def measure(hosts: int, gpus: int, warmup_s: int, measure_s: int) -> dict[str, f
         result: dict[str, float] = json.loads(perf.stdout.strip().splitlines()[-1])
         return result
     finally:
-        system.terminate()
-        try:
-            system.wait(60)
-        except subprocess.TimeoutExpired:
-            system.kill()
+        stop_process(system, "tests.e2e.web_system", grace_s=60)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10 hosts, 15 s: a smoke run")
-    args = parser.parse_args()
+    args = argument_parser(__doc__, "10 hosts, 15 s").parse_args()
     if not (FRONTEND / "dist" / "index.html").is_file():
         raise SystemExit("no build in frontend/dist: run `make frontend` first")
     hosts, gpus = (10, 8) if args.quick else (50, 8)
@@ -116,20 +106,18 @@ def main() -> None:
         ("frames over 50 ms", f"{r['frames_over_50ms']:.0f}", ""),
         ("long tasks (> 50 ms)", f"{r['long_tasks']:.0f}", f"max {r['long_task_max_ms']:.0f} ms"),
     ]
-    print(
-        f"machine: nproc={len(os.sched_getaffinity(0))}, {cpu_model()}, {chromium_version()} "
-        f"headless; warden, simulator and browser share it"
+    print_machine(
+        f"{chromium_version()} headless", sharing="warden, simulator and browser share it"
     )
     print(f"measured {r['measured_s']:.0f} s after a {warmup_s} s warm-up, monitor every 2 s\n")
-    width = max(len(name) for name, _, _ in rows)
-    value_width = max(len(value) for _, value, _ in rows)
-    print(f"{'measure':<{width}}  {'value':<{value_width}}  target / note")
-    for name, value, note in rows:
-        print(f"{name:<{width}}  {value:<{value_width}}  {note}")
-    print(
-        f"\nRESULT initial_js_gzip_kb={js_kb:.1f} tab_cpu_pct={tab:.1f} "
-        f"renderer_cpu_pct={r['renderer_cpu_pct']:.1f} "
-        f"frames_over_50ms={r['frames_over_50ms']:.0f} gpus={r['cards']:.0f}"
+    print_table(["measure", "value", "target / note"], rows, "<<<")
+    print()
+    print_result(
+        initial_js_gzip_kb=f"{js_kb:.1f}",
+        tab_cpu_pct=f"{tab:.1f}",
+        renderer_cpu_pct=f"{r['renderer_cpu_pct']:.1f}",
+        frames_over_50ms=f"{r['frames_over_50ms']:.0f}",
+        gpus=f"{r['cards']:.0f}",
     )
 
 
