@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import math
 import os
 import platform
 import resource
@@ -25,10 +26,10 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,6 +46,14 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 SIM_READY = "Ctrl-C to stop"  # what `warden sim` prints once it serves
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
+T = TypeVar("T")
+
+# The wall time print_result reports runs from here: a benchmark imports this module first.
+STARTED = time.monotonic()
+
+
+# --- the command line and the run -----------------------------------------------------------------
+
 
 def argument_parser(doc: str | None, quick: str) -> argparse.ArgumentParser:
     """The script's parser: the first paragraph of its `doc` as description, and `--quick`, a
@@ -54,7 +63,31 @@ def argument_parser(doc: str | None, quick: str) -> argparse.ArgumentParser:
     return parser
 
 
-# --- figures ------------------------------------------------------------------------------------
+def setup_logging_and_sigterm() -> None:
+    """Warnings only; SIGTERM ends the run like Ctrl-C does, through every `finally` (children
+    stopped, vhosts, databases and temporary folders removed)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.WARNING)
+
+    def exit_on(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_on)
+
+
+def run_async(main: Coroutine[Any, Any, T], cleaned_up: str, *stops: type[Exception]) -> T:
+    """`asyncio.run(main)` with setup_logging_and_sigterm; on Ctrl-C (or one of the `stops`) it
+    says so and what the `finally` blocks `cleaned_up`, and exits with status 130."""
+    setup_logging_and_sigterm()
+    interrupts: tuple[type[BaseException], ...] = (KeyboardInterrupt, *stops)
+    try:
+        return asyncio.run(main)
+    except interrupts as err:
+        print(f"interrupted ({str(err) or 'Ctrl-C'}): {cleaned_up}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+# --- figures --------------------------------------------------------------------------------------
 
 
 def percentile(samples: Iterable[float], p: float) -> float:
@@ -97,7 +130,7 @@ class Latencies:
         return statistics.fmean(self.samples_ms) if self.samples_ms else float("nan")
 
 
-# --- the machine --------------------------------------------------------------------------------
+# --- the machine ----------------------------------------------------------------------------------
 
 
 def usable_cpus() -> int:
@@ -144,19 +177,7 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-# --- child processes ----------------------------------------------------------------------------
-
-
-def setup_logging_and_sigterm() -> None:
-    """Warnings only; SIGTERM ends the run like Ctrl-C does, through every `finally` (children
-    stopped, vhosts, databases and temporary folders removed)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.WARNING)
-
-    def exit_on(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, exit_on)
+# --- child processes ------------------------------------------------------------------------------
 
 
 def warden_argv(*args: str, python_opts: Iterable[str] = ()) -> list[str]:
@@ -171,8 +192,8 @@ def child_env(home: Path) -> dict[str, str]:
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn: the child gets SIGTERM if the benchmark dies (Linux). libc is looked up
-    here, in the parent, so the forked child runs no import."""
+    """For Popen's preexec_fn: the child gets SIGTERM if the benchmark dies (Linux). libc is
+    looked up here, in the parent, so the forked child runs no import."""
     try:
         prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except OSError:
@@ -261,7 +282,7 @@ def sim_hosts(folder: Path) -> tuple[Path, list[dict[str, Any]]]:
     return sim / "known_hosts", hosts
 
 
-# --- a Warden config ----------------------------------------------------------------------------
+# --- a Warden config ------------------------------------------------------------------------------
 
 
 def write_config(
@@ -289,7 +310,7 @@ def write_config(
     return config
 
 
-# --- databases and accounts -------------------------------------------------------------------
+# --- databases and accounts -----------------------------------------------------------------------
 # The database layer is imported in these functions, not above: loaded into a benchmark that
 # needs none (bench/scheduler.py), its objects would slow every garbage collection it times.
 
@@ -335,7 +356,7 @@ async def prepare_databases(
             await engine.dispose()
 
 
-# --- RabbitMQ -----------------------------------------------------------------------------------
+# --- RabbitMQ -------------------------------------------------------------------------------------
 
 
 def rabbitmqctl(*args: str, check: bool = True) -> str:
@@ -369,7 +390,7 @@ def rabbitmq_vhost(url: str, prefix: str) -> Iterator[str]:
         rabbitmqctl("delete_vhost", vhost, check=False)
 
 
-# --- output -------------------------------------------------------------------------------------
+# --- output ---------------------------------------------------------------------------------------
 
 
 def print_table(head: Sequence[str], rows: Iterable[Sequence[str] | str], align: str) -> None:
@@ -396,6 +417,13 @@ def print_table(head: Sequence[str], rows: Iterable[Sequence[str] | str], align:
         print(text)
 
 
+def verdict(met: bool, figure: float = 0.0) -> str:
+    """Whether a target was met; "n/a" when the `figure` judged is nan (not measured)."""
+    return "n/a" if math.isnan(figure) else ("met" if met else "MISSED")
+
+
 def print_result(**figures: object) -> None:
-    """The machine-readable last line: `RESULT key=value ...`."""
+    """After a blank line, the wall time, then the machine-readable last line:
+    `RESULT key=value ...`."""
+    print(f"\nwall time: {time.monotonic() - STARTED:.0f}s")
     print("RESULT " + " ".join(f"{key}={value}" for key, value in figures.items()), flush=True)

@@ -94,28 +94,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import _common as common
 import aiohttp
-from _common import (
-    CLK_TCK,
-    REPO,
-    SIM_READY,
-    Child,
-    Latencies,
-    argument_parser,
-    child_env,
-    cpu_seconds,
-    own_cpu_seconds,
-    prepare_databases,
-    print_machine,
-    print_result,
-    print_table,
-    setup_logging_and_sigterm,
-    sim_hosts,
-    start_sim,
-    usable_cpus,
-    warden_argv,
-    write_config,
-)
 from sqlalchemy import func, insert, select
 from yarl import URL
 
@@ -168,7 +148,7 @@ STOP_WAIT_S = 60.0
 
 
 @dataclass
-class RouteStats(Latencies):
+class RouteStats(common.Latencies):
     """The recorded requests of one route."""
 
     statuses: Counter[int] = field(default_factory=Counter)
@@ -271,7 +251,7 @@ def machine_cpu_s() -> float:
             ticks = [int(x) for x in stat.readline().split()[1:9]]
     except (OSError, ValueError):
         return float("nan")
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK  # idle and iowait are not busy
+    return (sum(ticks) - ticks[3] - ticks[4]) / common.CLK_TCK  # idle and iowait are not busy
 
 
 def free_port() -> int:
@@ -280,16 +260,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def stop(child: Child) -> None:
+def stop(child: common.Child) -> None:
     """SIGINT, a clean stop in which a server under cProfile writes its file; then SIGKILL."""
     child.stop(signal.SIGINT, STOP_WAIT_S)
 
 
-def start_server(tmp: Path, config: Path, env: dict[str, str], profile: Path | None) -> Child:
+def start_server(
+    tmp: Path, config: Path, env: dict[str, str], profile: Path | None
+) -> common.Child:
     opts = ["-m", "cProfile", "-o", str(profile)] if profile else []
-    return Child(
+    return common.Child(
         "warden run all" + (" (under cProfile)" if profile else ""),
-        warden_argv("run", "all", "--config", str(config), python_opts=opts),
+        common.warden_argv("run", "all", "--config", str(config), python_opts=opts),
         tmp / ("server-profiled.log" if profile else "server.log"),
         env,
     )
@@ -757,7 +739,7 @@ async def run_remote(cfg: Config) -> Result:
     )
 
     def cpu_now() -> Cpu:
-        return Cpu(own_cpu_seconds(), cpu_seconds(pid) if pid else float("nan"))
+        return Cpu(common.own_cpu_seconds(), common.cpu_seconds(pid) if pid else float("nan"))
 
     async with new_session() as session:
         api = Api(cfg.url, session)
@@ -774,24 +756,26 @@ async def run_remote(cfg: Config) -> Result:
 async def run_local(cfg: Config, tmp: Path) -> Result:
     """Set-up, seeding and load against a server this bench starts (and stops)."""
     result = Result(cfg, {})
-    env = child_env(tmp)
-    children: list[Child] = []
+    env = common.child_env(tmp)
+    children: list[common.Child] = []
     try:
         t0 = time.monotonic()
         options = ["--hosts", str(HOSTS), "--gpus-per-host", str(GPUS_PER_HOST), "--no-churn"]
-        sim = start_sim(tmp, env, *options, "--seed", str(SIM_SEED))
+        sim = common.start_sim(tmp, env, *options, "--seed", str(SIM_SEED))
         children.append(sim)
-        await sim.wait_for_line(SIM_READY, START_DEADLINE_S)
-        known_hosts, hosts = sim_hosts(tmp)
+        await sim.wait_for_line(common.SIM_READY, START_DEADLINE_S)
+        known_hosts, hosts = common.sim_hosts(tmp)
         port = free_port()
-        config = write_config(
+        config = common.write_config(
             tmp,
             known_hosts=known_hosts,
             hosts=hosts,
             gateway={"host": "127.0.0.1", "port": port, "login_failures_per_ip": 1000},
         )
         users = [(user, False) for user in USERS] + [(ADMIN, True)]
-        await prepare_databases(load_settings(config, environ={"HOME": str(tmp)}), users, PASSWORD)
+        await common.prepare_databases(
+            load_settings(config, environ={"HOME": str(tmp)}), users, PASSWORD
+        )
         result.setup_s["sim+db"] = time.monotonic() - t0
 
         t0 = time.monotonic()
@@ -858,7 +842,11 @@ async def run_local(cfg: Config, tmp: Path) -> Result:
                 await asyncio.sleep(1.0)
 
         def cpu_now() -> Cpu:
-            return Cpu(own_cpu_seconds(), cpu_seconds(server.pid), cpu_seconds(sim.pid))
+            return Cpu(
+                common.own_cpu_seconds(),
+                common.cpu_seconds(server.pid),
+                common.cpu_seconds(sim.pid),
+            )
 
         async with new_session() as session:
             await load_against(Api(base, session), cfg, result, by_host, cpu_now)
@@ -890,10 +878,6 @@ def target(route: str) -> float:
     return TARGET_CREATE_P99_MS if route == "create" else TARGET_READ_P99_MS
 
 
-def verdict(ok: bool, value: float) -> str:
-    return "n/a" if value != value else ("met" if ok else "MISSED")
-
-
 def _statuses(stats: RouteStats) -> str:
     other = stats.other()
     parts = [f"{status}: {n}" for status, n in other.items()]
@@ -905,7 +889,9 @@ def _statuses(stats: RouteStats) -> str:
 def report(result: Result) -> None:
     cfg = result.cfg
     print()
-    print_machine(f"aiohttp {aiohttp.__version__}", sharing="bench, server and simulator share it")
+    common.print_machine(
+        f"aiohttp {aiohttp.__version__}", sharing="bench, server and simulator share it"
+    )
     if not cfg.url:
         setup = ", ".join(f"{k} {v:.1f}s" for k, v in result.setup_s.items())
         print(
@@ -944,14 +930,19 @@ def report(result: Result) -> None:
                 *figures(LABELS[route], s),
                 _num(size),
                 f"p99 < {target(route):g}",
-                verdict(ok, s.p99),
+                common.verdict(ok, s.p99),
                 _statuses(s),
             ]
         )
     reads = result.merged(READS) if result.routes else RouteStats()
     ok = reads.p99 < TARGET_READ_P99_MS
     rows.append(
-        [*figures("all reads", reads), "", f"p99 < {TARGET_READ_P99_MS:g}", verdict(ok, reads.p99)]
+        [
+            *figures("all reads", reads),
+            "",
+            f"p99 < {TARGET_READ_P99_MS:g}",
+            common.verdict(ok, reads.p99),
+        ]
     )
     every = result.merged(ROUTES) if result.routes else RouteStats()
     ok = result.rps >= TARGET_RPS
@@ -960,11 +951,11 @@ def report(result: Result) -> None:
             *figures("all", every),
             "",
             f">= {TARGET_RPS:,.0f}/s",
-            verdict(ok, result.rps),
+            common.verdict(ok, result.rps),
             f"server errors: {result.server_errors}",
         ]
     )
-    print_table(
+    common.print_table(
         [
             "route",
             "count",
@@ -992,9 +983,8 @@ def report(result: Result) -> None:
     print(
         f"CPU over the window, % of one core: bench (load generator) {share(cpu.bench)}, "
         f"server {share(cpu.server)}, simulator {share(cpu.sim)}, other processes "
-        f"{share(cpu.others)}; machine busy {share(cpu.machine)} of {usable_cpus() * 100}%"
+        f"{share(cpu.others)}; machine busy {share(cpu.machine)} of {common.usable_cpus() * 100}%"
     )
-    print()
 
 
 def _package(filename: str, function: str) -> str:
@@ -1025,7 +1015,7 @@ def print_profile(path: Path, top: int = 25) -> None:
     stats.print_stats(r"(/services/|/aiohttp/)", top)
     print(f"--- cProfile of the server, {path} (top {top} of services/ and aiohttp) ---")
     text = out.getvalue().split("\n\n", 1)[-1].rstrip()
-    print(re.sub(r"\S*/site-packages/", "", text.replace(str(REPO) + "/", "")))
+    print(re.sub(r"\S*/site-packages/", "", text.replace(str(common.REPO) + "/", "")))
     own: Counter[str] = Counter()
     for (filename, _line, function), figures in stats.stats.items():
         own[_package(filename, function)] += figures[2]
@@ -1034,13 +1024,12 @@ def print_profile(path: Path, top: int = 25) -> None:
     for name, seconds in own.most_common(15):
         print(f"  {seconds:6.2f}s {seconds / total * 100:5.1f}%  {name}")
     print("--- end of profile (figures measured under the profiler are inflated) ---")
-    print()
 
 
 def print_result_line(result: Result) -> None:
     reads = result.merged(READS) if result.routes else RouteStats()
     create = result.routes.get("create", RouteStats())
-    print_result(
+    common.print_result(
         rps=_num(result.rps, 0),
         read_p99_ms=_num(reads.p99),
         create_p99_ms=_num(create.p99),
@@ -1052,7 +1041,7 @@ def print_result_line(result: Result) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argument_parser(__doc__, "1,000 reservations, 1 s + 5 s of load")
+    ap = common.argument_parser(__doc__, "1,000 reservations, 1 s + 5 s of load")
     ap.add_argument("--duration", type=float, help="recorded seconds of load (30; --quick: 5)")
     ap.add_argument("--reservations", type=int, help="reservations seeded (10,000; --quick: 1,000)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (1)")
@@ -1128,19 +1117,11 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    setup_logging_and_sigterm()
-    cfg = make_config(args)
-    started = time.monotonic()
-    try:
-        result = asyncio.run(run(cfg))
-    except KeyboardInterrupt:
-        print("interrupted: server and simulator stopped, temporary files removed", file=sys.stderr)
-        return 130
+    cfg = make_config(parse_args(sys.argv[1:] if argv is None else argv))
+    result = common.run_async(run(cfg), "server and simulator stopped, temporary files removed")
     report(result)
     if cfg.server_profile is not None:
         print_profile(cfg.server_profile)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
     print_result_line(result)
     return 0
 

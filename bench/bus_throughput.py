@@ -41,18 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from _common import (
-    DEFAULT_AMQP_URL,
-    Latencies,
-    cpu_seconds,
-    print_machine,
-    print_result,
-    print_table,
-    rabbitmq_version,
-    rabbitmq_vhost,
-    setup_logging_and_sigterm,
-    usable_cpus,
-)
+import _common as common
 
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.base import Bus, BusSettings, dead_letter_queue_name, queue_name
@@ -221,7 +210,7 @@ def broker_cpu_s() -> float | None:
     for comm in Path("/proc").glob("[0-9]*/comm"):
         with contextlib.suppress(OSError):
             if comm.read_text().strip() == "beam.smp":
-                return cpu_seconds(comm.parent.name)
+                return common.cpu_seconds(comm.parent.name)
     return None
 
 
@@ -267,7 +256,7 @@ async def measure_e2e_two_processes(
         await child.wait()
 
 
-async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> Latencies:
+async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> common.Latencies:
     async def echo(args: dict[str, Any]) -> dict[str, Any]:
         return args
 
@@ -275,7 +264,7 @@ async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> Late
     try:
         for i in range(warmup):
             await client.call("bench", "echo", {"i": i}, timeout=5)
-        figures = Latencies()
+        figures = common.Latencies()
         for i in range(calls):
             t0 = time.perf_counter_ns()
             reply = await client.call("bench", "echo", {"i": i}, timeout=5)
@@ -305,6 +294,21 @@ def micro_costs(n: int) -> tuple[float, float]:
 # --- the run ------------------------------------------------------------------------------------
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = common.argument_parser(__doc__, "1,000 events, 200 RPCs")
+    ap.add_argument(
+        "--amqp-url",
+        help="use this broker/vhost as is (default: a fresh vhost on "
+        f"{common.DEFAULT_AMQP_URL} made with rabbitmqctl)",
+    )
+    ap.add_argument("--events", type=int, help="events per measurement (default 20,000)")
+    ap.add_argument("--in-flight", type=int, default=200, help="AMQP emits in flight (200)")
+    ap.add_argument(
+        "--concurrency", type=int, default=1, help="subscribe(concurrency=...) of the consumer (1)"
+    )
+    return ap.parse_args(argv)
+
+
 @dataclass
 class Config:
     events: int
@@ -315,7 +319,7 @@ class Config:
     inproc_runs: int
 
 
-async def run_inproc(cfg: Config) -> tuple[EventFigures, Latencies, list[float]]:
+async def run_inproc(cfg: Config) -> tuple[EventFigures, common.Latencies, list[float]]:
     """In-process runs take well under a second, so one scheduling hiccup of another process
     skews them: the best of `cfg.inproc_runs` runs (each on a fresh bus) is reported."""
     runs: list[EventFigures] = []
@@ -348,7 +352,9 @@ async def run_inproc(cfg: Config) -> tuple[EventFigures, Latencies, list[float]]
     return best, rpc, [ev.eps for ev in runs]
 
 
-async def run_amqp(url: str, cfg: Config, shared_vhost: bool) -> tuple[EventFigures, Latencies]:
+async def run_amqp(
+    url: str, cfg: Config, shared_vhost: bool
+) -> tuple[EventFigures, common.Latencies]:
     suffix = uuid.uuid4().hex[:8]
     consumer_name = f"bench.on_recovered_{suffix}"
     publisher = AmqpBus(url, name=f"bench-publisher-{suffix}")
@@ -394,13 +400,9 @@ def fmt_int(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def report(
-    amqp: tuple[EventFigures, Latencies],
-    inproc: tuple[EventFigures, Latencies],
+    amqp: tuple[EventFigures, common.Latencies],
+    inproc: tuple[EventFigures, common.Latencies],
     cfg: Config,
     micro: tuple[float, float],
     rmq_version: str,
@@ -408,7 +410,9 @@ def report(
     inproc_runs: list[float],
 ) -> None:
     print()
-    print_machine(f"RabbitMQ {rmq_version}", sharing="other work on the machine skews figures")
+    common.print_machine(
+        f"RabbitMQ {rmq_version}", sharing="other work on the machine skews figures"
+    )
     print(f"broker:  {where}")
     print(
         f"events:  {cfg.events:,} x '{EVENT_TYPE}' via Bus.emit (make_envelope validation + "
@@ -423,7 +427,7 @@ def report(
     )
     print(f"rpc:     bench.echo, {cfg.rpc_warmup} warm-up + {cfg.rpc_calls} sequential calls")
     print()
-    print_table(
+    common.print_table(
         [
             "bus",
             "events",
@@ -457,15 +461,15 @@ def report(
     print("targets:")
     print(
         f"  AMQP end-to-end      {fmt_int(a_ev.eps):>9} events/s   target >= "
-        f"{TARGET_AMQP_EPS:,}    {verdict(a_ev.eps >= TARGET_AMQP_EPS)}"
+        f"{TARGET_AMQP_EPS:,}    {common.verdict(a_ev.eps >= TARGET_AMQP_EPS)}"
     )
     print(
         f"  in-process e2e       {fmt_int(i_ev.eps):>9} events/s   target >= "
-        f"{TARGET_INPROC_EPS:,}   {verdict(i_ev.eps >= TARGET_INPROC_EPS)}"
+        f"{TARGET_INPROC_EPS:,}   {common.verdict(i_ev.eps >= TARGET_INPROC_EPS)}"
     )
     print(
         f"  RabbitMQ RPC p99     {a_rpc.p99:>9.2f} ms         target <  "
-        f"{TARGET_RPC_P99_MS:g}       {verdict(a_rpc.p99 < TARGET_RPC_P99_MS)}"
+        f"{TARGET_RPC_P99_MS:g}       {common.verdict(a_rpc.p99 < TARGET_RPC_P99_MS)}"
     )
     print()
     print("side figures:")
@@ -478,10 +482,11 @@ def report(
         cpu = a_ev.cpu
         broker = f"{cpu.broker_us:.0f}" if cpu.broker_us is not None else "n/a"
         total = cpu.publisher_us + cpu.consumer_us + (cpu.broker_us or 0.0)
+        cores = common.usable_cpus()
         print(
             f"  AMQP e2e CPU per event: publisher {cpu.publisher_us:.0f} us + consumer "
             f"{cpu.consumer_us:.0f} us + RabbitMQ {broker} us = {total:.0f} us, so "
-            f"{usable_cpus()} cores cap it near {fmt_int(usable_cpus() * 1e6 / total)} events/s"
+            f"{cores} cores cap it near {fmt_int(cores * 1e6 / total)} events/s"
         )
     make_us, parse_us = micro
     print(
@@ -489,23 +494,6 @@ def report(
         f"(caps emit at {fmt_int(1e6 / make_us)}/s), "
         f"parse_envelope {parse_us:.1f} us (caps a consumer at {fmt_int(1e6 / parse_us)}/s)"
     )
-    print()
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1,000 events, 200 RPCs")
-    ap.add_argument(
-        "--amqp-url",
-        help="use this broker/vhost as is (default: a fresh vhost on "
-        f"{DEFAULT_AMQP_URL} made with rabbitmqctl)",
-    )
-    ap.add_argument("--events", type=int, help="events per measurement (default 20,000)")
-    ap.add_argument("--in-flight", type=int, default=200, help="AMQP emits in flight (200)")
-    ap.add_argument(
-        "--concurrency", type=int, default=1, help="subscribe(concurrency=...) of the consumer (1)"
-    )
-    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -516,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(consumer_process(url, consumer_name, int(n), int(concurrency)))
         return 0
     args = parse_args(argv)
-    setup_logging_and_sigterm()
+    common.setup_logging_and_sigterm()
 
     events = args.events or (1_000 if args.quick else 20_000)
     cfg = Config(
@@ -527,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         inproc_runs=1 if args.quick else 3,
     )
-    rmq_version = rabbitmq_version()
+    rmq_version = common.rabbitmq_version()
     micro = micro_costs(500 if args.quick else 5_000)
 
     inproc_events, inproc_rpc, inproc_runs = asyncio.run(run_inproc(cfg))
@@ -535,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as own_vhost:
         url = args.amqp_url or own_vhost.enter_context(
-            rabbitmq_vhost(DEFAULT_AMQP_URL, "warden-bench")
+            common.rabbitmq_vhost(common.DEFAULT_AMQP_URL, "warden-bench")
         )
         amqp = asyncio.run(run_amqp(url, cfg, shared_vhost=bool(args.amqp_url)))
 
@@ -544,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         " (given)" if args.amqp_url else " (own vhost, deleted)"
     )
     report(amqp, inproc, cfg, micro, rmq_version, where, inproc_runs)
-    print_result(
+    common.print_result(
         amqp_events_per_s=int(amqp[0].eps),
         inproc_events_per_s=int(inproc[0].eps),
         rpc_p99_ms=f"{amqp[1].p99:.2f}",

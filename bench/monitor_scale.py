@@ -47,24 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    DEFAULT_AMQP_URL,
-    REPO,
-    SIM_READY,
-    Child,
-    child_env,
-    cpu_seconds,
-    print_machine,
-    print_result,
-    print_table,
-    rabbitmq_version,
-    rabbitmq_vhost,
-    setup_logging_and_sigterm,
-    sim_hosts,
-    start_sim,
-    warden_argv,
-    write_config,
-)
+import _common as common
 
 from services.shared.bus.amqp import AmqpBus
 from services.shared.errors import WardenError
@@ -125,7 +108,7 @@ class Row:
         return self.polls / self.seconds if self.seconds else 0.0
 
 
-async def wait_for_monitor(bus: AmqpBus, child: Child, hosts: int, timeout: float) -> None:
+async def wait_for_monitor(bus: AmqpBus, child: common.Child, hosts: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         child.check_alive()
@@ -147,8 +130,8 @@ async def migrate(config: Path, env: dict[str, str]) -> float:
     """`warden db upgrade monitor`; returns the seconds it took."""
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *warden_argv("db", "upgrade", "monitor", "--config", str(config)),
-        cwd=REPO,
+        *common.warden_argv("db", "upgrade", "monitor", "--config", str(config)),
+        cwd=common.REPO,
         env=env,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -168,13 +151,13 @@ async def run_size(
     n: int, interval_s: float, intervals: int, warmup_intervals: int, url: str, verbose: bool
 ) -> Row:
     tmp = Path(tempfile.mkdtemp(prefix=f"warden-monitor-scale-{n}-"))
-    children: list[Child] = []
+    children: list[common.Child] = []
     bus: AmqpBus | None = None
-    env = child_env(tmp)
+    env = common.child_env(tmp)
     startup: dict[str, float] = {}
 
     def config(known_hosts: Path, hosts: list[dict[str, Any]] | None) -> Path:
-        return write_config(
+        return common.write_config(
             tmp,
             known_hosts=known_hosts,
             hosts=hosts,
@@ -186,23 +169,23 @@ async def run_size(
     try:
         t0 = time.monotonic()
         options = ["--hosts", str(n), "--gpus-per-host", str(GPUS_PER_HOST), "--port", "0"]
-        sim = start_sim(tmp, env, *options)
+        sim = common.start_sim(tmp, env, *options)
         children.append(sim)
         # The migration needs no hosts: it runs while the simulator starts.
         migrating = asyncio.create_task(migrate(config(tmp / "sim" / "known_hosts", None), env))
         try:
-            await sim.wait_for_line(SIM_READY, timeout_s=60 + n * 0.1)
+            await sim.wait_for_line(common.SIM_READY, timeout_s=60 + n * 0.1)
             startup["sim"] = time.monotonic() - t0
         finally:
             startup["migrate"] = await migrating
-        monitor_config = config(*sim_hosts(tmp))
+        monitor_config = config(*common.sim_hosts(tmp))
 
         bus = AmqpBus(url, name=f"bench-monitor-scale-{os.getpid()}")
         await bus.start()
         t0 = time.monotonic()
-        monitor = Child(
+        monitor = common.Child(
             "the monitor",
-            warden_argv("run", "monitor", "--config", str(monitor_config)),
+            common.warden_argv("run", "monitor", "--config", str(monitor_config)),
             tmp / "monitor.log",
             env,
         )
@@ -215,15 +198,15 @@ async def run_size(
         monitor.check_alive()
         warmup = await bus.call("monitor", "stats", {"reset": True}, timeout=10)
         started = time.monotonic()
-        mon_cpu0, sim_cpu0 = cpu_seconds(monitor.pid), cpu_seconds(sim.pid)
-        loop_cpu0 = cpu_seconds(monitor.pid, monitor.pid)
+        mon_cpu0, sim_cpu0 = common.cpu_seconds(monitor.pid), common.cpu_seconds(sim.pid)
+        loop_cpu0 = common.cpu_seconds(monitor.pid, monitor.pid)
 
         await asyncio.sleep(intervals * interval_s)
 
         figures = await bus.call("monitor", "stats", {}, timeout=10)
         seconds = time.monotonic() - started
-        mon_cpu1, sim_cpu1 = cpu_seconds(monitor.pid), cpu_seconds(sim.pid)
-        loop_cpu1 = cpu_seconds(monitor.pid, monitor.pid)
+        mon_cpu1, sim_cpu1 = common.cpu_seconds(monitor.pid), common.cpu_seconds(sim.pid)
+        loop_cpu1 = common.cpu_seconds(monitor.pid, monitor.pid)
         rss = rss_mib(monitor.pid)
         sim.check_alive()
         monitor.check_alive()
@@ -266,20 +249,18 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def report(rows: list[Row], args: argparse.Namespace, rmq_version: str) -> None:
     print()
-    print_machine(f"RabbitMQ {rmq_version}", sharing="monitor, simulator and RabbitMQ share it")
+    common.print_machine(
+        f"RabbitMQ {rmq_version}", sharing="monitor, simulator and RabbitMQ share it"
+    )
     print(
         f"setup:   `warden sim` + `warden run monitor` (RabbitMQ, own vhost) in two processes; "
         f"warm-up {args.warmup} interval(s), then {args.intervals} measured; "
         "events published to monitor.events with no queue bound (broker drops them)"
     )
     print()
-    print_table(
+    common.print_table(
         [
             "hosts",
             "gpus",
@@ -346,23 +327,23 @@ def report(rows: list[Row], args: argparse.Namespace, rmq_version: str) -> None:
         p99_ok = r.p99_ms is not None and r.p99_ms < TARGET_P99_MS
         all_polled = r.polls >= r.expected_polls * 0.98 and r.failures == 0
         print(
-            f"  N={r.hosts:,}: p99 {_ms(r.p99_ms)} ms {verdict(p99_ok)}; missed ticks "
-            f"{r.missed_ticks} {verdict(r.missed_ticks == 0)}; polls {r.polls}/"
-            f"{r.expected_polls}, failures {r.failures} {verdict(all_polled)}"
+            f"  N={r.hosts:,}: p99 {_ms(r.p99_ms)} ms {common.verdict(p99_ok)}; missed ticks "
+            f"{r.missed_ticks} {common.verdict(r.missed_ticks == 0)}; polls {r.polls}/"
+            f"{r.expected_polls}, failures {r.failures} {common.verdict(all_polled)}"
         )
-    print()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: N=10 and 50, 1 + 3 intervals")
+    ap = common.argument_parser(__doc__, "N=10 and 50, 1 + 3 intervals")
     ap.add_argument("--sizes", help="comma-separated host counts (default 10,100,500,1000)")
     ap.add_argument("--interval", type=float, default=5.0, help="monitor interval_s (5)")
     ap.add_argument("--intervals", type=int, help="measured intervals (4; --quick: 3)")
     ap.add_argument(
         "--warmup", type=int, help=f"warm-up intervals ({WARMUP_INTERVALS}; --quick: 1)"
     )
-    ap.add_argument("--amqp-url", default=DEFAULT_AMQP_URL, help="broker (a vhost is made on it)")
+    ap.add_argument(
+        "--amqp-url", default=common.DEFAULT_AMQP_URL, help="broker (a vhost is made on it)"
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="show the monitor's log tail")
     args = ap.parse_args(argv)
     if args.sizes:
@@ -376,33 +357,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-async def run_all(args: argparse.Namespace, url: str) -> list[Row]:
+async def run_all(args: argparse.Namespace) -> list[Row]:
     rows = []
-    for n in args.sizes:
-        print(f"N={n:,} hosts x {GPUS_PER_HOST} GPUs, interval {args.interval:g}s ...", flush=True)
-        row = await run_size(n, args.interval, args.intervals, args.warmup, url, args.verbose)
-        print(
-            f"  polls {row.polls}/{row.expected_polls}, p99 {_ms(row.p99_ms)} ms, missed "
-            f"{row.missed_ticks}, failures {row.failures}, monitor CPU {row.monitor_cpu:.0f}%",
-            flush=True,
-        )
-        rows.append(row)
+    with common.rabbitmq_vhost(args.amqp_url, "warden-bench-monitor") as url:
+        for n in args.sizes:
+            print(
+                f"N={n:,} hosts x {GPUS_PER_HOST} GPUs, interval {args.interval:g}s ...", flush=True
+            )
+            row = await run_size(n, args.interval, args.intervals, args.warmup, url, args.verbose)
+            print(
+                f"  polls {row.polls}/{row.expected_polls}, p99 {_ms(row.p99_ms)} ms, missed "
+                f"{row.missed_ticks}, failures {row.failures}, monitor CPU {row.monitor_cpu:.0f}%",
+                flush=True,
+            )
+            rows.append(row)
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    setup_logging_and_sigterm()
-    rmq_version = rabbitmq_version()
-    try:
-        with rabbitmq_vhost(args.amqp_url, "warden-bench-monitor") as url:
-            rows = asyncio.run(run_all(args, url))
-    except KeyboardInterrupt:
-        print("interrupted: processes stopped, vhost and temporary files removed", file=sys.stderr)
-        return 130
+    rmq_version = common.rabbitmq_version()
+    rows = common.run_async(run_all(args), "processes stopped, vhost and temporary files removed")
     report(rows, args, rmq_version)
     last = max(rows, key=lambda r: r.hosts)
-    print_result(
+    common.print_result(
         hosts=last.hosts,
         gpus=last.gpus,
         p99_sample_age_ms="nan" if last.p99_ms is None else f"{last.p99_ms:.0f}",

@@ -64,22 +64,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import argon2
+import _common as common
 import asyncpg
 import sqlalchemy
-from _common import (
-    Latencies,
-    print_machine,
-    print_result,
-    print_table,
-    setup_logging_and_sigterm,
-)
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.reservations import accounts, passwords
 from services.reservations.service import start as start_reservations
-from services.reservations.store import Store
 from services.reservations.tables import gpu_slots, gpus, reservations
 from services.shared import db
 from services.shared.bus.inproc import InProcessBus
@@ -127,7 +118,7 @@ Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
 @dataclass
-class Calls(Latencies):
+class Calls(common.Latencies):
     """One operation's calls on one backend."""
 
     note: str = ""
@@ -207,12 +198,6 @@ async def postgres_database(admin_url: str) -> AsyncIterator[tuple[str, str]]:
 
 
 # --- seeding ------------------------------------------------------------------------------------
-
-
-def cheap_password_hashing() -> None:
-    """argon2 at its cheapest: accounts are made in milliseconds (nobody logs in here)."""
-    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    passwords._dummy_hash.cache_clear()
 
 
 def gpu_uuids_by_host() -> dict[str, list[str]]:
@@ -336,19 +321,6 @@ def reservation_rows(
     return rows, slots
 
 
-async def seed_accounts(engine: AsyncEngine) -> None:
-    async with Store(engine).write() as conn:
-        for username, is_admin in [(u, False) for u in USERS] + [(ADMIN, True)]:
-            await accounts.create_user(
-                conn,
-                username=username,
-                email=f"{username}@example.org",
-                password="bench-password",
-                is_admin=is_admin,
-                actor="bench",
-            )
-
-
 async def insert_chunks(engine: AsyncEngine, table: sqlalchemy.Table, rows: list[Any]) -> None:
     async with engine.begin() as conn:
         for i in range(0, len(rows), CHUNK):
@@ -357,8 +329,9 @@ async def insert_chunks(engine: AsyncEngine, table: sqlalchemy.Table, rows: list
 
 async def seed(engine: AsyncEngine, cfg: Config, now_ms: int) -> dict[str, int]:
     """Accounts, GPUs and reservations; returns what was made."""
-    cheap_password_hashing()
-    await seed_accounts(engine)
+    await common.create_accounts(
+        engine, [(u, False) for u in USERS] + [(ADMIN, True)], "bench-password"
+    )
     rng = random.Random(cfg.seed)
     await insert_chunks(engine, gpus, gpu_rows(now_ms))
     plan = plan_reservations(rng, cfg.seed_reservations, now_ms)
@@ -723,20 +696,20 @@ def target(operation: str) -> str:
     return f"p99 < {TARGETS_MS[operation]:g}" if operation in TARGETS_MS else "-"
 
 
-def verdict(result: BackendResult, operation: str) -> str:
+def judge(result: BackendResult, operation: str) -> str:
     if operation == "same_slot":
         if result.same_slot_successes is None:
             return "n/a"
-        return "met" if result.same_slot_successes == 1 else "MISSED"
+        return common.verdict(result.same_slot_successes == 1)
     p99 = result.p99(operation)
     if operation not in TARGETS_MS:
         return "-"
-    return "n/a" if p99 != p99 else ("met" if p99 < TARGETS_MS[operation] else "MISSED")
+    return common.verdict(p99 < TARGETS_MS[operation], p99)
 
 
 def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) -> None:
     print()
-    print_machine(
+    common.print_machine(
         f"SQLAlchemy {sqlalchemy.__version__}",
         f"asyncpg {asyncpg.__version__}",
         sharing="bench, service and PostgreSQL share it",
@@ -765,11 +738,11 @@ def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) 
                     str(figures.count),
                     *(_num(ms) for ms in (figures.p50, figures.p99, figures.max)),
                     target(operation),
-                    verdict(r, operation),
+                    judge(r, operation),
                     "not run" if r.skipped else figures.note,
                 ]
             )
-    print_table(
+    common.print_table(
         [
             "backend",
             "operation",
@@ -788,7 +761,6 @@ def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) 
         "(latency: bus.call to answer, JSON round trips included; conflicts and 'none found' "
         "are answers and counted; errors are not)"
     )
-    print()
 
 
 def same_slot_figure(results: list[BackendResult]) -> str:
@@ -812,8 +784,7 @@ def result_figures(results: list[BackendResult]) -> dict[str, str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: a tenth of the calls")
+    ap = common.argument_parser(__doc__, "a tenth of the calls")
     ap.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument(
         "--pg-url",
@@ -846,19 +817,11 @@ def make_config(args: argparse.Namespace) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    setup_logging_and_sigterm()
     cfg = make_config(args)
-    started = time.monotonic()
-    try:
-        results = asyncio.run(run_all(args, cfg))
-    except KeyboardInterrupt:
-        print(
-            "interrupted: service stopped, temporary files and databases removed", file=sys.stderr
-        )
-        return 130
+    cleaned_up = "service stopped, temporary files and databases removed"
+    results = common.run_async(run_all(args, cfg), cleaned_up)
     report(results, cfg, args)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
-    print_result(**result_figures(results))
+    common.print_result(**result_figures(results))
     return 0
 
 

@@ -27,7 +27,6 @@ machine-readable: `RESULT pass_p50_ms=<n> pass_p99_ms=<n>`.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import cProfile
 import io
@@ -40,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from _common import Latencies, print_machine, print_result, print_table
+import _common as common
 
 from services.jobs.scheduler import (
     Booking,
@@ -159,10 +158,10 @@ def make_state(seed: int) -> QueueState:
 # --- figures ----------------------------------------------------------------------------------
 
 
-def timed(passes: int, call: Callable[[], object]) -> Latencies:
+def timed(passes: int, call: Callable[[], object]) -> common.Latencies:
     for _ in range(WARMUP):
         call()
-    figures = Latencies()
+    figures = common.Latencies()
     for _ in range(passes):
         started = time.perf_counter()
         call()
@@ -189,12 +188,15 @@ def _reason_kind(reason: str) -> str:
 
 
 def report(
-    state: QueueState, rows: list[tuple[str, Latencies]], decisions: list[Decision], seed: int
+    state: QueueState,
+    rows: list[tuple[str, common.Latencies]],
+    decisions: list[Decision],
+    seed: int,
 ) -> None:
     bookings = {b.reservation_id for bs in state.bookings.values() for b in bs}
     busy = sum(g.busy for g in state.gpus.values())
     print()
-    print_machine(sharing="other processes share the cores")
+    common.print_machine(sharing="other processes share the cores")
     print(
         f"state:   {len(state.gpus)} GPUs on {HOSTS} hosts, {busy} busy; {len(bookings)} "
         f"reservations ({sum(map(len, state.bookings.values()))} GPU bookings); "
@@ -206,15 +208,14 @@ def report(
     table = []
     for i, (label, figures) in enumerate(rows):
         target = f"p99 < {TARGET_P99_MS:.0f}" if i < 2 else ""
-        verdict = ("met" if figures.p99 < TARGET_P99_MS else "MISSED") if target else ""
+        judged = common.verdict(figures.p99 < TARGET_P99_MS) if target else ""
         ms = (figures.p50, figures.p99, figures.max, figures.mean)
-        table.append([label, str(figures.count), *(f"{x:.1f}" for x in ms), target, verdict])
-    print_table(
+        table.append([label, str(figures.count), *(f"{x:.1f}" for x in ms), target, judged])
+    common.print_table(
         ["operation", "passes", "p50 ms", "p99 ms", "max ms", "mean ms", "target", "verdict"],
         table,
         "<>>>>><<",
     )
-    print()
 
 
 def profile(state: QueueState) -> None:
@@ -228,8 +229,7 @@ def profile(state: QueueState) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 10 passes")
+    ap = common.argument_parser(__doc__, "10 passes")
     ap.add_argument("--passes", type=int, help="timed passes (200; --quick: 10)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (1)")
     ap.add_argument("--profile", action="store_true", help="cProfile one pass, print the top")
@@ -247,9 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         ("queue_order() alone", timed(passes, lambda: queue_order(state.queue))),
     ]
     report(state, rows, schedule(state), args.seed)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
     first = rows[0][1]
-    print_result(pass_p50_ms=f"{first.p50:.1f}", pass_p99_ms=f"{first.p99:.1f}")
+    common.print_result(pass_p50_ms=f"{first.p50:.1f}", pass_p99_ms=f"{first.p99:.1f}")
     return 0
 
 

@@ -58,25 +58,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import argon2
+import _common as common
 import asyncssh
-from _common import (
-    Latencies,
-    cpu_seconds,
-    own_cpu_seconds,
-    print_machine,
-    print_result,
-    print_table,
-    setup_logging_and_sigterm,
-    write_config,
-)
 from aiohttp import web
 
-from services.reservations import accounts, passwords
-from services.reservations.store import Store
-from services.shared import db, toml
+from services.shared import toml
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import run_services
 from services.sim.model import SimFleet
@@ -138,7 +126,7 @@ class Recorder:
     def complete(self) -> bool:
         return all(k in self.opened and k in self.webhook for k in self.started)
 
-    def latencies(self, seen: dict[Key, float], deadline_s: float) -> tuple[Latencies, int]:
+    def latencies(self, seen: dict[Key, float], deadline_s: float) -> tuple[common.Latencies, int]:
         """Receive time - start time of all seen (late ones too); and how many were not seen
         within the deadline."""
         samples, missed = [], 0
@@ -148,11 +136,11 @@ class Recorder:
                 samples.append((at - start) * 1000)
             if at is None or at - start > deadline_s:
                 missed += 1
-        return Latencies(samples), missed
+        return common.Latencies(samples), missed
 
-    def between(self, first: dict[Key, float], then: dict[Key, float]) -> Latencies:
+    def between(self, first: dict[Key, float], then: dict[Key, float]) -> common.Latencies:
         ms = [(then[k] - first[k]) * 1000 for k in self.started if k in first and k in then]
-        return Latencies(ms)
+        return common.Latencies(ms)
 
 
 class LoopLag:
@@ -199,18 +187,12 @@ class Result:
 # --- set-up -------------------------------------------------------------------------------------
 
 
-def cheap_password_hashing() -> None:
-    """argon2 at its cheapest: accounts are made in milliseconds (nobody logs in here)."""
-    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    passwords._dummy_hash.cache_clear()
-
-
 def config_file(
     tmp: Path, server: SimServer, key_file: Path, hook_url: str, interval_s: float
 ) -> Path:
     known_hosts = tmp / "known_hosts"
     known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-    return write_config(
+    return common.write_config(
         tmp,
         known_hosts=known_hosts,
         hosts=server.hosts_config("warden", key_file),
@@ -223,27 +205,6 @@ def config_file(
             "webhooks": [{"url": hook_url, "format": "json", "name": "bench-receiver"}],
         },
     )
-
-
-async def prepare_databases(settings: Settings) -> None:
-    """Every service's database migrated; admin, alice and bob in the reservations one."""
-    for name in db.SERVICES_WITH_DATABASE:
-        engine = db.create_engine(settings.storage.database_url_for(name))
-        try:
-            await db.upgrade(engine, name)
-            if name == "reservations":
-                async with Store(engine).write() as conn:
-                    for user, admin in (("admin", True), (OWNER, False), (OFFENDER, False)):
-                        await accounts.create_user(
-                            conn,
-                            username=user,
-                            email=f"{user}@lab.example",
-                            password="pw-12345678",
-                            is_admin=admin,
-                            actor="bench",
-                        )
-        finally:
-            await engine.dispose()
 
 
 def _pids(incident: dict[str, Any]) -> list[int]:
@@ -418,7 +379,8 @@ async def run(cfg: Config) -> Result:
         async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
             config = config_file(tmp, server, key_file, hook_url, cfg.interval_s)
             settings = load_settings(config, environ={"HOME": str(tmp)})
-            await prepare_databases(settings)
+            users = [("admin", True), (OWNER, False), (OFFENDER, False)]
+            await common.prepare_databases(settings, users, "pw-12345678")
             result.setup_s["sim+db"] = time.monotonic() - t0
 
             bus = InProcessBus()
@@ -465,14 +427,14 @@ async def run(cfg: Config) -> Result:
                 lag.start()
                 lag.recording = True
                 loop_thread = threading.get_native_id()
-                cpu0, loop_cpu0 = own_cpu_seconds(), cpu_seconds(thread=loop_thread)
+                cpu0, loop_cpu0 = common.own_cpu_seconds(), common.cpu_seconds(thread=loop_thread)
                 w0 = time.monotonic()
                 await start_processes(fleet, plan, rec, result, alive)
                 last_start = max(rec.started.values())
                 await wait_all(rec, last_start + cfg.deadline_s, alive)
                 result.window_s = time.monotonic() - w0
-                result.cpu_s = own_cpu_seconds() - cpu0
-                result.loop_cpu_s = cpu_seconds(thread=loop_thread) - loop_cpu0
+                result.cpu_s = common.own_cpu_seconds() - cpu0
+                result.loop_cpu_s = common.cpu_seconds(thread=loop_thread) - loop_cpu0
                 result.threads = threading.active_count()
                 with contextlib.suppress(OSError):
                     result.threads = len(os.listdir("/proc/self/task"))
@@ -506,7 +468,7 @@ def _ms(value: float) -> str:
     return "nan" if value != value else f"{value:,.0f}"  # NaN is the only value != itself
 
 
-def report(result: Result) -> tuple[Latencies, Latencies, int]:
+def report(result: Result) -> tuple[common.Latencies, common.Latencies, int]:
     """Print the table; return the opened and webhook figures and the missed count."""
     cfg, rec = result.cfg, result.rec
     opened, opened_missed = rec.latencies(rec.opened, cfg.deadline_s)
@@ -521,7 +483,7 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
     )
     n = len(rec.started)
     print()
-    print_machine()
+    common.print_machine()
     print(
         f"setup:   {cfg.hosts} hosts x {GPUS_PER_HOST} GPUs = {cfg.hosts * GPUS_PER_HOST} GPUs "
         f"(SimFleet over SSH, churn off), poll interval {cfg.interval_s:g}s; services "
@@ -541,7 +503,7 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
     print()
     target = f"p99 <= {cfg.target_ms:,.0f}"
 
-    def cells(label: str, stat: Latencies) -> list[str]:
+    def cells(label: str, stat: common.Latencies) -> list[str]:
         ms = (stat.p50, stat.p99, stat.max, stat.mean)
         return [label, f"{stat.count}/{n}", *map(_ms, ms)]
 
@@ -551,7 +513,7 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
         ("first webhook delivery (receiver)", webhook, webhook_missed),
     ):
         ok = stat.p99 == stat.p99 and stat.p99 <= cfg.target_ms and miss == 0
-        rows.append([*cells(label, stat), target, "met" if ok else "MISSED"])
+        rows.append([*cells(label, stat), target, common.verdict(ok)])
     rows.append("breakdown (same processes):")
     for label, stat in (
         ("  start -> poll that saw it began", rec.between(rec.started, rec.observed_at)),
@@ -559,10 +521,10 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
         ("  opened -> webhook", rec.between(rec.opened, rec.webhook)),
     ):
         rows.append(cells(label, stat))
-    lag = Latencies(result.lag.samples_ms)
+    lag = common.Latencies(result.lag.samples_ms)
     ms = (lag.p50, lag.p99, lag.max, lag.mean)
     rows.append(["event-loop lag (50 ms ticker)", str(lag.count), *(f"{x:.1f}" for x in ms)])
-    print_table(
+    common.print_table(
         [
             "from process start to",
             "seen",
@@ -576,7 +538,7 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
         rows,
         "<>>>>><<",
     )
-    late = Latencies(result.late_starts_ms)
+    late = common.Latencies(result.late_starts_ms)
     print(
         f"(receive time - start time, time.time(); the poll's start is the `observed_at` of the "
         f"monitor's first processes.observed listing the pid, so 'start -> poll' can be "
@@ -598,7 +560,6 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
         f"resolver workers); process starts were late by p99 {late.p99:.1f} ms, "
         f"max {late.max:.1f} ms"
     )
-    print()
     return opened, webhook, missed
 
 
@@ -606,10 +567,7 @@ def report(result: Result) -> tuple[Latencies, Latencies, int]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="smoke run: 10 hosts, 20 processes over 10 s"
-    )
+    ap = common.argument_parser(__doc__, "10 hosts, 20 processes over 10 s")
     ap.add_argument("--hosts", type=int, help="simulated hosts of 8 GPUs (100; --quick: 10)")
     ap.add_argument("--processes", type=int, help="offending processes (200; --quick: 20)")
     ap.add_argument("--spread", type=float, help="seconds they start over (60; --quick: 10)")
@@ -635,19 +593,10 @@ def make_config(args: argparse.Namespace) -> Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    setup_logging_and_sigterm()
-    cfg = make_config(args)
-    cheap_password_hashing()
-    started = time.monotonic()
-    try:
-        result = asyncio.run(run(cfg))
-    except (KeyboardInterrupt, ServicesStopped) as err:
-        print(f"interrupted ({err or 'Ctrl-C'}): temporary files removed", file=sys.stderr)
-        return 130
+    cfg = make_config(parse_args(sys.argv[1:] if argv is None else argv))
+    result = common.run_async(run(cfg), "temporary files removed", ServicesStopped)
     opened, webhook, missed = report(result)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
-    print_result(
+    common.print_result(
         interval_ms=f"{cfg.interval_s * 1000:.0f}",
         opened_p99_ms=f"{opened.p99:.0f}",
         webhook_p99_ms=f"{webhook.p99:.0f}",

@@ -22,16 +22,9 @@ import json
 import subprocess
 import sys
 
-from _common import (
-    REPO,
-    argument_parser,
-    print_machine,
-    print_result,
-    print_table,
-    stop_process,
-)
+import _common as common
 
-FRONTEND = REPO / "frontend"
+FRONTEND = common.REPO / "frontend"
 TARGET_JS_KB = 500.0
 TARGET_CPU_PCT = 20.0
 
@@ -48,7 +41,7 @@ def measure(hosts: int, gpus: int, warmup_s: int, measure_s: int) -> dict[str, f
     fleet = ["--hosts", str(hosts), "--gpus", str(gpus), "--interval", "2", "--churn"]
     system = subprocess.Popen(
         [sys.executable, "-m", "tests.e2e.web_system", *fleet],
-        cwd=REPO,
+        cwd=common.REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -71,11 +64,11 @@ def measure(hosts: int, gpus: int, warmup_s: int, measure_s: int) -> dict[str, f
         result: dict[str, float] = json.loads(perf.stdout.strip().splitlines()[-1])
         return result
     finally:
-        stop_process(system, "tests.e2e.web_system", grace_s=60)
+        common.stop_process(system, "tests.e2e.web_system", grace_s=60)
 
 
 def main() -> None:
-    args = argument_parser(__doc__, "10 hosts, 15 s").parse_args()
+    args = common.argument_parser(__doc__, "10 hosts, 15 s").parse_args()
     if not (FRONTEND / "dist" / "index.html").is_file():
         raise SystemExit("no build in frontend/dist: run `make frontend` first")
     hosts, gpus = (10, 8) if args.quick else (50, 8)
@@ -90,12 +83,12 @@ def main() -> None:
         (
             "initial JavaScript (gzip)",
             f"{js_kb:.1f} kB in {r['initial_js_files']:.0f} files",
-            f"< {TARGET_JS_KB:.0f} kB: {'met' if js_kb < TARGET_JS_KB else 'MISSED'}",
+            f"< {TARGET_JS_KB:.0f} kB: {common.verdict(js_kb < TARGET_JS_KB)}",
         ),
         (
             "tab main thread busy",
             f"{tab:.1f} % of a core",
-            f"< {TARGET_CPU_PCT:.0f} %: {'met' if tab < TARGET_CPU_PCT else 'MISSED'}",
+            f"< {TARGET_CPU_PCT:.0f} %: {common.verdict(tab < TARGET_CPU_PCT)}",
         ),
         ("renderer processes CPU", f"{r['renderer_cpu_pct']:.1f} % of a core", "(all threads)"),
         (
@@ -106,13 +99,12 @@ def main() -> None:
         ("frames over 50 ms", f"{r['frames_over_50ms']:.0f}", ""),
         ("long tasks (> 50 ms)", f"{r['long_tasks']:.0f}", f"max {r['long_task_max_ms']:.0f} ms"),
     ]
-    print_machine(
+    common.print_machine(
         f"{chromium_version()} headless", sharing="warden, simulator and browser share it"
     )
     print(f"measured {r['measured_s']:.0f} s after a {warmup_s} s warm-up, monitor every 2 s\n")
-    print_table(["measure", "value", "target / note"], rows, "<<<")
-    print()
-    print_result(
+    common.print_table(["measure", "value", "target / note"], rows, "<<<")
+    common.print_result(
         initial_js_gzip_kb=f"{js_kb:.1f}",
         tab_cpu_pct=f"{tab:.1f}",
         renderer_cpu_pct=f"{r['renderer_cpu_pct']:.1f}",
