@@ -13,8 +13,8 @@ Set-up (each part its own OS process, on this machine, in a temporary folder rem
   not depend on chance).
 - warden.toml: `[log] level = "warning"`, `[storage] data_dir` (embedded: SQLite and the
   embedded TSDB), a random `[auth] jwt_secret`, `[gateway] port` (a free one) with
-  `login_failures_per_ip = 1000`, `[monitor] local_nvml = "off"` and the sim's known_hosts,
-  the default `interval_s` (5 s: the monitor polls the 50 hosts all along, as it would in
+  `login_failures_per_ip = 1000`, `[ssh] known_hosts` (the sim's), `[monitor] local_nvml =
+  "off"` and the default `interval_s` (5 s: the monitor polls the 50 hosts all along, as it would in
   production), then the sim's `[[hosts]]`. Every database is migrated with
   `services.shared.db.upgrade` and the accounts user00..user49 and admin are made in the
   reservations database by `accounts.create_user` (argon2 made cheap here, so the 51 logins
