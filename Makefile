@@ -74,10 +74,10 @@ lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, the import layer
 	cd frontend && npm run --silent typecheck
 
 bench: install frontend ## run every benchmark in bench/
-	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 bench-quick: install frontend ## run every benchmark with --quick
-	@for f in bench/*.py; do echo "== $$f --quick"; $(BIN)/python $$f --quick || exit 1; done
+	@for f in bench/[!_]*.py; do echo "== $$f --quick"; $(BIN)/python $$f --quick || exit 1; done
 
 clean: ## remove caches and build output (keeps .venv)
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +

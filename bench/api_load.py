@@ -13,8 +13,8 @@ Set-up (each part its own OS process, on this machine, in a temporary folder rem
   not depend on chance).
 - warden.toml: `[log] level = "warning"`, `[storage] data_dir` (embedded: SQLite and the
   embedded TSDB), a random `[auth] jwt_secret`, `[gateway] port` (a free one) with
-  `login_failures_per_ip = 1000`, `[monitor] local_nvml = "off"` and the sim's known_hosts,
-  the default `interval_s` (5 s: the monitor polls the 50 hosts all along, as it would in
+  `login_failures_per_ip = 1000`, `[ssh] known_hosts` (the sim's), `[monitor] local_nvml =
+  "off"` and the default `interval_s` (5 s: the monitor polls the 50 hosts all along, as it would in
   production), then the sim's `[[hosts]]`. Every database is migrated with
   `services.shared.db.upgrade` and the accounts user00..user49 and admin are made in the
   reservations database by `accounts.create_user` (argon2 made cheap here, so the 51 logins
@@ -78,19 +78,12 @@ import asyncio
 import contextlib
 import io
 import json
-import logging
-import os
-import platform
 import pstats
 import random
 import re
-import resource
-import secrets
 import shutil
 import signal
 import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -101,21 +94,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import _common as common
 import aiohttp
-import argon2
 from sqlalchemy import func, insert, select
 from yarl import URL
 
-# Runnable as a plain script from a checkout: the repository root holds `services`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from services.reservations import accounts, passwords
-from services.reservations.store import Store, to_ms
+from services.reservations.store import to_ms
 from services.reservations.tables import gpu_slots, reservations
 from services.shared import db
 from services.shared.config import load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
 API = "/api/v1"
 HOSTS = 50
 GPUS_PER_HOST = 8
@@ -154,51 +142,23 @@ URLS_PER_ROUTE = 4_096  # range and overview URLs drawn once, then picked at ran
 REQUEST_TIMEOUT_S = 30.0
 START_DEADLINE_S = 120.0
 STOP_WAIT_S = 60.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # --- figures ------------------------------------------------------------------------------------
 
 
-def pct(samples: Iterable[float], p: float) -> float:
-    """Nearest-rank percentile (as bench/bus_throughput.py); nan when there are none."""
-    ordered = sorted(samples)
-    if not ordered:
-        return float("nan")
-    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
-
-
 @dataclass
-class RouteStats:
+class RouteStats(common.Latencies):
     """The recorded requests of one route."""
 
-    route: str
-    samples_ms: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     failures: int = 0  # no answer at all (connection error, timeout)
     bytes_in: int = 0
 
-    def add(self, started: float, status: int, size: int) -> None:
-        self.samples_ms.append((time.perf_counter() - started) * 1000)
+    def record(self, started: float, status: int, size: int) -> None:
+        self.add(started)
         self.statuses[status] += 1
         self.bytes_in += size
-
-    @property
-    def count(self) -> int:
-        return len(self.samples_ms)
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return pct(self.samples_ms, 99)
-
-    @property
-    def max(self) -> float:
-        return max(self.samples_ms) if self.samples_ms else float("nan")
 
     @property
     def server_errors(self) -> int:
@@ -271,7 +231,7 @@ class Result:
         return self.total / self.window_s if self.window_s else float("nan")
 
     def merged(self, names: Iterable[str]) -> RouteStats:
-        merged = RouteStats("+".join(names))
+        merged = RouteStats()
         for name in names:
             merged.samples_ms += self.routes[name].samples_ms
         return merged
@@ -284,16 +244,6 @@ class Result:
 # --- processes ----------------------------------------------------------------------------------
 
 
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of process `pid` (all its threads), from /proc; nan when gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def machine_cpu_s() -> float:
     """Busy CPU seconds of the whole machine since boot (all cores), from /proc/stat."""
     try:
@@ -301,65 +251,7 @@ def machine_cpu_s() -> float:
             ticks = [int(x) for x in stat.readline().split()[1:9]]
     except (OSError, ValueError):
         return float("nan")
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK  # idle and iowait are not busy
-
-
-def own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class Child:
-    """A `warden` command run in the background, its output going to a log file."""
-
-    def __init__(self, label: str, argv: list[str], log: Path, env: dict[str, str], cwd: Path):
-        self.label = label
-        self.log = log
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=cwd,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def cpu_s(self) -> float:
-        return proc_cpu_s(self.pid)
-
-    def alive(self) -> None:
-        code = self.process.poll()
-        if code is not None:
-            raise RuntimeError(f"{self.label} exited with {code}:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join("    " + line for line in text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """SIGINT (a clean stop: the server's cProfile writes its file), then SIGKILL."""
-        if self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            print(f"{self.label} did not stop within {STOP_WAIT_S:g}s: killed", flush=True)
-            self.process.kill()
-            self.process.wait()
-
-
-def warden_argv(*args: str, python_opts: Iterable[str] = ()) -> list[str]:
-    return [sys.executable, *python_opts, "-m", "services.cli", *args]
+    return (sum(ticks) - ticks[3] - ticks[4]) / common.CLK_TCK  # idle and iowait are not busy
 
 
 def free_port() -> int:
@@ -368,111 +260,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _toml(value: Any) -> str:
-    return json.dumps(value)  # JSON strings and numbers are valid TOML
+def stop(child: common.Child) -> None:
+    """SIGINT, a clean stop in which a server under cProfile writes its file; then SIGKILL."""
+    child.stop(signal.SIGINT, STOP_WAIT_S)
 
 
-def child_env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["HOME"] = str(tmp)  # nothing of the user's own Warden config or data
-    env.pop("WARDEN_CONFIG", None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-async def start_sim(tmp: Path, env: dict[str, str]) -> tuple[Child, Path]:
-    snippet = tmp / "sim" / "hosts.toml"
-    sim = Child(
-        "warden sim",
-        warden_argv(
-            "sim",
-            "--hosts",
-            str(HOSTS),
-            "--gpus-per-host",
-            str(GPUS_PER_HOST),
-            "--no-churn",
-            "--seed",
-            str(SIM_SEED),
-            "--control-port",
-            "0",
-            "--write-config",
-            str(snippet),
-        ),
-        tmp / "sim.log",
-        env,
-        tmp,
-    )
-    deadline = time.monotonic() + START_DEADLINE_S
-    while "Ctrl-C to stop" not in sim.log.read_text(errors="replace"):
-        sim.alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"warden sim: not ready within {START_DEADLINE_S:g}s")
-        await asyncio.sleep(0.1)
-    return sim, snippet
-
-
-def write_config(tmp: Path, snippet: Path, port: int) -> Path:
-    lines = [
-        "# Written by bench/api_load.py",
-        "[log]",
-        'level = "warning"',
-        "[storage]",
-        f"data_dir = {_toml(str(tmp / 'data'))}",
-        "[auth]",
-        f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
-        "[gateway]",
-        'host = "127.0.0.1"',
-        f"port = {port}",
-        "login_failures_per_ip = 1000",
-        "[ssh]",
-        f"known_hosts = {_toml(str(snippet.parent / 'known_hosts'))}",
-        "[monitor]",
-        'local_nvml = "off"',
-        "",
-    ]
-    config = tmp / "warden.toml"
-    config.write_text("\n".join(lines) + snippet.read_text())
-    return config
-
-
-def cheap_password_hashing() -> None:
-    """argon2 at its cheapest: the hashes carry their parameters, so logins are cheap too."""
-    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    passwords._dummy_hash.cache_clear()
-
-
-async def prepare_databases(config: Path, tmp: Path) -> None:
-    """Every service's database migrated; user00..user49 and admin in the reservations one."""
-    settings = load_settings(config, environ={"HOME": str(tmp)})
-    cheap_password_hashing()
-    for name in db.SERVICES_WITH_DATABASE:
-        engine = db.create_engine(settings.storage.database_url_for(name))
-        try:
-            await db.upgrade(engine, name)
-            if name != "reservations":
-                continue
-            async with Store(engine).write() as conn:
-                for user, admin in [(u, False) for u in USERS] + [(ADMIN, True)]:
-                    await accounts.create_user(
-                        conn,
-                        username=user,
-                        email=f"{user}@lab.example",
-                        password=PASSWORD,
-                        is_admin=admin,
-                        actor="bench",
-                    )
-        finally:
-            await engine.dispose()
-
-
-def start_server(tmp: Path, config: Path, env: dict[str, str], profile: Path | None) -> Child:
+def start_server(
+    tmp: Path, config: Path, env: dict[str, str], profile: Path | None
+) -> common.Child:
     opts = ["-m", "cProfile", "-o", str(profile)] if profile else []
-    return Child(
+    return common.Child(
         "warden run all" + (" (under cProfile)" if profile else ""),
-        warden_argv("run", "all", "--config", str(config), python_opts=opts),
+        common.warden_argv("run", "all", "--config", str(config), python_opts=opts),
         tmp / ("server-profiled.log" if profile else "server.log"),
         env,
-        tmp,
     )
 
 
@@ -842,7 +643,7 @@ async def run_load(
     cpu_now: Callable[[], Cpu],
 ) -> tuple[dict[str, RouteStats], float, Cpu]:
     """CLIENTS closed-loop clients: a warm-up, then the recorded window."""
-    routes = {route: RouteStats(route) for route in ROUTES}
+    routes = {route: RouteStats() for route in ROUTES}
     loop = asyncio.get_running_loop()
     window_start = loop.time() + cfg.warmup_s
     window_end = window_start + cfg.duration_s
@@ -879,7 +680,7 @@ async def run_load(
                 continue
             if began < window_start:
                 continue
-            stats.add(started, status, len(body))
+            stats.record(started, status, len(body))
             last_done = loop.time()
             if not 200 <= status < 300 and status not in VALID_REFUSALS.get(request.route, ()):
                 shown[(request.route, status)] += 1
@@ -938,7 +739,7 @@ async def run_remote(cfg: Config) -> Result:
     )
 
     def cpu_now() -> Cpu:
-        return Cpu(own_cpu_s(), proc_cpu_s(pid) if pid else float("nan"))
+        return Cpu(common.own_cpu_seconds(), common.cpu_seconds(pid) if pid else float("nan"))
 
     async with new_session() as session:
         api = Api(cfg.url, session)
@@ -955,15 +756,26 @@ async def run_remote(cfg: Config) -> Result:
 async def run_local(cfg: Config, tmp: Path) -> Result:
     """Set-up, seeding and load against a server this bench starts (and stops)."""
     result = Result(cfg, {})
-    env = child_env(tmp)
-    children: list[Child] = []
+    env = common.child_env(tmp)
+    children: list[common.Child] = []
     try:
         t0 = time.monotonic()
-        sim, snippet = await start_sim(tmp, env)
+        options = ["--hosts", str(HOSTS), "--gpus-per-host", str(GPUS_PER_HOST), "--no-churn"]
+        sim = common.start_sim(tmp, env, *options, "--seed", str(SIM_SEED))
         children.append(sim)
+        await sim.wait_for_line(common.SIM_READY, START_DEADLINE_S)
+        known_hosts, hosts = common.sim_hosts(tmp)
         port = free_port()
-        config = write_config(tmp, snippet, port)
-        await prepare_databases(config, tmp)
+        config = common.write_config(
+            tmp,
+            known_hosts=known_hosts,
+            hosts=hosts,
+            gateway={"host": "127.0.0.1", "port": port, "login_failures_per_ip": 1000},
+        )
+        users = [(user, False) for user in USERS] + [(ADMIN, True)]
+        await common.prepare_databases(
+            load_settings(config, environ={"HOME": str(tmp)}), users, PASSWORD
+        )
         result.setup_s["sim+db"] = time.monotonic() - t0
 
         t0 = time.monotonic()
@@ -971,8 +783,8 @@ async def run_local(cfg: Config, tmp: Path) -> Result:
         children.append(server)
 
         def alive() -> None:
-            sim.alive()
-            server.alive()
+            sim.check_alive()
+            server.check_alive()
 
         base = f"http://127.0.0.1:{port}"
         async with new_session() as session:
@@ -993,7 +805,7 @@ async def run_local(cfg: Config, tmp: Path) -> Result:
         restart = cfg.seed_via == "db" or cfg.server_profile is not None
         if restart:
             t0 = time.monotonic()
-            server.stop()
+            stop(server)
             result.setup_s["stop"] = time.monotonic() - t0
         if cfg.seed_via == "db":
             t0 = time.monotonic()
@@ -1030,14 +842,18 @@ async def run_local(cfg: Config, tmp: Path) -> Result:
                 await asyncio.sleep(1.0)
 
         def cpu_now() -> Cpu:
-            return Cpu(own_cpu_s(), server.cpu_s(), sim.cpu_s())
+            return Cpu(
+                common.own_cpu_seconds(),
+                common.cpu_seconds(server.pid),
+                common.cpu_seconds(sim.pid),
+            )
 
         async with new_session() as session:
             await load_against(Api(base, session), cfg, result, by_host, cpu_now)
-        server.alive()
+        server.check_alive()
     finally:
         for child in reversed(children):
-            child.stop()
+            stop(child)
     return result
 
 
@@ -1058,27 +874,8 @@ def _num(value: float, digits: int = 1) -> str:
     return "nan" if value != value else f"{value:.{digits}f}"  # NaN is the only value != itself
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
 def target(route: str) -> float:
     return TARGET_CREATE_P99_MS if route == "create" else TARGET_READ_P99_MS
-
-
-def verdict(ok: bool, value: float) -> str:
-    return "n/a" if value != value else ("met" if ok else "MISSED")
 
 
 def _statuses(stats: RouteStats) -> str:
@@ -1092,12 +889,9 @@ def _statuses(stats: RouteStats) -> str:
 def report(result: Result) -> None:
     cfg = result.cfg
     print()
-    print(
-        f"machine: nproc={usable_cpus()} (cpu_count={os.cpu_count()}), {cpu_model()}, Python "
-        f"{platform.python_version()}, aiohttp {aiohttp.__version__}, {platform.platform()}"
+    common.print_machine(
+        f"aiohttp {aiohttp.__version__}", sharing="bench, server and simulator share it"
     )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load:    {load} (1/5/15 min, at the end; bench, server and simulator share it)")
     if not cfg.url:
         setup = ", ".join(f"{k} {v:.1f}s" for k, v in result.setup_s.items())
         print(
@@ -1120,35 +914,62 @@ def report(result: Result) -> None:
         + (" (--quick)" if cfg.quick else "")
     )
     print()
-    head = (
-        f"{'route':<40} {'count':>7} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>8} "
-        f"{'KiB/ans':>8}  {'target':<12} {'verdict':<7} non-2xx"
-    )
-    print(head)
-    print("-" * (len(head) + 10))
     window = result.window_s or float("nan")
+
+    def figures(label: str, s: RouteStats) -> list[str]:
+        ms = (s.p50, s.p99, s.max)
+        return [label, str(s.count), f"{s.count / window:.0f}", *map(_num, ms)]
+
+    rows = []
     for route in ROUTES:
-        s = result.routes.get(route, RouteStats(route))
+        s = result.routes.get(route, RouteStats())
         size = s.bytes_in / s.count / 1024 if s.count else float("nan")
-        print(
-            f"{LABELS[route]:<40} {s.count:>7} {s.count / window:>7.0f} {_num(s.p50):>7} "
-            f"{_num(s.p99):>7} {_num(s.max):>8} {_num(size):>8}  "
-            f"{f'p99 < {target(route):g}':<12} {verdict(s.p99 < target(route), s.p99):<7} "
-            f"{_statuses(s)}"
+        ok = s.p99 < target(route)
+        rows.append(
+            [
+                *figures(LABELS[route], s),
+                _num(size),
+                f"p99 < {target(route):g}",
+                common.verdict(ok, s.p99),
+                _statuses(s),
+            ]
         )
-    reads = result.merged(READS) if result.routes else RouteStats("reads")
-    print(
-        f"{'all reads':<40} {reads.count:>7} {reads.count / window:>7.0f} {_num(reads.p50):>7} "
-        f"{_num(reads.p99):>7} {_num(reads.max):>8} {'':>8}  "
-        f"{f'p99 < {TARGET_READ_P99_MS:g}':<12} "
-        f"{verdict(reads.p99 < TARGET_READ_P99_MS, reads.p99):<7}"
+    reads = result.merged(READS) if result.routes else RouteStats()
+    ok = reads.p99 < TARGET_READ_P99_MS
+    rows.append(
+        [
+            *figures("all reads", reads),
+            "",
+            f"p99 < {TARGET_READ_P99_MS:g}",
+            common.verdict(ok, reads.p99),
+        ]
     )
-    every = result.merged(ROUTES) if result.routes else RouteStats("all")
-    print(
-        f"{'all':<40} {result.total:>7} {result.rps:>7.0f} {_num(every.p50):>7} "
-        f"{_num(every.p99):>7} {_num(every.max):>8} {'':>8}  "
-        f"{f'>= {TARGET_RPS:,.0f}/s':<12} {verdict(result.rps >= TARGET_RPS, result.rps):<7} "
-        f"server errors: {result.server_errors}"
+    every = result.merged(ROUTES) if result.routes else RouteStats()
+    ok = result.rps >= TARGET_RPS
+    rows.append(
+        [
+            *figures("all", every),
+            "",
+            f">= {TARGET_RPS:,.0f}/s",
+            common.verdict(ok, result.rps),
+            f"server errors: {result.server_errors}",
+        ]
+    )
+    common.print_table(
+        [
+            "route",
+            "count",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "KiB/ans",
+            "target",
+            "verdict",
+            "non-2xx",
+        ],
+        rows,
+        "<>>>>>><<<",
     )
     print(
         "(latency: from sending to the end of the body, time.perf_counter; a 409/403 on a "
@@ -1162,9 +983,8 @@ def report(result: Result) -> None:
     print(
         f"CPU over the window, % of one core: bench (load generator) {share(cpu.bench)}, "
         f"server {share(cpu.server)}, simulator {share(cpu.sim)}, other processes "
-        f"{share(cpu.others)}; machine busy {share(cpu.machine)} of {usable_cpus() * 100}%"
+        f"{share(cpu.others)}; machine busy {share(cpu.machine)} of {common.usable_cpus() * 100}%"
     )
-    print()
 
 
 def _package(filename: str, function: str) -> str:
@@ -1195,7 +1015,7 @@ def print_profile(path: Path, top: int = 25) -> None:
     stats.print_stats(r"(/services/|/aiohttp/)", top)
     print(f"--- cProfile of the server, {path} (top {top} of services/ and aiohttp) ---")
     text = out.getvalue().split("\n\n", 1)[-1].rstrip()
-    print(re.sub(r"\S*/site-packages/", "", text.replace(str(ROOT) + "/", "")))
+    print(re.sub(r"\S*/site-packages/", "", text.replace(str(common.REPO) + "/", "")))
     own: Counter[str] = Counter()
     for (filename, _line, function), figures in stats.stats.items():
         own[_package(filename, function)] += figures[2]
@@ -1204,15 +1024,16 @@ def print_profile(path: Path, top: int = 25) -> None:
     for name, seconds in own.most_common(15):
         print(f"  {seconds:6.2f}s {seconds / total * 100:5.1f}%  {name}")
     print("--- end of profile (figures measured under the profiler are inflated) ---")
-    print()
 
 
-def result_line(result: Result) -> str:
-    reads = result.merged(READS) if result.routes else RouteStats("reads")
-    create = result.routes.get("create", RouteStats("create"))
-    return (
-        f"RESULT rps={_num(result.rps, 0)} read_p99_ms={_num(reads.p99)} "
-        f"create_p99_ms={_num(create.p99)} server_errors={result.server_errors}"
+def print_result_line(result: Result) -> None:
+    reads = result.merged(READS) if result.routes else RouteStats()
+    create = result.routes.get("create", RouteStats())
+    common.print_result(
+        rps=_num(result.rps, 0),
+        read_p99_ms=_num(reads.p99),
+        create_p99_ms=_num(create.p99),
+        server_errors=result.server_errors,
     )
 
 
@@ -1220,10 +1041,7 @@ def result_line(result: Result) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="smoke run: 1,000 reservations, 1 s + 5 s of load"
-    )
+    ap = common.argument_parser(__doc__, "1,000 reservations, 1 s + 5 s of load")
     ap.add_argument("--duration", type=float, help="recorded seconds of load (30; --quick: 5)")
     ap.add_argument("--reservations", type=int, help="reservations seeded (10,000; --quick: 1,000)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (1)")
@@ -1298,27 +1116,13 @@ def make_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    signal.signal(signal.SIGTERM, _sigterm)
-    cfg = make_config(args)
-    started = time.monotonic()
-    try:
-        result = asyncio.run(run(cfg))
-    except KeyboardInterrupt:
-        print("interrupted: server and simulator stopped, temporary files removed", file=sys.stderr)
-        return 130
+    cfg = make_config(parse_args(sys.argv[1:] if argv is None else argv))
+    result = common.run_async(run(cfg), "server and simulator stopped, temporary files removed")
     report(result)
     if cfg.server_profile is not None:
         print_profile(cfg.server_profile)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
-    print(result_line(result))
-    sys.stdout.flush()
+    print_result_line(result)
     return 0
 
 

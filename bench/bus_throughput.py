@@ -29,31 +29,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
-import platform
-import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
-# Runnable as a plain script from a checkout: the repository root holds `services`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _common as common
 
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.base import Bus, BusSettings, dead_letter_queue_name, queue_name
 from services.shared.bus.inproc import InProcessBus
 from services.shared.contracts import Envelope, make_envelope, parse_envelope
 
-DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 EVENT_TYPE = "host.recovered"
 SOURCE = "monitor"
 PATTERN = "host.recovered"
@@ -61,31 +55,6 @@ PATTERN = "host.recovered"
 TARGET_AMQP_EPS = 4_000
 TARGET_INPROC_EPS = 50_000
 TARGET_RPC_P99_MS = 10.0
-
-
-# --- RabbitMQ vhost ---------------------------------------------------------------------------
-
-
-def _rabbitmqctl(*args: str, check: bool = True) -> str:
-    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    done = subprocess.run([ctl, "-q", *args], capture_output=True, text=True, timeout=120)
-    if check and done.returncode != 0:
-        raise RuntimeError(
-            f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip() or done.stdout.strip()}"
-        )
-    return done.stdout.strip()
-
-
-def rabbitmq_version() -> str:
-    try:
-        return _rabbitmqctl("version") or "unknown"
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
-        return f"unknown ({err.__class__.__name__})"
-
-
-def _with_vhost(url: str, vhost: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + quote(vhost, safe="")))
 
 
 # --- measurements ------------------------------------------------------------------------------
@@ -119,31 +88,6 @@ class EventFigures:
     @property
     def drain_eps(self) -> float:
         return self.events / self.drain_s if self.drain_s else 0.0
-
-
-@dataclass
-class RpcFigures:
-    samples_ms: list[float] = field(default_factory=list)
-
-    def pct(self, p: float) -> float:
-        ordered = sorted(self.samples_ms)
-        if not ordered:
-            return float("nan")
-        # nearest-rank percentile
-        k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-        return ordered[k]
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return self.pct(99)
-
-    @property
-    def max(self) -> float:
-        return max(self.samples_ms) if self.samples_ms else float("nan")
 
 
 def event_data() -> dict[str, Any]:
@@ -263,15 +207,10 @@ class CpuPerEvent:
 
 def broker_cpu_s() -> float | None:
     """CPU seconds used so far by a local RabbitMQ (beam.smp), from /proc; None if not found."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if "(beam.smp)" in text:
-            fields = text.rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if comm.read_text().strip() == "beam.smp":
+                return common.cpu_seconds(comm.parent.name)
     return None
 
 
@@ -317,7 +256,7 @@ async def measure_e2e_two_processes(
         await child.wait()
 
 
-async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> RpcFigures:
+async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> common.Latencies:
     async def echo(args: dict[str, Any]) -> dict[str, Any]:
         return args
 
@@ -325,7 +264,7 @@ async def measure_rpc(server: Bus, client: Bus, warmup: int, calls: int) -> RpcF
     try:
         for i in range(warmup):
             await client.call("bench", "echo", {"i": i}, timeout=5)
-        figures = RpcFigures()
+        figures = common.Latencies()
         for i in range(calls):
             t0 = time.perf_counter_ns()
             reply = await client.call("bench", "echo", {"i": i}, timeout=5)
@@ -355,6 +294,21 @@ def micro_costs(n: int) -> tuple[float, float]:
 # --- the run ------------------------------------------------------------------------------------
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = common.argument_parser(__doc__, "1,000 events, 200 RPCs")
+    ap.add_argument(
+        "--amqp-url",
+        help="use this broker/vhost as is (default: a fresh vhost on "
+        f"{common.DEFAULT_AMQP_URL} made with rabbitmqctl)",
+    )
+    ap.add_argument("--events", type=int, help="events per measurement (default 20,000)")
+    ap.add_argument("--in-flight", type=int, default=200, help="AMQP emits in flight (200)")
+    ap.add_argument(
+        "--concurrency", type=int, default=1, help="subscribe(concurrency=...) of the consumer (1)"
+    )
+    return ap.parse_args(argv)
+
+
 @dataclass
 class Config:
     events: int
@@ -365,7 +319,7 @@ class Config:
     inproc_runs: int
 
 
-async def run_inproc(cfg: Config) -> tuple[EventFigures, RpcFigures, list[float]]:
+async def run_inproc(cfg: Config) -> tuple[EventFigures, common.Latencies, list[float]]:
     """In-process runs take well under a second, so one scheduling hiccup of another process
     skews them: the best of `cfg.inproc_runs` runs (each on a fresh bus) is reported."""
     runs: list[EventFigures] = []
@@ -398,7 +352,9 @@ async def run_inproc(cfg: Config) -> tuple[EventFigures, RpcFigures, list[float]
     return best, rpc, [ev.eps for ev in runs]
 
 
-async def run_amqp(url: str, cfg: Config, shared_vhost: bool) -> tuple[EventFigures, RpcFigures]:
+async def run_amqp(
+    url: str, cfg: Config, shared_vhost: bool
+) -> tuple[EventFigures, common.Latencies]:
     suffix = uuid.uuid4().hex[:8]
     consumer_name = f"bench.on_recovered_{suffix}"
     publisher = AmqpBus(url, name=f"bench-publisher-{suffix}")
@@ -444,38 +400,19 @@ def fmt_int(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def report(
-    amqp: tuple[EventFigures, RpcFigures],
-    inproc: tuple[EventFigures, RpcFigures],
+    amqp: tuple[EventFigures, common.Latencies],
+    inproc: tuple[EventFigures, common.Latencies],
     cfg: Config,
     micro: tuple[float, float],
     rmq_version: str,
     where: str,
     inproc_runs: list[float],
 ) -> None:
-    ncpu = os.cpu_count()
-    try:
-        usable: int | None = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = ncpu
     print()
-    print(
-        f"machine: nproc={usable} (cpu_count={ncpu}), Python {platform.python_version()} "
-        f"({platform.python_implementation()}), RabbitMQ {rmq_version}, {platform.platform()}"
+    common.print_machine(
+        f"RabbitMQ {rmq_version}", sharing="other work on the machine skews figures"
     )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load:    {load} (1/5/15 min, at the end; other work on the machine skews figures)")
     print(f"broker:  {where}")
     print(
         f"events:  {cfg.events:,} x '{EVENT_TYPE}' via Bus.emit (make_envelope validation + "
@@ -490,17 +427,30 @@ def report(
     )
     print(f"rpc:     bench.echo, {cfg.rpc_warmup} warm-up + {cfg.rpc_calls} sequential calls")
     print()
-    head = (
-        f"{'bus':<11} {'events':>7} {'e2e ev/s':>9} {'e2e ev/s 1 proc':>16} "
-        f"{'publish-only ev/s':>18} {'rpc p50 ms':>11} {'rpc p99 ms':>11} {'rpc max ms':>11}"
+    common.print_table(
+        [
+            "bus",
+            "events",
+            "e2e ev/s",
+            "e2e ev/s 1 proc",
+            "publish-only ev/s",
+            "rpc p50 ms",
+            "rpc p99 ms",
+            "rpc max ms",
+        ],
+        [
+            [
+                ev.bus,
+                f"{ev.events:,}",
+                fmt_int(ev.eps),
+                fmt_int(ev.one_process_eps),
+                fmt_int(ev.publish_eps),
+                *(f"{ms:.3f}" for ms in (rpc.p50, rpc.p99, rpc.max)),
+            ]
+            for ev, rpc in (amqp, inproc)
+        ],
+        "<>>>>>>>",
     )
-    print(head)
-    print("-" * len(head))
-    for ev, rpc in (amqp, inproc):
-        print(
-            f"{ev.bus:<11} {ev.events:>7,} {fmt_int(ev.eps):>9} {fmt_int(ev.one_process_eps):>16} "
-            f"{fmt_int(ev.publish_eps):>18} {rpc.p50:>11.3f} {rpc.p99:>11.3f} {rpc.max:>11.3f}"
-        )
     print(
         "(AMQP e2e: publisher and consumer in two processes, as two services; "
         "'1 proc': both in one process and event loop)"
@@ -511,15 +461,15 @@ def report(
     print("targets:")
     print(
         f"  AMQP end-to-end      {fmt_int(a_ev.eps):>9} events/s   target >= "
-        f"{TARGET_AMQP_EPS:,}    {verdict(a_ev.eps >= TARGET_AMQP_EPS)}"
+        f"{TARGET_AMQP_EPS:,}    {common.verdict(a_ev.eps >= TARGET_AMQP_EPS)}"
     )
     print(
         f"  in-process e2e       {fmt_int(i_ev.eps):>9} events/s   target >= "
-        f"{TARGET_INPROC_EPS:,}   {verdict(i_ev.eps >= TARGET_INPROC_EPS)}"
+        f"{TARGET_INPROC_EPS:,}   {common.verdict(i_ev.eps >= TARGET_INPROC_EPS)}"
     )
     print(
         f"  RabbitMQ RPC p99     {a_rpc.p99:>9.2f} ms         target <  "
-        f"{TARGET_RPC_P99_MS:g}       {verdict(a_rpc.p99 < TARGET_RPC_P99_MS)}"
+        f"{TARGET_RPC_P99_MS:g}       {common.verdict(a_rpc.p99 < TARGET_RPC_P99_MS)}"
     )
     print()
     print("side figures:")
@@ -532,10 +482,11 @@ def report(
         cpu = a_ev.cpu
         broker = f"{cpu.broker_us:.0f}" if cpu.broker_us is not None else "n/a"
         total = cpu.publisher_us + cpu.consumer_us + (cpu.broker_us or 0.0)
+        cores = common.usable_cpus()
         print(
             f"  AMQP e2e CPU per event: publisher {cpu.publisher_us:.0f} us + consumer "
             f"{cpu.consumer_us:.0f} us + RabbitMQ {broker} us = {total:.0f} us, so "
-            f"{usable_cpus()} cores cap it near {fmt_int(usable_cpus() * 1e6 / total)} events/s"
+            f"{cores} cores cap it near {fmt_int(cores * 1e6 / total)} events/s"
         )
     make_us, parse_us = micro
     print(
@@ -543,27 +494,6 @@ def report(
         f"(caps emit at {fmt_int(1e6 / make_us)}/s), "
         f"parse_envelope {parse_us:.1f} us (caps a consumer at {fmt_int(1e6 / parse_us)}/s)"
     )
-    print()
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1,000 events, 200 RPCs")
-    ap.add_argument(
-        "--amqp-url",
-        help="use this broker/vhost as is (default: a fresh vhost on "
-        f"{DEFAULT_AMQP_URL} made with rabbitmqctl)",
-    )
-    ap.add_argument("--events", type=int, help="events per measurement (default 20,000)")
-    ap.add_argument("--in-flight", type=int, default=200, help="AMQP emits in flight (200)")
-    ap.add_argument(
-        "--concurrency", type=int, default=1, help="subscribe(concurrency=...) of the consumer (1)"
-    )
-    return ap.parse_args(argv)
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -574,9 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(consumer_process(url, consumer_name, int(n), int(concurrency)))
         return 0
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _sigterm)
+    common.setup_logging_and_sigterm()
 
     events = args.events or (1_000 if args.quick else 20_000)
     cfg = Config(
@@ -587,38 +515,28 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         inproc_runs=1 if args.quick else 3,
     )
-    rmq_version = rabbitmq_version()
+    rmq_version = common.rabbitmq_version()
     micro = micro_costs(500 if args.quick else 5_000)
 
     inproc_events, inproc_rpc, inproc_runs = asyncio.run(run_inproc(cfg))
     inproc = (inproc_events, inproc_rpc)
 
-    vhost = None
-    if args.amqp_url:
-        url = args.amqp_url
-    else:
-        vhost = f"warden-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        _rabbitmqctl("add_vhost", vhost)
-    try:
-        if vhost is not None:
-            user = urlsplit(DEFAULT_AMQP_URL).username or "guest"
-            _rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
-            url = _with_vhost(DEFAULT_AMQP_URL, vhost)
-        amqp = asyncio.run(run_amqp(url, cfg, shared_vhost=vhost is None))
-    finally:
-        if vhost is not None:
-            _rabbitmqctl("delete_vhost", vhost, check=False)
+    with contextlib.ExitStack() as own_vhost:
+        url = args.amqp_url or own_vhost.enter_context(
+            common.rabbitmq_vhost(common.DEFAULT_AMQP_URL, "warden-bench")
+        )
+        amqp = asyncio.run(run_amqp(url, cfg, shared_vhost=bool(args.amqp_url)))
 
     parts = urlsplit(url)
     where = f"{parts.hostname}:{parts.port or 5672} vhost {unquote(parts.path[1:]) or '/'}" + (
-        " (own vhost, deleted)" if vhost else " (given)"
+        " (given)" if args.amqp_url else " (own vhost, deleted)"
     )
     report(amqp, inproc, cfg, micro, rmq_version, where, inproc_runs)
-    print(
-        f"RESULT amqp_events_per_s={int(amqp[0].eps)} inproc_events_per_s={int(inproc[0].eps)} "
-        f"rpc_p99_ms={amqp[1].p99:.2f}"
+    common.print_result(
+        amqp_events_per_s=int(amqp[0].eps),
+        inproc_events_per_s=int(inproc[0].eps),
+        rpc_p99_ms=f"{amqp[1].p99:.2f}",
     )
-    sys.stdout.flush()
     return 0
 
 

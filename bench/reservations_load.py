@@ -45,15 +45,13 @@ import asyncio
 import bisect
 import contextlib
 import cProfile
+import functools
 import io
-import logging
 import os
-import platform
 import pstats
 import random
 import secrets
 import shutil
-import signal
 import sqlite3
 import statistics
 import sys
@@ -66,18 +64,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import argon2
+import _common as common
 import asyncpg
 import sqlalchemy
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-# Runnable as a plain script from a checkout: the repository root holds `services`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from services.reservations import accounts, passwords
 from services.reservations.service import start as start_reservations
-from services.reservations.store import Store
 from services.reservations.tables import gpu_slots, gpus, reservations
 from services.shared import db
 from services.shared.bus.inproc import InProcessBus
@@ -125,40 +118,11 @@ Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
 @dataclass
-class Latencies:
+class Calls(common.Latencies):
     """One operation's calls on one backend."""
 
-    operation: str
-    samples_ms: list[float] = field(default_factory=list)
     note: str = ""
     wall_s: float = 0.0
-
-    def add(self, started: float) -> None:
-        self.samples_ms.append((time.perf_counter() - started) * 1000)
-
-    def pct(self, p: float) -> float:
-        """Nearest-rank percentile (as bench/bus_throughput.py)."""
-        ordered = sorted(self.samples_ms)
-        if not ordered:
-            return float("nan")
-        k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-        return ordered[k]
-
-    @property
-    def calls(self) -> int:
-        return len(self.samples_ms)
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return self.pct(99)
-
-    @property
-    def max(self) -> float:
-        return max(self.samples_ms) if self.samples_ms else float("nan")
 
 
 @dataclass
@@ -169,7 +133,7 @@ class BackendResult:
     server: str = ""
     setup_s: dict[str, float] = field(default_factory=dict)
     seeded: dict[str, int] = field(default_factory=dict)
-    ops: dict[str, Latencies] = field(default_factory=dict)
+    ops: dict[str, Calls] = field(default_factory=dict)
     same_slot_successes: int | None = None
 
     def p99(self, operation: str) -> float:
@@ -234,12 +198,6 @@ async def postgres_database(admin_url: str) -> AsyncIterator[tuple[str, str]]:
 
 
 # --- seeding ------------------------------------------------------------------------------------
-
-
-def cheap_password_hashing() -> None:
-    """argon2 at its cheapest: accounts are made in milliseconds (nobody logs in here)."""
-    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    passwords._dummy_hash.cache_clear()
 
 
 def gpu_uuids_by_host() -> dict[str, list[str]]:
@@ -363,19 +321,6 @@ def reservation_rows(
     return rows, slots
 
 
-async def seed_accounts(engine: AsyncEngine) -> None:
-    async with Store(engine).write() as conn:
-        for username, is_admin in [(u, False) for u in USERS] + [(ADMIN, True)]:
-            await accounts.create_user(
-                conn,
-                username=username,
-                email=f"{username}@example.org",
-                password="bench-password",
-                is_admin=is_admin,
-                actor="bench",
-            )
-
-
 async def insert_chunks(engine: AsyncEngine, table: sqlalchemy.Table, rows: list[Any]) -> None:
     async with engine.begin() as conn:
         for i in range(0, len(rows), CHUNK):
@@ -384,8 +329,9 @@ async def insert_chunks(engine: AsyncEngine, table: sqlalchemy.Table, rows: list
 
 async def seed(engine: AsyncEngine, cfg: Config, now_ms: int) -> dict[str, int]:
     """Accounts, GPUs and reservations; returns what was made."""
-    cheap_password_hashing()
-    await seed_accounts(engine)
+    await common.create_accounts(
+        engine, [(u, False) for u in USERS] + [(ADMIN, True)], "bench-password"
+    )
     rng = random.Random(cfg.seed)
     await insert_chunks(engine, gpus, gpu_rows(now_ms))
     plan = plan_reservations(rng, cfg.seed_reservations, now_ms)
@@ -499,7 +445,7 @@ class Outcomes:
     def __init__(self) -> None:
         self.ok = self.conflicts = self.not_found = self.errors = 0
 
-    async def run(self, figures: Latencies, call: Call, method: str, args: dict[str, Any]) -> Any:
+    async def run(self, figures: Calls, call: Call, method: str, args: dict[str, Any]) -> Any:
         started = time.perf_counter()
         try:
             answer = await call(method, args)
@@ -526,13 +472,11 @@ async def warm_up(call: Call, method: str, make: Callable[[], dict[str, Any]]) -
             await call(method, make())
 
 
-async def measure_creates(
-    call: Call, operation: str, total: int, clients: int, seed: int, now_ms: int
-) -> Latencies:
+async def measure_creates(call: Call, total: int, clients: int, seed: int, now_ms: int) -> Calls:
     """`total` creates by `clients` concurrent clients, each in a closed loop."""
     rng = random.Random(seed)
     await warm_up(call, "create_reservation", lambda: create_args(rng, now_ms))
-    figures, outcomes = Latencies(operation), Outcomes()
+    figures, outcomes = Calls(), Outcomes()
     remaining = total
 
     async def client() -> None:
@@ -554,19 +498,18 @@ async def measure_creates(
 
 async def measure_sequential(
     call: Call,
-    operation: str,
     method: str,
     make: Callable[[], dict[str, Any]],
     calls: int,
     size: tuple[str, Callable[[Any], int]],
-) -> Latencies:
+) -> Calls:
     """`calls` calls one after the other; the note says how big the answers were.
 
     Only the size of each answer is kept: holding hundreds of thousands of answer objects
     would slow the process (garbage collection) and skew later figures.
     """
     await warm_up(call, method, make)
-    figures, outcomes = Latencies(operation), Outcomes()
+    figures, outcomes = Calls(), Outcomes()
     unit, count = size
     sizes = []
     started = time.perf_counter()
@@ -587,15 +530,19 @@ def _overview_runs(answer: dict[str, Any]) -> int:
     return sum(len(gpu["runs"]) for host in answer["hosts"] for gpu in host["gpus"])
 
 
+def _gpus(answer: dict[str, Any]) -> int:
+    return len(answer["gpus"])
+
+
 def _errors(outcomes: Outcomes) -> str:
     return f", {outcomes.errors} ERRORS" if outcomes.errors else ""
 
 
-async def measure_same_slot(call: Call, now_ms: int) -> tuple[Latencies, int]:
+async def measure_same_slot(call: Call, now_ms: int) -> tuple[Calls, int]:
     """20 users ask for the same 2 GPUs for the same 2 hours at once (9 weeks ahead: free)."""
     start = today_ms(now_ms) + 9 * WEEK_MS + 10 * HOUR_MS
     gpus = gpu_uuids_by_host()[HOSTS[0]][:2]
-    figures, outcomes = Latencies("same_slot"), Outcomes()
+    figures, outcomes = Calls(), Outcomes()
     await asyncio.gather(
         *(
             outcomes.run(
@@ -642,42 +589,25 @@ async def measure_all(call: Call, cfg: Config, now_ms: int, result: BackendResul
         print(f"  {LABELS[operation]} ...", flush=True)
         return profiled(cfg.profile == operation, f"{LABELS[operation]} on {result.backend}")
 
-    rng = random.Random(cfg.seed + 2)
     with step("create"):
         result.ops["create"] = await measure_creates(
-            call, "create", cfg.creates, CREATE_CLIENTS, cfg.seed + 1, now_ms
+            call, cfg.creates, CREATE_CLIENTS, cfg.seed + 1, now_ms
         )
     with step("create_serial"):  # the same without queueing: what one create costs
         result.ops["create_serial"] = await measure_creates(
-            call, "create_serial", cfg.serial_creates, 1, cfg.seed + 3, now_ms
+            call, cfg.serial_creates, 1, cfg.seed + 3, now_ms
         )
-    with step("calendar"):
-        result.ops["calendar"] = await measure_sequential(
-            call,
-            "calendar",
-            "calendar",
-            lambda: calendar_args(rng, now_ms),
-            cfg.calendar_calls,
-            ("reservations", len),
-        )
-    with step("overview"):
-        result.ops["overview"] = await measure_sequential(
-            call,
-            "overview",
-            "overview",
-            lambda: overview_args(rng, now_ms),
-            cfg.overview_calls,
-            ("runs", _overview_runs),
-        )
-    with step("earliest"):
-        result.ops["earliest"] = await measure_sequential(
-            call,
-            "earliest",
-            "find_slot",
-            lambda: earliest_args(rng, now_ms),
-            cfg.earliest_calls,
-            ("GPUs", lambda answer: len(answer["gpus"])),
-        )
+    rng = random.Random(cfg.seed + 2)
+    sequential = (  # operation, method, its arguments, calls, what an answer holds
+        ("calendar", "calendar", calendar_args, cfg.calendar_calls, ("reservations", len)),
+        ("overview", "overview", overview_args, cfg.overview_calls, ("runs", _overview_runs)),
+        ("earliest", "find_slot", earliest_args, cfg.earliest_calls, ("GPUs", _gpus)),
+    )
+    for operation, method, make, calls, size in sequential:
+        with step(operation):
+            result.ops[operation] = await measure_sequential(
+                call, method, functools.partial(make, rng, now_ms), calls, size
+            )
     with step("same_slot"):
         result.ops["same_slot"], result.same_slot_successes = await measure_same_slot(call, now_ms)
 
@@ -766,33 +696,24 @@ def target(operation: str) -> str:
     return f"p99 < {TARGETS_MS[operation]:g}" if operation in TARGETS_MS else "-"
 
 
-def verdict(result: BackendResult, operation: str) -> str:
+def judge(result: BackendResult, operation: str) -> str:
     if operation == "same_slot":
         if result.same_slot_successes is None:
             return "n/a"
-        return "met" if result.same_slot_successes == 1 else "MISSED"
+        return common.verdict(result.same_slot_successes == 1)
     p99 = result.p99(operation)
     if operation not in TARGETS_MS:
         return "-"
-    return "n/a" if p99 != p99 else ("met" if p99 < TARGETS_MS[operation] else "MISSED")
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return common.verdict(p99 < TARGETS_MS[operation], p99)
 
 
 def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) -> None:
     print()
-    print(
-        f"machine: nproc={usable_cpus()} (cpu_count={os.cpu_count()}), Python "
-        f"{platform.python_version()}, SQLAlchemy {sqlalchemy.__version__}, "
-        f"asyncpg {asyncpg.__version__}, {platform.platform()}"
+    common.print_machine(
+        f"SQLAlchemy {sqlalchemy.__version__}",
+        f"asyncpg {asyncpg.__version__}",
+        sharing="bench, service and PostgreSQL share it",
     )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load:    {load} (1/5/15 min, at the end; bench, service and PostgreSQL share it)")
     for r in results:
         if r.skipped:
             print(f"{r.backend + ':':<11} not run ({r.skipped})")
@@ -806,26 +727,40 @@ def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) 
         + (" (--quick)" if args.quick else "")
     )
     print()
-    head = (
-        f"{'backend':<10} {'operation':<20} {'calls':>5} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'max ms':>8}  {'target':<13} {'verdict':<7} note"
-    )
-    print(head)
-    print("-" * (len(head) + 40))
+    rows = []
     for r in results:
         for operation in OPERATIONS:
-            figures = r.ops.get(operation, Latencies(operation))
-            note = "not run" if r.skipped else figures.note
-            print(
-                f"{r.backend:<10} {LABELS[operation]:<20} {figures.calls:>5} "
-                f"{_num(figures.p50):>8} {_num(figures.p99):>8} {_num(figures.max):>8}  "
-                f"{target(operation):<13} {verdict(r, operation):<7} {note}"
+            figures = r.ops.get(operation, Calls())
+            rows.append(
+                [
+                    r.backend,
+                    LABELS[operation],
+                    str(figures.count),
+                    *(_num(ms) for ms in (figures.p50, figures.p99, figures.max)),
+                    target(operation),
+                    judge(r, operation),
+                    "not run" if r.skipped else figures.note,
+                ]
             )
+    common.print_table(
+        [
+            "backend",
+            "operation",
+            "calls",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "target",
+            "verdict",
+            "note",
+        ],
+        rows,
+        "<<>>>><<<",
+    )
     print(
         "(latency: bus.call to answer, JSON round trips included; conflicts and 'none found' "
         "are answers and counted; errors are not)"
     )
-    print()
 
 
 def same_slot_figure(results: list[BackendResult]) -> str:
@@ -834,23 +769,22 @@ def same_slot_figure(results: list[BackendResult]) -> str:
     return "nan" if not found else str(max(found, key=lambda n: abs(n - 1)))
 
 
-def result_line(results: list[BackendResult]) -> str:
+def result_figures(results: list[BackendResult]) -> dict[str, str]:
     by_backend = {r.backend: r for r in results}
-    parts = []
+    figures = {}
     for prefix, backend in (("", "sqlite"), ("pg_", "postgresql")):
         r = by_backend.get(backend, BackendResult(backend))
         for operation in ("create", "calendar", "overview", "earliest"):
-            parts.append(f"{prefix}{operation}_p99_ms={_num(r.p99(operation))}")
-    parts.append(f"concurrent_same_slot_successes={same_slot_figure(results)}")
-    return "RESULT " + " ".join(parts)
+            figures[f"{prefix}{operation}_p99_ms"] = _num(r.p99(operation))
+    figures["concurrent_same_slot_successes"] = same_slot_figure(results)
+    return figures
 
 
 # --- main ---------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: a tenth of the calls")
+    ap = common.argument_parser(__doc__, "a tenth of the calls")
     ap.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument(
         "--pg-url",
@@ -881,28 +815,13 @@ def make_config(args: argparse.Namespace) -> Config:
     )
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _sigterm)
     cfg = make_config(args)
-    started = time.monotonic()
-    try:
-        results = asyncio.run(run_all(args, cfg))
-    except KeyboardInterrupt:
-        print(
-            "interrupted: service stopped, temporary files and databases removed", file=sys.stderr
-        )
-        return 130
+    cleaned_up = "service stopped, temporary files and databases removed"
+    results = common.run_async(run_all(args, cfg), cleaned_up)
     report(results, cfg, args)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
-    print(result_line(results))
-    sys.stdout.flush()
+    common.print_result(**result_figures(results))
     return 0
 
 

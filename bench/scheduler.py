@@ -27,25 +27,19 @@ machine-readable: `RESULT pass_p50_ms=<n> pass_p99_ms=<n>`.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import cProfile
 import io
 import math
-import os
-import platform
 import pstats
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-# Runnable as a plain script from a checkout: the repository root holds `services`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _common as common
 
 from services.jobs.scheduler import (
     Booking,
@@ -164,53 +158,15 @@ def make_state(seed: int) -> QueueState:
 # --- figures ----------------------------------------------------------------------------------
 
 
-def pct(samples: list[float], p: float) -> float:
-    """Nearest-rank percentile (as bench/bus_throughput.py); nan when there are none."""
-    ordered = sorted(samples)
-    if not ordered:
-        return float("nan")
-    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
-
-
-@dataclass
-class Row:
-    label: str
-    samples_ms: list[float]
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return pct(self.samples_ms, 99)
-
-    @property
-    def max(self) -> float:
-        return max(self.samples_ms, default=float("nan"))
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.samples_ms) if self.samples_ms else float("nan")
-
-
-def timed(label: str, passes: int, call: Callable[[], object]) -> Row:
+def timed(passes: int, call: Callable[[], object]) -> common.Latencies:
     for _ in range(WARMUP):
         call()
-    samples = []
+    figures = common.Latencies()
     for _ in range(passes):
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         call()
-        samples.append((time.perf_counter() - t0) * 1000)
-    return Row(label, samples)
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+        figures.add(started)
+    return figures
 
 
 def outcome(decisions: list[Decision]) -> str:
@@ -231,16 +187,16 @@ def _reason_kind(reason: str) -> str:
     return "other"
 
 
-def report(state: QueueState, rows: list[Row], decisions: list[Decision], seed: int) -> None:
+def report(
+    state: QueueState,
+    rows: list[tuple[str, common.Latencies]],
+    decisions: list[Decision],
+    seed: int,
+) -> None:
     bookings = {b.reservation_id for bs in state.bookings.values() for b in bs}
     busy = sum(g.busy for g in state.gpus.values())
     print()
-    print(
-        f"machine: nproc={usable_cpus()} (cpu_count={os.cpu_count()}), Python "
-        f"{platform.python_version()}, {platform.platform()}"
-    )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load:    {load} (1/5/15 min, at the end; other processes share the cores)")
+    common.print_machine(sharing="other processes share the cores")
     print(
         f"state:   {len(state.gpus)} GPUs on {HOSTS} hosts, {busy} busy; {len(bookings)} "
         f"reservations ({sum(map(len, state.bookings.values()))} GPU bookings); "
@@ -249,20 +205,17 @@ def report(state: QueueState, rows: list[Row], decisions: list[Decision], seed: 
     )
     print(f"pass:    {outcome(decisions)}")
     print()
-    head = (
-        f"{'operation':<34} {'passes':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-        f"{'mean ms':>8}  {'target':<13} verdict"
-    )
-    print(head)
-    print("-" * len(head))
-    for i, row in enumerate(rows):
+    table = []
+    for i, (label, figures) in enumerate(rows):
         target = f"p99 < {TARGET_P99_MS:.0f}" if i < 2 else ""
-        verdict = ("met" if row.p99 < TARGET_P99_MS else "MISSED") if target else ""
-        print(
-            f"{row.label:<34} {len(row.samples_ms):>7} {row.p50:>8.1f} {row.p99:>8.1f} "
-            f"{row.max:>8.1f} {row.mean:>8.1f}  {target:<13} {verdict}"
-        )
-    print()
+        judged = common.verdict(figures.p99 < TARGET_P99_MS) if target else ""
+        ms = (figures.p50, figures.p99, figures.max, figures.mean)
+        table.append([label, str(figures.count), *(f"{x:.1f}" for x in ms), target, judged])
+    common.print_table(
+        ["operation", "passes", "p50 ms", "p99 ms", "max ms", "mean ms", "target", "verdict"],
+        table,
+        "<>>>>><<",
+    )
 
 
 def profile(state: QueueState) -> None:
@@ -276,8 +229,7 @@ def profile(state: QueueState) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 10 passes")
+    ap = common.argument_parser(__doc__, "10 passes")
     ap.add_argument("--passes", type=int, help="timed passes (200; --quick: 10)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (1)")
     ap.add_argument("--profile", action="store_true", help="cProfile one pass, print the top")
@@ -290,14 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         profile(state)
     held = replace(state, hold_after=HOUR)
     rows = [
-        timed("schedule()", passes, lambda: schedule(state)),
-        timed("schedule(), hold_after = 1 h", passes, lambda: schedule(held)),
-        timed("queue_order() alone", passes, lambda: queue_order(state.queue)),
+        ("schedule()", timed(passes, lambda: schedule(state))),
+        ("schedule(), hold_after = 1 h", timed(passes, lambda: schedule(held))),
+        ("queue_order() alone", timed(passes, lambda: queue_order(state.queue))),
     ]
     report(state, rows, schedule(state), args.seed)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
-    print(f"RESULT pass_p50_ms={rows[0].p50:.1f} pass_p99_ms={rows[0].p99:.1f}")
-    sys.stdout.flush()
+    first = rows[0][1]
+    common.print_result(pass_p50_ms=f"{first.p50:.1f}", pass_p99_ms=f"{first.p99:.1f}")
     return 0
 
 

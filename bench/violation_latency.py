@@ -45,38 +45,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import logging
 import os
-import platform
 import random
-import resource
-import secrets
 import shutil
-import signal
-import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import argon2
+import _common as common
 import asyncssh
 from aiohttp import web
 
-# Runnable as a plain script from a checkout: the repository root holds `services`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from services.reservations import accounts, passwords
-from services.reservations.store import Store
-from services.shared import db
+from services.shared import toml
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import run_services
 from services.sim.model import SimFleet
@@ -101,43 +89,6 @@ Key = tuple[str, int]  # (host, pid)
 
 class ServicesStopped(RuntimeError):
     """run_services ended during the run: on SIGINT/SIGTERM (it handles them) or an error."""
-
-
-# --- figures ------------------------------------------------------------------------------------
-
-
-def pct(samples: Iterable[float], p: float) -> float:
-    """Nearest-rank percentile (as bench/bus_throughput.py); nan when there are none."""
-    ordered = sorted(samples)
-    if not ordered:
-        return float("nan")
-    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-    return ordered[k]
-
-
-@dataclass
-class Stat:
-    samples_ms: list[float]
-
-    @property
-    def count(self) -> int:
-        return len(self.samples_ms)
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return pct(self.samples_ms, 99)
-
-    @property
-    def max(self) -> float:
-        return max(self.samples_ms) if self.samples_ms else float("nan")
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.samples_ms) if self.samples_ms else float("nan")
 
 
 @dataclass
@@ -175,7 +126,7 @@ class Recorder:
     def complete(self) -> bool:
         return all(k in self.opened and k in self.webhook for k in self.started)
 
-    def latencies(self, seen: dict[Key, float], deadline_s: float) -> tuple[Stat, int]:
+    def latencies(self, seen: dict[Key, float], deadline_s: float) -> tuple[common.Latencies, int]:
         """Receive time - start time of all seen (late ones too); and how many were not seen
         within the deadline."""
         samples, missed = [], 0
@@ -185,10 +136,11 @@ class Recorder:
                 samples.append((at - start) * 1000)
             if at is None or at - start > deadline_s:
                 missed += 1
-        return Stat(samples), missed
+        return common.Latencies(samples), missed
 
-    def between(self, first: dict[Key, float], then: dict[Key, float]) -> Stat:
-        return Stat([(then[k] - first[k]) * 1000 for k in self.started if k in first and k in then])
+    def between(self, first: dict[Key, float], then: dict[Key, float]) -> common.Latencies:
+        ms = [(then[k] - first[k]) * 1000 for k in self.started if k in first and k in then]
+        return common.Latencies(ms)
 
 
 class LoopLag:
@@ -217,24 +169,6 @@ class LoopLag:
                 await self._task
 
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu_s(tid: int) -> float:
-    """User + system CPU seconds of this process's thread `tid` (Linux), else nan."""
-    try:
-        with open(f"/proc/self/task/{tid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def process_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 @dataclass
 class Result:
     cfg: Config
@@ -253,71 +187,24 @@ class Result:
 # --- set-up -------------------------------------------------------------------------------------
 
 
-def cheap_password_hashing() -> None:
-    """argon2 at its cheapest: accounts are made in milliseconds (nobody logs in here)."""
-    passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    passwords._dummy_hash.cache_clear()
-
-
-def _toml(value: Any) -> str:
-    return json.dumps(value)  # JSON strings and lists of them are valid TOML
-
-
-def write_config(
+def config_file(
     tmp: Path, server: SimServer, key_file: Path, hook_url: str, interval_s: float
 ) -> Path:
     known_hosts = tmp / "known_hosts"
     known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-    lines = [
-        "# Written by bench/violation_latency.py",
-        "[log]",
-        'level = "warning"',
-        "[storage]",
-        f"data_dir = {_toml(str(tmp / 'data'))}",
-        "[auth]",
-        f"jwt_secret = {_toml(secrets.token_urlsafe(48))}",
-        "[ssh]",
-        f"known_hosts = {_toml(str(known_hosts))}",
-        "[monitor]",
-        f"interval_s = {interval_s}",
-        'local_nvml = "off"',
-        "[violations]",
-        'mode = "reservations"',
-        f"steps = {_toml(STEPS)}",
-        'handlers = ["webhook"]',
-        "webhook_min_interval_s = 0",
-        "[[violations.webhooks]]",
-        f"url = {_toml(hook_url)}",
-        'format = "json"',
-        'name = "bench-receiver"',
-    ]
-    for host in server.hosts_config("warden", key_file):
-        lines.append("[[hosts]]")
-        lines += [f"{k} = {_toml(v)}" for k, v in host.items()]
-    config = tmp / "warden.toml"
-    config.write_text("\n".join(lines) + "\n")
-    return config
-
-
-async def prepare_databases(settings: Settings) -> None:
-    """Every service's database migrated; admin, alice and bob in the reservations one."""
-    for name in db.SERVICES_WITH_DATABASE:
-        engine = db.create_engine(settings.storage.database_url_for(name))
-        try:
-            await db.upgrade(engine, name)
-            if name == "reservations":
-                async with Store(engine).write() as conn:
-                    for user, admin in (("admin", True), (OWNER, False), (OFFENDER, False)):
-                        await accounts.create_user(
-                            conn,
-                            username=user,
-                            email=f"{user}@lab.example",
-                            password="pw-12345678",
-                            is_admin=admin,
-                            actor="bench",
-                        )
-        finally:
-            await engine.dispose()
+    return common.write_config(
+        tmp,
+        known_hosts=known_hosts,
+        hosts=server.hosts_config("warden", key_file),
+        monitor={"interval_s": interval_s},
+        violations={
+            "mode": "reservations",
+            "steps": STEPS,
+            "handlers": ["webhook"],
+            "webhook_min_interval_s": 0,
+            "webhooks": [{"url": hook_url, "format": "json", "name": "bench-receiver"}],
+        },
+    )
 
 
 def _pids(incident: dict[str, Any]) -> list[int]:
@@ -485,15 +372,15 @@ async def run(cfg: Config) -> Result:
     key_file = tmp / "warden_key"
     key.write_private_key(str(key_file))
     key_file.chmod(0o600)
-    (tmp / "data").mkdir()
     fleet = SimFleet(cfg.hosts, GPUS_PER_HOST, seed=cfg.seed, churn=False)
     receiver = await webhook_receiver(rec)
     hook_url = f"http://127.0.0.1:{receiver.addresses[0][1]}{HOOK_PATH}"
     try:
         async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
-            config = write_config(tmp, server, key_file, hook_url, cfg.interval_s)
+            config = config_file(tmp, server, key_file, hook_url, cfg.interval_s)
             settings = load_settings(config, environ={"HOME": str(tmp)})
-            await prepare_databases(settings)
+            users = [("admin", True), (OWNER, False), (OFFENDER, False)]
+            await common.prepare_databases(settings, users, "pw-12345678")
             result.setup_s["sim+db"] = time.monotonic() - t0
 
             bus = InProcessBus()
@@ -539,14 +426,15 @@ async def run(cfg: Config) -> Result:
                 )
                 lag.start()
                 lag.recording = True
-                cpu0, loop_cpu0 = process_cpu_s(), thread_cpu_s(threading.get_native_id())
+                loop_thread = threading.get_native_id()
+                cpu0, loop_cpu0 = common.own_cpu_seconds(), common.cpu_seconds(thread=loop_thread)
                 w0 = time.monotonic()
                 await start_processes(fleet, plan, rec, result, alive)
                 last_start = max(rec.started.values())
                 await wait_all(rec, last_start + cfg.deadline_s, alive)
                 result.window_s = time.monotonic() - w0
-                result.cpu_s = process_cpu_s() - cpu0
-                result.loop_cpu_s = thread_cpu_s(threading.get_native_id()) - loop_cpu0
+                result.cpu_s = common.own_cpu_seconds() - cpu0
+                result.loop_cpu_s = common.cpu_seconds(thread=loop_thread) - loop_cpu0
                 result.threads = threading.active_count()
                 with contextlib.suppress(OSError):
                     result.threads = len(os.listdir("/proc/self/task"))
@@ -580,14 +468,7 @@ def _ms(value: float) -> str:
     return "nan" if value != value else f"{value:,.0f}"  # NaN is the only value != itself
 
 
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def report(result: Result) -> tuple[Stat, Stat, int]:
+def report(result: Result) -> tuple[common.Latencies, common.Latencies, int]:
     """Print the table; return the opened and webhook figures and the missed count."""
     cfg, rec = result.cfg, result.rec
     opened, opened_missed = rec.latencies(rec.opened, cfg.deadline_s)
@@ -602,12 +483,7 @@ def report(result: Result) -> tuple[Stat, Stat, int]:
     )
     n = len(rec.started)
     print()
-    print(
-        f"machine: nproc={usable_cpus()} (cpu_count={os.cpu_count()}), Python "
-        f"{platform.python_version()}, {platform.platform()}"
-    )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load:    {load} (1/5/15 min, at the end)")
+    common.print_machine()
     print(
         f"setup:   {cfg.hosts} hosts x {GPUS_PER_HOST} GPUs = {cfg.hosts * GPUS_PER_HOST} GPUs "
         f"(SimFleet over SSH, churn off), poll interval {cfg.interval_s:g}s; services "
@@ -619,45 +495,50 @@ def report(result: Result) -> tuple[Stat, Stat, int]:
     setup = ", ".join(f"{k} {v:.1f}s" for k, v in result.setup_s.items())
     print(f"         set-up: {setup}; stopping the services {result.stop_s:.1f}s")
     print(
-        "         violations: steps = " + _toml(STEPS) + ', handlers = ["webhook"], one json '
+        "         violations: steps = " + toml.value(STEPS) + ', handlers = ["webhook"], one json '
         "webhook to a local aiohttp receiver, webhook_min_interval_s = 0 (the default 1/s "
         "per URL would queue the "
         f"{n} alerts behind each other)"
     )
     print()
     target = f"p99 <= {cfg.target_ms:,.0f}"
-    head = (
-        f"{'from process start to':<34} {'seen':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-        f"{'mean ms':>8}  {'target':<14} verdict"
-    )
-    print(head)
-    print("-" * len(head))
+
+    def cells(label: str, stat: common.Latencies) -> list[str]:
+        ms = (stat.p50, stat.p99, stat.max, stat.mean)
+        return [label, f"{stat.count}/{n}", *map(_ms, ms)]
+
+    rows: list[list[str] | str] = []
     for label, stat, miss in (
         ("violation.opened (bus subscriber)", opened, opened_missed),
         ("first webhook delivery (receiver)", webhook, webhook_missed),
     ):
         ok = stat.p99 == stat.p99 and stat.p99 <= cfg.target_ms and miss == 0
-        print(
-            f"{label:<34} {f'{stat.count}/{n}':>9} {_ms(stat.p50):>8} {_ms(stat.p99):>8} "
-            f"{_ms(stat.max):>8} {_ms(stat.mean):>8}  {target:<14} "
-            f"{'met' if ok else 'MISSED'}"
-        )
-    print("breakdown (same processes):")
+        rows.append([*cells(label, stat), target, common.verdict(ok)])
+    rows.append("breakdown (same processes):")
     for label, stat in (
         ("  start -> poll that saw it began", rec.between(rec.started, rec.observed_at)),
         ("  that poll began -> opened", rec.between(rec.observed_at, rec.opened)),
         ("  opened -> webhook", rec.between(rec.opened, rec.webhook)),
     ):
-        print(
-            f"{label:<34} {f'{stat.count}/{n}':>9} {_ms(stat.p50):>8} {_ms(stat.p99):>8} "
-            f"{_ms(stat.max):>8} {_ms(stat.mean):>8}"
-        )
-    lag = Stat(result.lag.samples_ms)
-    late = Stat(result.late_starts_ms)
-    print(
-        f"{'event-loop lag (50 ms ticker)':<34} {lag.count:>9} {lag.p50:>8.1f} {lag.p99:>8.1f} "
-        f"{lag.max:>8.1f} {lag.mean:>8.1f}"
+        rows.append(cells(label, stat))
+    lag = common.Latencies(result.lag.samples_ms)
+    ms = (lag.p50, lag.p99, lag.max, lag.mean)
+    rows.append(["event-loop lag (50 ms ticker)", str(lag.count), *(f"{x:.1f}" for x in ms)])
+    common.print_table(
+        [
+            "from process start to",
+            "seen",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "mean ms",
+            "target",
+            "verdict",
+        ],
+        rows,
+        "<>>>>><<",
     )
+    late = common.Latencies(result.late_starts_ms)
     print(
         f"(receive time - start time, time.time(); the poll's start is the `observed_at` of the "
         f"monitor's first processes.observed listing the pid, so 'start -> poll' can be "
@@ -679,7 +560,6 @@ def report(result: Result) -> tuple[Stat, Stat, int]:
         f"resolver workers); process starts were late by p99 {late.p99:.1f} ms, "
         f"max {late.max:.1f} ms"
     )
-    print()
     return opened, webhook, missed
 
 
@@ -687,10 +567,7 @@ def report(result: Result) -> tuple[Stat, Stat, int]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="smoke run: 10 hosts, 20 processes over 10 s"
-    )
+    ap = common.argument_parser(__doc__, "10 hosts, 20 processes over 10 s")
     ap.add_argument("--hosts", type=int, help="simulated hosts of 8 GPUs (100; --quick: 10)")
     ap.add_argument("--processes", type=int, help="offending processes (200; --quick: 20)")
     ap.add_argument("--spread", type=float, help="seconds they start over (60; --quick: 10)")
@@ -715,30 +592,16 @@ def make_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _sigterm)
-    cfg = make_config(args)
-    cheap_password_hashing()
-    started = time.monotonic()
-    try:
-        result = asyncio.run(run(cfg))
-    except (KeyboardInterrupt, ServicesStopped) as err:
-        print(f"interrupted ({err or 'Ctrl-C'}): temporary files removed", file=sys.stderr)
-        return 130
+    cfg = make_config(parse_args(sys.argv[1:] if argv is None else argv))
+    result = common.run_async(run(cfg), "temporary files removed", ServicesStopped)
     opened, webhook, missed = report(result)
-    print(f"wall time: {time.monotonic() - started:.0f}s")
-    print(
-        f"RESULT interval_ms={cfg.interval_s * 1000:.0f} opened_p99_ms={_ms(opened.p99)} "
-        f"webhook_p99_ms={_ms(webhook.p99)} missed={missed}".replace(",", "")
+    common.print_result(
+        interval_ms=f"{cfg.interval_s * 1000:.0f}",
+        opened_p99_ms=f"{opened.p99:.0f}",
+        webhook_p99_ms=f"{webhook.p99:.0f}",
+        missed=missed,
     )
-    sys.stdout.flush()
     return 0
 
 

@@ -17,27 +17,16 @@ core; no visibly dropped frames. Ends with
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
-import platform
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-FRONTEND = REPO / "frontend"
+import _common as common
+
+FRONTEND = common.REPO / "frontend"
 TARGET_JS_KB = 500.0
 TARGET_CPU_PCT = 20.0
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def chromium_version() -> str:
@@ -52,7 +41,7 @@ def measure(hosts: int, gpus: int, warmup_s: int, measure_s: int) -> dict[str, f
     fleet = ["--hosts", str(hosts), "--gpus", str(gpus), "--interval", "2", "--churn"]
     system = subprocess.Popen(
         [sys.executable, "-m", "tests.e2e.web_system", *fleet],
-        cwd=REPO,
+        cwd=common.REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -75,17 +64,11 @@ def measure(hosts: int, gpus: int, warmup_s: int, measure_s: int) -> dict[str, f
         result: dict[str, float] = json.loads(perf.stdout.strip().splitlines()[-1])
         return result
     finally:
-        system.terminate()
-        try:
-            system.wait(60)
-        except subprocess.TimeoutExpired:
-            system.kill()
+        common.stop_process(system, "tests.e2e.web_system", grace_s=60)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10 hosts, 15 s: a smoke run")
-    args = parser.parse_args()
+    args = common.argument_parser(__doc__, "10 hosts, 15 s").parse_args()
     if not (FRONTEND / "dist" / "index.html").is_file():
         raise SystemExit("no build in frontend/dist: run `make frontend` first")
     hosts, gpus = (10, 8) if args.quick else (50, 8)
@@ -100,12 +83,12 @@ def main() -> None:
         (
             "initial JavaScript (gzip)",
             f"{js_kb:.1f} kB in {r['initial_js_files']:.0f} files",
-            f"< {TARGET_JS_KB:.0f} kB: {'met' if js_kb < TARGET_JS_KB else 'MISSED'}",
+            f"< {TARGET_JS_KB:.0f} kB: {common.verdict(js_kb < TARGET_JS_KB)}",
         ),
         (
             "tab main thread busy",
             f"{tab:.1f} % of a core",
-            f"< {TARGET_CPU_PCT:.0f} %: {'met' if tab < TARGET_CPU_PCT else 'MISSED'}",
+            f"< {TARGET_CPU_PCT:.0f} %: {common.verdict(tab < TARGET_CPU_PCT)}",
         ),
         ("renderer processes CPU", f"{r['renderer_cpu_pct']:.1f} % of a core", "(all threads)"),
         (
@@ -116,20 +99,17 @@ def main() -> None:
         ("frames over 50 ms", f"{r['frames_over_50ms']:.0f}", ""),
         ("long tasks (> 50 ms)", f"{r['long_tasks']:.0f}", f"max {r['long_task_max_ms']:.0f} ms"),
     ]
-    print(
-        f"machine: nproc={len(os.sched_getaffinity(0))}, {cpu_model()}, {chromium_version()} "
-        f"headless; warden, simulator and browser share it"
+    common.print_machine(
+        f"{chromium_version()} headless", sharing="warden, simulator and browser share it"
     )
     print(f"measured {r['measured_s']:.0f} s after a {warmup_s} s warm-up, monitor every 2 s\n")
-    width = max(len(name) for name, _, _ in rows)
-    value_width = max(len(value) for _, value, _ in rows)
-    print(f"{'measure':<{width}}  {'value':<{value_width}}  target / note")
-    for name, value, note in rows:
-        print(f"{name:<{width}}  {value:<{value_width}}  {note}")
-    print(
-        f"\nRESULT initial_js_gzip_kb={js_kb:.1f} tab_cpu_pct={tab:.1f} "
-        f"renderer_cpu_pct={r['renderer_cpu_pct']:.1f} "
-        f"frames_over_50ms={r['frames_over_50ms']:.0f} gpus={r['cards']:.0f}"
+    common.print_table(["measure", "value", "target / note"], rows, "<<<")
+    common.print_result(
+        initial_js_gzip_kb=f"{js_kb:.1f}",
+        tab_cpu_pct=f"{tab:.1f}",
+        renderer_cpu_pct=f"{r['renderer_cpu_pct']:.1f}",
+        frames_over_50ms=f"{r['frames_over_50ms']:.0f}",
+        gpus=f"{r['cards']:.0f}",
     )
 
 
