@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,14 @@ from services.shared.config import (
     load_settings,
     render_config_template,
 )
-from services.shared.config.render import blocks
+from services.shared.config.__main__ import main as config_main
+from services.shared.config.render import (
+    README_BEGIN,
+    README_COMMAND,
+    README_END,
+    blocks,
+    with_readme_table,
+)
 from services.shared.errors import ConfigError
 
 SECRET = "k" * MIN_SECRET_LENGTH + "-random-enough"
@@ -381,6 +389,36 @@ def test_every_section_table_and_key_says_what_it_is_for() -> None:
 def test_template_default_data_dir_follows_xdg(isolated_home: Path) -> None:
     parsed = tomllib.loads(render_config_template())
     assert parsed["storage"]["data_dir"] == str(isolated_home / ".local" / "share" / "warden")
+
+
+# --- the README's table of options -------------------------------------------------------------
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    readme = Path(__file__).parents[2] / "README.md"
+    text = readme.read_text()
+    assert with_readme_table(text) == text, (
+        f"README.md's table of options differs from the declarations: run `{README_COMMAND}`"
+    )
+
+
+def test_readme_command_rewrites_only_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Intro\n\n{README_BEGIN}\n| stale |\n{README_END}\n\nAfter.\n")
+    monkeypatch.setattr(sys, "argv", ["config", "--readme", str(readme)])
+    config_main()
+    text = readme.read_text()
+    assert "| stale |" not in text
+    assert text.startswith(f"# Intro\n\n{README_BEGIN}\n| section |")
+    assert text.endswith(f"|\n{README_END}\n\nAfter.\n")
+    assert "| | `prefetch` | `64` | 1 to 65535 |" in text
+
+
+def test_readme_without_the_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="generated"):
+        with_readme_table("# Warden\n")
 
 
 # --- database URLs ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""What is written from the declarations: the file `warden init` writes.
+"""What is written from the declarations: the file `warden init` writes, and the README's table.
 
-It walks the blocks: each `[section]` with its keys, then its arrays of tables
+Both walk the same blocks: each `[section]` with its keys, then its arrays of tables
 (`[[violations.webhooks]]`), and last the top-level `[[hosts]]`.
 """
 
@@ -23,6 +23,9 @@ TEMPLATE_HEADER = """\
 # Any option can be overridden by an environment variable WARDEN_<SECTION>_<KEY>,
 # e.g. WARDEN_BUS_AMQP_URL or WARDEN_AUTH_JWT_SECRET; a list as comma-separated items.
 """
+README_COMMAND = "python -m services.shared.config --readme README.md"
+README_BEGIN = f"<!-- generated from services/shared/config/settings.py by `{README_COMMAND}` -->"
+README_END = "<!-- end of the generated table -->"
 
 
 @dataclass(frozen=True)
@@ -132,3 +135,40 @@ def render_config_template(data_dir: Path | None = None) -> str:
     for block in blocks():
         lines += _template_block(block, chosen)
     return "\n".join(lines) + "\n"
+
+
+# --- the README's table ----------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _default(key: Key) -> str:
+    option = key.option
+    if option.shown:
+        return option.shown
+    return "required" if option.default is MISSING else f"`{toml.value(option.default)}`"
+
+
+def readme_table() -> str:
+    """One row per section or table saying what it is, then one per key."""
+    rows = ["| section | option | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for block in blocks():
+        title = f"[[{block.name}]]" if block.table else f"[{block.name}]"
+        rows.append(f"| `{title}` | | | | {_cell(block.about)} |")
+        for key in block.keys:
+            limits = allowed(key.option)
+            each = "each item: " if limits and key.item is not None else ""
+            cells = [f"`{key.name}`", _default(key), each + limits, key.option.help]
+            rows.append(f"| | {' | '.join(map(_cell, cells))} |")
+    return "\n".join(rows) + "\n"
+
+
+def with_readme_table(readme: str) -> str:
+    """`readme` with the generated table between its two markers."""
+    head, begin, rest = readme.partition(README_BEGIN)
+    _, end, tail = rest.partition(README_END)
+    if not begin or not end:
+        raise ValueError(f"the README has no {README_BEGIN!r} … {README_END!r}")
+    return f"{head}{begin}\n{readme_table()}{end}{tail}"
