@@ -276,7 +276,7 @@ class SmtpSettings:
     port: int = option(587, "SMTP port.", min=1, max=65535, key="smtp_port")
     security: str = option(
         "starttls",
-        "tls: TLS from the start (implicit); starttls: upgraded after connecting.",
+        "tls: TLS from the start (implicit); starttls: upgraded after connecting; none: no TLS.",
         choices=("starttls", "tls", "none"),
         key="smtp_security",
     )
