@@ -6,7 +6,10 @@ or writes the developer's real configuration.
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +25,14 @@ from services.shared.config import (
     StorageSettings,
     load_settings,
     render_config_template,
+)
+from services.shared.config.__main__ import main as config_main
+from services.shared.config.render import (
+    README_BEGIN,
+    README_COMMAND,
+    README_END,
+    blocks,
+    with_readme_table,
 )
 from services.shared.errors import ConfigError
 
@@ -184,6 +195,12 @@ def test_invalid_value_names_the_key(
         load_settings(write_config(text), dev=True, environ={})
     assert key in err.value.details
     assert key in err.value.message
+
+
+def test_an_error_reads_as_the_readme_says(write_config: Callable[[str], Path]) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(write_config("[bus]\nprefetch = 0\n"), dev=True, environ={})
+    assert "bus.prefetch: Must be greater than or equal to 1" in err.value.message
 
 
 def test_every_problem_is_reported_at_once(write_config: Callable[[str], Path]) -> None:
@@ -355,9 +372,53 @@ def test_template_defaults_match_the_typed_settings(tmp_path: Path) -> None:
     assert from_template.violations == defaults.violations
 
 
+def test_template_comments_every_option(tmp_path: Path) -> None:
+    lines = render_config_template(tmp_path).splitlines()
+    for before, line in itertools.pairwise(lines):
+        if re.match(r"^[a-z_]+ = ", line):
+            assert before.startswith("# "), line
+
+
+def test_every_section_table_and_key_says_what_it_is_for() -> None:
+    for block in blocks():
+        assert block.about, block.name
+        for key in block.keys:
+            assert key.option.help.endswith("."), f"{block.name}.{key.name}"
+
+
 def test_template_default_data_dir_follows_xdg(isolated_home: Path) -> None:
     parsed = tomllib.loads(render_config_template())
     assert parsed["storage"]["data_dir"] == str(isolated_home / ".local" / "share" / "warden")
+
+
+# --- the README's table of options -------------------------------------------------------------
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    readme = Path(__file__).parents[2] / "README.md"
+    text = readme.read_text()
+    assert with_readme_table(text) == text, (
+        f"README.md's table of options differs from the declarations: run `{README_COMMAND}`"
+    )
+
+
+def test_readme_command_rewrites_only_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Intro\n\n{README_BEGIN}\n| stale |\n{README_END}\n\nAfter.\n")
+    monkeypatch.setattr(sys, "argv", ["config", "--readme", str(readme)])
+    config_main()
+    text = readme.read_text()
+    assert "| stale |" not in text
+    assert text.startswith(f"# Intro\n\n{README_BEGIN}\n| section |")
+    assert text.endswith(f"|\n{README_END}\n\nAfter.\n")
+    assert "| | `prefetch` | `64` | 1 to 65535 |" in text
+
+
+def test_readme_without_the_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="generated"):
+        with_readme_table("# Warden\n")
 
 
 # --- database URLs ----------------------------------------------------------------------------
@@ -454,6 +515,11 @@ def test_bad_violation_settings_name_the_key(
         load_settings(path, environ={})
     assert key in caught.value.details, caught.value.details
     assert reason in caught.value.details[key]
+
+
+def test_a_handler_listed_twice_runs_once(write_config: Callable[[str], Path]) -> None:
+    path = write_config('[violations]\nhandlers = ["kill", "email", "kill"]\n')
+    assert load_settings(path, dev=True, environ={}).violations.handlers == ("kill", "email")
 
 
 def test_violation_lists_come_from_the_environment_too() -> None:

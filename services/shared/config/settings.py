@@ -1,0 +1,494 @@
+"""The typed settings, and every configuration key declared once on its field (see declare.py).
+
+A section's docstring introduces it in the template `warden init` writes. Rules across keys
+(influx keys required when tsdb = "influx", port_max ≥ port_min, …) are in load.py.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from marshmallow import validate
+
+from services.shared.config.declare import FLAT, about, option, parsed
+from services.shared.config.escalation import (
+    DEFAULT_ALLOW,
+    DEFAULT_STEPS,
+    EscalationStep,
+    parse_allow_entry,
+    parse_step,
+)
+
+MIN_SECRET_LENGTH = 32
+
+
+def _home(environ: Mapping[str, str]) -> Path:
+    return Path(environ["HOME"]) if environ.get("HOME") else Path.home()
+
+
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CONFIG_HOME") or str(_home(environ) / ".config")
+    return Path(base) / "warden" / "warden.toml"
+
+
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_DATA_HOME") or str(_home(environ) / ".local" / "share")
+    return Path(base) / "warden"
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """How every service logs."""
+
+    level: str = option(
+        "info", "How much is logged.", choices=("debug", "info", "warning", "error")
+    )
+    format: str = option(
+        "text",
+        "text: one line per event, key=value; json: one JSON object per line.",
+        choices=("text", "json"),
+    )
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """Where Warden keeps its data."""
+
+    data_dir: Path = field(
+        default_factory=default_data_dir,
+        metadata=about(
+            "SQLite databases and the embedded metrics store go here.",
+            min_length=1,
+            shown="`$XDG_DATA_HOME/warden` (`~/.local/share/warden`)",
+        ),
+    )
+    database_url: str = option(
+        "",
+        "Empty: one SQLite file per service under data_dir. For PostgreSQL, e.g. "
+        '"postgresql+asyncpg://warden@db.example/warden". "{service}" in the URL is replaced '
+        "by the service's name: each service owns its database; on PostgreSQL they may share one.",
+        prefixes=("sqlite+aiosqlite://", "postgresql+asyncpg://"),
+    )
+
+    def database_url_for(self, service: str) -> str:
+        url = self.database_url or f"sqlite+aiosqlite:///{self.data_dir}/{{service}}.db"
+        return url.replace("{service}", service)
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    """The message bus between the services."""
+
+    amqp_url: str = option(
+        "amqp://guest:guest@127.0.0.1:5672/",
+        "RabbitMQ, used by `warden run <service>`; `warden run all` uses an in-process bus.",
+        prefixes=("amqp://", "amqps://"),
+    )
+    prefetch: int = option(
+        64, "Messages a consumer may hold unacknowledged at once.", min=1, max=65535
+    )
+    max_deliveries: int = option(
+        5,
+        "A handler that fails this many times sends its message to the dead-letter queue.",
+        min=1,
+        max=100,
+    )
+    rpc_timeout_s: float = option(
+        5.0, "Default deadline of an RPC call, in seconds.", min=0.01, max=300
+    )
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """The HTTP API, the live stream and the web UI."""
+
+    host: str = option("127.0.0.1", "Address the gateway listens on.", min_length=1)
+    port: int = option(8080, "Port the gateway listens on.", min=0, max=65535)
+    health_timeout_s: float = option(
+        2.0,
+        "How long GET /api/v1/health waits for each service, in seconds.",
+        min=0.05,
+        max=60,
+    )
+    cors_origins: tuple[str, ...] = option((), "Origins allowed by CORS; empty: CORS is off.")
+    login_window_s: float = option(
+        300.0, "The window, in seconds, in which failed logins are counted.", min=1
+    )
+    login_failures_per_user: int = option(
+        5, "Failed logins allowed per username within login_window_s.", min=1
+    )
+    login_failures_per_ip: int = option(
+        20, "Failed logins allowed per client address within login_window_s.", min=1
+    )
+    stream_replay_events: int = option(
+        2000,
+        "Events the live stream keeps so that a reconnecting browser resumes where it left "
+        "off, without a full reload.",
+        min=0,
+        max=1_000_000,
+    )
+    frontend_dir: str = option(
+        "", "The built web UI served at /; empty: frontend/dist beside the code, when it exists."
+    )
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """Logins and their tokens."""
+
+    jwt_secret: str = option(
+        "",
+        "Signs access tokens; keep it secret. `warden init` writes a random one; a missing, "
+        f"placeholder or short one (under {MIN_SECRET_LENGTH} characters) is refused unless "
+        "--dev is given.",
+        secret=True,
+    )
+    access_token_ttl_s: int = option(900, "How long an access token is valid, in seconds.", min=30)
+    refresh_token_ttl_s: int = option(
+        7 * 24 * 3600,
+        "How long a login lasts without a new password (a refresh token), in seconds.",
+        min=60,
+    )
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How the monitor, the jobs and the violation handlers log in to hosts."""
+
+    known_hosts: str = option(
+        "", "Host keys are checked against this file; empty: ~/.ssh/known_hosts."
+    )
+    accept_new_host_keys: bool = option(
+        False,
+        "true: record the key of a host seen for the first time (a changed key is still refused).",
+    )
+    connect_timeout_s: float = option(
+        10.0, "Deadline of opening an SSH connection, in seconds.", min=0.1
+    )
+    keepalive_s: float = option(15.0, "SSH keep-alive interval, in seconds.", min=1)
+    key_file: str = option(
+        "",
+        "Warden's key for logging in as users (job owners, offenders): its public half goes "
+        "into their ~/.ssh/authorized_keys (`warden key` prints it). Empty: the host's key_file.",
+    )
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """Polling the hosts' GPUs, and where their time series go."""
+
+    interval_s: float = option(5.0, "Seconds between two polls of a host.", min=0.1, max=3600)
+    poll_timeout_s: float = option(
+        0.0,
+        "Deadline of one poll in seconds; 0: 80 % of interval_s (a poll never runs into the next).",
+        min=0,
+        max=3600,
+    )
+    local_nvml: str = option(
+        "auto",
+        "Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.",
+        choices=("auto", "on", "off"),
+    )
+    local_name: str = option("", "Name of this machine in Warden; empty: its hostname.")
+    tsdb: str = option(
+        "embedded",
+        "Where GPU and CPU time series go: embedded (the monitor's database) or influx "
+        "(InfluxDB 2).",
+        choices=("embedded", "influx"),
+    )
+    raw_retention_h: float = option(48.0, "Embedded store: hours raw samples are kept.", min=0.1)
+    rollup_retention_d: float = option(
+        90.0, "Embedded store: days 1-minute rollups are kept.", min=0.1
+    )
+    influx_url: str = option("", 'InfluxDB 2 URL; required when tsdb = "influx".')
+    influx_org: str = option("", 'InfluxDB 2 organisation; required when tsdb = "influx".')
+    influx_bucket: str = option("warden", "InfluxDB 2 bucket.")
+    influx_token: str = option(
+        "",
+        'InfluxDB 2 token; required when tsdb = "influx". A secret: rather set it in '
+        "WARDEN_MONITOR_INFLUX_TOKEN.",
+        secret=True,
+    )
+
+    @property
+    def poll_deadline_s(self) -> float:
+        return self.poll_timeout_s or self.interval_s * 0.8
+
+
+@dataclass(frozen=True)
+class ReservationSettings:
+    """What reservations anyone may make."""
+
+    min_duration_min: float = option(30.0, "Shortest reservation, in minutes.", min=1)
+    max_duration_h: float = option(
+        192.0, "Longest reservation, in hours (192: 8 days); at least min_duration_min.", min=0.1
+    )
+    idle_below_percent: float = option(
+        5.0,
+        "In usage statistics, a reserved GPU below this utilisation (%) counts as idle.",
+        min=0,
+        max=100,
+    )
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A chat or HTTP endpoint told about violations. The URL is a secret (it holds a token)."""
+
+    url: str = field(
+        repr=False,
+        metadata=about(
+            "Where to post (http or https); a secret, never logged.",
+            check=validate.URL(schemes={"http", "https"}, require_tld=False),
+            example="https://hooks.slack.com/services/...",
+        ),
+    )
+    format: str = option(
+        "slack",
+        "The message's format; json: Warden's own, signed with secret.",
+        choices=("slack", "mattermost", "discord", "teams", "json"),
+    )
+    secret: str = option(
+        "", "json: the HMAC-SHA256 key of the X-Warden-Signature header.", secret=True
+    )
+    name: str = option(
+        "",
+        "How logs and incident timelines name it (never by its URL); empty: its format.",
+        example="lab-chat",
+    )
+
+    @property
+    def label(self) -> str:
+        return self.name or self.format
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    """E-mail to offenders, owners and admins: the smtp_* keys and mail_from of [violations]."""
+
+    host: str = option("", "SMTP server; empty: no e-mail is sent.", key="smtp_host")
+    port: int = option(587, "SMTP port.", min=1, max=65535, key="smtp_port")
+    security: str = option(
+        "starttls",
+        "tls: TLS from the start (implicit); starttls: upgraded after connecting; none: no TLS.",
+        choices=("starttls", "tls", "none"),
+        key="smtp_security",
+    )
+    username: str = option("", "SMTP login; empty: none.", key="smtp_username")
+    password: str = option(
+        "", "SMTP password (with smtp_username).", secret=True, key="smtp_password"
+    )
+    mail_from: str = option("warden@localhost", "Sender of Warden's e-mail.", min_length=3)
+    timeout_s: float = option(
+        10.0, "Deadline of an SMTP exchange, in seconds.", min=0.1, max=300, key="smtp_timeout_s"
+    )
+
+
+@dataclass(frozen=True)
+class StepOverride:
+    """Other escalation steps for the hosts whose names match one of `hosts` (fnmatch)."""
+
+    hosts: tuple[str, ...] = field(
+        metadata=about("Host name patterns (fnmatch).", min_length=1, example=("dgx*",))
+    )
+    steps: tuple[EscalationStep, ...] = field(
+        metadata=about(
+            "Escalation steps for these hosts, written as [violations] steps.",
+            parse=parse_step,
+            example=("0s terminal offender", "120s kill"),
+        )
+    )
+
+
+HANDLERS = ("terminal", "email", "webhook", "terminate", "kill")
+
+
+@dataclass(frozen=True)
+class ViolationSettings:
+    """Processes on GPUs they should not use, and what happens to them."""
+
+    mode: str = option(
+        "reservations",
+        "reservations: a process of anyone but the owner (or a guest) on a reserved GPU "
+        "violates; strict: also any process on a GPU that nobody reserved.",
+        choices=("reservations", "strict"),
+    )
+    allow: tuple[tuple[str, str], ...] = parsed(
+        DEFAULT_ALLOW,
+        parse_allow_entry,
+        '"user:command" pairs (`*` for any) whose GPU processes never violate. The command is '
+        "the executable's base name; the user matters, so an offender cannot rename a "
+        'program "Xorg".',
+    )
+    steps: tuple[EscalationStep, ...] = parsed(
+        DEFAULT_STEPS,
+        parse_step,
+        "Escalation, in order of delay: `<delay since the incident opened><ms|s|m|h> <action> "
+        "[offender+owner+admins]`. Actions: terminal, email, webhook, terminate (SIGTERM, then "
+        "SIGKILL), kill, or the name a plugin of yours listens for (see docs/plugins.md).",
+    )
+    handlers: tuple[str, ...] = option(
+        HANDLERS,
+        "Built-in handlers this service runs, each a consumer on its own queue.",
+        choices=HANDLERS,
+    )
+    act_as: str = option(
+        "offender",
+        "terminal, terminate and kill log in as the offender with Warden's key ([ssh] key_file, "
+        "in their authorized_keys) or as the host's management user with `sudo -n`.",
+        choices=("offender", "management"),
+    )
+    term_grace_s: float = option(
+        10.0, "terminate: seconds between SIGTERM and SIGKILL.", min=0, max=3600
+    )
+    smtp: SmtpSettings = field(default_factory=SmtpSettings, metadata=FLAT)
+    admin_emails: tuple[str, ...] = option(
+        (),
+        'E-mail addresses that get "admins" mail besides those of the admin accounts.',
+        check=validate.Email(),
+    )
+    webhook_min_interval_s: float = option(
+        1.0, "Webhooks: the least seconds between two messages to one URL.", min=0, max=3600
+    )
+    webhook_retries: int = option(4, "Webhooks: retries after HTTP 429 or 5xx.", min=0, max=20)
+    webhooks: tuple[WebhookTarget, ...] = option(
+        (), "Chat or HTTP endpoints told about violations."
+    )
+    overrides: tuple[StepOverride, ...] = option(
+        (), "Other steps for some hosts; the first override whose hosts match applies."
+    )
+
+    def steps_for(self, host: str) -> tuple[EscalationStep, ...]:
+        for override in self.overrides:
+            if any(fnmatch.fnmatchcase(host, pattern) for pattern in override.hosts):
+                return override.steps
+        return self.steps
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """Jobs: each task runs as its owner (Warden's key, [ssh] key_file, in their
+    authorized_keys) in a detached screen or tmux session named `warden-<job>-<task>`."""
+
+    multiplexer: str = option(
+        "screen",
+        "Attach to a task with `screen -x` or `tmux attach`.",
+        choices=("screen", "tmux"),
+    )
+    state_dir: str = option(
+        ".warden/tasks",
+        "Where a task keeps its pid, exit code and log on the host (relative: to the owner's "
+        "home); one line.",
+        min_length=1,
+    )
+    poll_interval_s: float = option(
+        2.0, "Seconds between two looks at the running tasks and the queue.", min=0.05
+    )
+    int_grace_s: float = option(
+        10.0, "Stopping a task: SIGINT, then SIGTERM after this many seconds.", min=0
+    )
+    term_grace_s: float = option(
+        10.0, "Stopping a task: SIGKILL this many seconds after SIGTERM.", min=0
+    )
+    lost_after_s: float = option(
+        60.0,
+        'A task whose host does not answer for this many seconds is "lost" until the host '
+        "answers again.",
+        min=0,
+    )
+    queue_min_window_s: float = option(
+        3600.0,
+        "Seconds a queued job that declares no maximum run time needs its GPUs free and "
+        "unreserved by others.",
+        min=0,
+    )
+    queue_hold_after_s: float = option(
+        0.0,
+        "Anti-starvation: the first queued job waiting this many seconds keeps the free GPUs "
+        "it needs from later jobs until it can start; 0: off, later jobs always backfill.",
+        min=0,
+    )
+    preempt_lead_s: float = option(
+        300.0,
+        "A queued job gets SIGINT this many seconds before someone else's reservation of its "
+        "GPUs starts, SIGKILL at its start.",
+        min=0,
+    )
+    requeue_on_preempt: bool = option(
+        True, "true: a job stopped for someone else's reservation goes back in the queue."
+    )
+    reservation_stop_lead_s: float = option(
+        60.0,
+        "A job inside a reservation gets SIGINT this many seconds before the reservation ends.",
+        min=0,
+    )
+    port_min: int = option(
+        29500,
+        "Lowest port of the distributed-training templates (master port, TF cluster addresses).",
+        min=1024,
+        max=65535,
+    )
+    port_max: int = option(
+        29999,
+        "Highest port of the distributed-training templates; at least port_min.",
+        min=1024,
+        max=65535,
+    )
+
+
+HOST_NAME = "letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One monitored host: over SSH by default, or this machine through NVML."""
+
+    name: str = field(
+        metadata=about(
+            f"How Warden names the host: {HOST_NAME}.",
+            check=validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", error=HOST_NAME),
+            example="dgx1",
+        )
+    )
+    address: str = option(
+        "", 'Host name or address; required when probe = "ssh".', example="dgx1.lab.example"
+    )
+    port: int = option(22, "SSH port.", min=1, max=65535)
+    user: str = option(
+        "", 'The user Warden logs in as; required when probe = "ssh".', example="warden"
+    )
+    key_file: str = option(
+        "",
+        "Private key to log in with; empty: your SSH agent and default keys.",
+        example="~/.ssh/warden_ed25519",
+    )
+    probe: str = option(
+        "ssh",
+        "ssh: polled over SSH, one command per interval; nvml: this machine, through NVML.",
+        choices=("ssh", "nvml"),
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    log: LogSettings = field(default_factory=LogSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    bus: BusConfig = field(default_factory=BusConfig)
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    ssh: SshSettings = field(default_factory=SshSettings)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    reservations: ReservationSettings = field(default_factory=ReservationSettings)
+    violations: ViolationSettings = field(default_factory=ViolationSettings)
+    jobs: JobSettings = field(default_factory=JobSettings)
+    hosts: tuple[HostConfig, ...] = option(
+        (), "One table per GPU server; `warden hosts check` tests them all."
+    )
+    dev: bool = False
+    source: str = "defaults"
