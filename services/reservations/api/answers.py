@@ -1,0 +1,186 @@
+"""The answers of the reservations service's RPC methods (`services.reservations.api`)."""
+
+from __future__ import annotations
+
+from marshmallow import fields
+
+from services.shared.rpc import Answer
+
+_Str = fields.String
+_Time = fields.AwareDateTime
+
+
+class UserSchema(Answer):
+    username = fields.String(required=True)
+    email = fields.String(required=True)
+    roles = fields.List(fields.String(), required=True)
+    groups = fields.List(fields.String(), required=True)
+    created_at = fields.AwareDateTime(required=True)
+
+
+class AccountSchema(Answer):
+    """A user in the list: admins see the whole account, others the username and roles."""
+
+    username = _Str(required=True)
+    roles = fields.List(_Str(), required=True)
+    email = _Str(metadata={"description": "admins only"})
+    groups = fields.List(_Str(), metadata={"description": "admins only"})
+    created_at = _Time(metadata={"description": "admins only"})
+
+
+class GroupSchema(Answer):
+    name = _Str(required=True)
+    description = _Str(required=True)
+    is_default = fields.Boolean(
+        required=True, metadata={"description": "users created from now on join it"}
+    )
+    members = fields.List(_Str(), required=True)
+
+
+class AccessChangeSchema(Answer):
+    """Future reservations that an access change cancelled, or restored, by id."""
+
+    cancelled = fields.List(fields.Integer(), required=True)
+    restored = fields.List(fields.Integer(), required=True)
+
+
+class GroupDeletedSchema(AccessChangeSchema):
+    name = _Str(required=True)
+
+
+class MembershipSchema(AccessChangeSchema):
+    group = _Str(required=True)
+    username = _Str(required=True)
+    changed = fields.Boolean(
+        required=True, metadata={"description": "false: they were (not) a member already"}
+    )
+
+
+class RuleWindowSchema(Answer):
+    days = fields.List(fields.Integer(), required=True, metadata={"description": "0 = Monday"})
+    start = _Str(required=True, metadata={"example": "08:00"})
+    end = _Str(required=True, metadata={"example": "18:00"})
+
+
+class RuleSchema(Answer):
+    id = fields.Integer(required=True)
+    name = _Str(required=True)
+    description = _Str(required=True)
+    users = fields.List(_Str(), required=True)
+    groups = fields.List(_Str(), required=True)
+    all_gpus = fields.Boolean(required=True)
+    hosts = fields.List(_Str(), required=True)
+    gpus = fields.List(_Str(), required=True)
+    valid_from = _Time(required=True)
+    valid_until = _Time(required=True, allow_none=True)
+    windows = fields.List(fields.Nested(RuleWindowSchema), required=True)
+    timezone = _Str(required=True)
+    max_gpus = fields.Integer(required=True, allow_none=True)
+    max_duration_s = fields.Integer(required=True, allow_none=True)
+    max_gpu_hours_per_week = fields.Float(required=True, allow_none=True)
+    created_by = _Str()
+    created_at = _Time()
+    updated_at = _Time()
+
+
+class RuleDeletedSchema(AccessChangeSchema):
+    id = fields.Integer(required=True)
+
+
+class GpuRefSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+    name = _Str()
+
+
+class UsageSchema(Answer):
+    samples = fields.Integer(required=True)
+    avg_utilization_percent = fields.Float(allow_none=True)
+    peak_utilization_percent = fields.Float(allow_none=True)
+    avg_memory_used_mib = fields.Float(allow_none=True)
+    peak_memory_used_mib = fields.Float(allow_none=True)
+    idle_share = fields.Float(allow_none=True)
+
+
+class ReservationSchema(Answer):
+    id = fields.Integer(required=True)
+    owner = _Str(required=True)
+    gpus = fields.List(fields.Nested(GpuRefSchema), required=True)
+    start = _Time(required=True)
+    end = _Time(required=True)
+    title = _Str(required=True)
+    description = _Str(
+        required=True, metadata={"description": "empty unless you own, share or administer it"}
+    )
+    status = _Str(required=True, metadata={"description": "active, cancelled or ended"})
+    guests = fields.List(_Str(), required=True)
+    created_by = _Str(required=True)
+    cancelled_at = _Time(allow_none=True)
+    cancelled_by = _Str(allow_none=True)
+    cancel_reason = _Str(allow_none=True)
+    created_at = _Time()
+    updated_at = _Time()
+    usage = fields.Nested(UsageSchema, allow_none=True)
+
+
+class CalendarItemSchema(Answer):
+    id = fields.Integer(required=True)
+    owner = _Str(required=True)
+    gpus = fields.List(fields.Nested(GpuRefSchema), required=True)
+    start = _Time(required=True)
+    end = _Time(required=True)
+    title = _Str(required=True)
+    description = _Str(required=True)
+    status = _Str(required=True)
+    guests = fields.List(_Str(), required=True)
+    created_by = _Str(required=True)
+    cancelled_at = _Time(allow_none=True)
+    cancelled_by = _Str(allow_none=True)
+    cancel_reason = _Str(allow_none=True)
+    updated_at = _Time(allow_none=True)
+
+
+class RunSchema(Answer):
+    state = _Str(required=True, metadata={"description": "free, mine, taken or not_allowed"})
+
+
+class OverviewGpuSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+    runs = fields.List(fields.Nested(RunSchema), required=True)
+
+
+class OverviewHostSchema(Answer):
+    host = _Str(required=True)
+    gpus = fields.List(fields.Nested(OverviewGpuSchema), required=True)
+
+
+class OverviewSchema(Answer):
+    start = _Time(required=True)
+    end = _Time(required=True)
+    slot_minutes = fields.Float(required=True)
+    slots = fields.Integer(required=True)
+    hosts = fields.List(fields.Nested(OverviewHostSchema), required=True)
+
+
+class SlotGpuSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+
+
+class SlotSchema(Answer):
+    start = _Time(required=True)
+    end = _Time(required=True)
+    gpus = fields.List(fields.Nested(SlotGpuSchema), required=True)
+
+
+class GpuSchema(Answer):
+    uuid = _Str(required=True)
+    host = _Str(required=True)
+    index = fields.Integer(required=True, allow_none=True)
+    name = _Str(required=True)
+    memory_total_mib = fields.Integer(allow_none=True)
+    present = fields.Boolean(required=True)
