@@ -30,6 +30,9 @@ async def load_reservations(bus: Bus, tracker: Tracker) -> None:
     log.info("%d reservations loaded", len(tracker.book))
 
 
+# How long start-up waits for the reservations before serving without them.
+RESERVATIONS_WAIT_S = 10.0
+
 # Steps of many incidents run at once (a terminate step waits out its grace period).
 RESPONDER_CONCURRENCY = 16
 
@@ -73,6 +76,9 @@ async def start(ctx: ServiceContext) -> Teardown:
         await tracker.start()
         stack.push_async_callback(tracker.stop)
         loading = asyncio.create_task(load_reservations(ctx.bus, tracker))
+        # Usually the reservations service answers at once; if it does not, snapshots are
+        # skipped (see Tracker.on_processes) until it does, while escalation goes on.
+        await asyncio.wait({loading}, timeout=RESERVATIONS_WAIT_S)
 
         async def stop_loading() -> None:
             loading.cancel()

@@ -82,6 +82,11 @@ class Tracker:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # Until the reservations are loaded every GPU would look unreserved: a snapshot read
+        # against an empty book would resolve open incidents that still go on (and open them
+        # again as new ones once it loads). Snapshots are whole, so skipping them loses nothing.
+        self.reservations_loaded = False
+        self._skipped_snapshots = 0
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -101,6 +106,12 @@ class Tracker:
             self.book.load(reservations)
             for gpu in gpus:
                 self.gpu_indexes.setdefault(gpu["uuid"], gpu.get("index"))
+            self.reservations_loaded = True
+        if self._skipped_snapshots:
+            log.info(
+                "reservations loaded: checking processes again (%d snapshots skipped meanwhile)",
+                self._skipped_snapshots,
+            )
 
     # -- events -----------------------------------------------------------------------------
 
@@ -108,6 +119,11 @@ class Tracker:
         self.gpu_indexes[data["uuid"]] = data.get("index")
 
     async def on_processes(self, data: Mapping[str, Any]) -> None:
+        if not self.reservations_loaded:
+            if not self._skipped_snapshots:
+                log.info("waiting for the reservations before checking processes")
+            self._skipped_snapshots += 1
+            return
         host = data["host"]
         observed_at = datetime.fromisoformat(data["observed_at"])
         offences = detect(

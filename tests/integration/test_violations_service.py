@@ -116,6 +116,10 @@ class Running:
         )
 
 
+async def _nothing(_args: dict[str, Any]) -> list[Any]:
+    return []
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -129,6 +133,9 @@ async def _running(url: str, tmp_path: Path, **violations: str) -> AsyncIterator
     await engine.dispose()
     bus = InProcessBus()
     await bus.start()
+    # The reservations service as a fresh one answers: nothing booked yet (the tests book
+    # through reservation events); violations checks no process before it has answered.
+    await bus.serve("reservations", {"calendar": _nothing, "list_gpus": _nothing})
     running = Running(bus, settings_for(url, tmp_path, **violations))
 
     async def record(envelope: Envelope) -> None:
