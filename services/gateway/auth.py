@@ -67,8 +67,11 @@ class TokenIssuer:
             raise AuthenticationFailed("the access token expired; refresh it") from err
         except jwt.PyJWTError as err:
             raise AuthenticationFailed("the access token is invalid") from err
+        expires = claims["exp"]
+        if isinstance(expires, bool) or not isinstance(expires, int | float):
+            raise AuthenticationFailed("the access token is invalid")  # PyJWT takes "123" too
         # PyJWT checks expiry against the wall clock; ours may be a test's.
-        if claims["exp"] <= self._clock():
+        if expires <= self._clock():
             raise AuthenticationFailed("the access token expired; refresh it")
         if not isinstance(claims["sub"], str) or not claims["sub"]:
             raise AuthenticationFailed("the access token is invalid")

@@ -23,6 +23,15 @@ def dist_dir(configured: str) -> Path:
     return Path(configured) if configured else DEFAULT_DIST
 
 
+# No file of a build has a longer path (the OS would refuse it with ENAMETOOLONG).
+MAX_PATH = 1024
+
+
+def _unservable(path: str) -> bool:
+    """A path no file can have: NUL (the OS refuses it) or longer than any path may be."""
+    return "\0" in path or len(path) > MAX_PATH or any(len(p) > 255 for p in path.split("/"))
+
+
 def add_routes(app: web.Application, dist: Path) -> None:
     """Serve `dist` when it holds a build; without one, `/` says how to get one."""
     index = dist / "index.html"
@@ -38,6 +47,8 @@ def add_routes(app: web.Application, dist: Path) -> None:
                 f"{API}/, its documentation at {API}/docs.\n",
                 content_type="text/plain",
             )
+        if _unservable(path):  # the app's own routes: the page handles them
+            return web.FileResponse(index, headers={"Cache-Control": "no-cache"})
         wanted = (root / path).resolve()
         if path and wanted.is_relative_to(root) and wanted.is_file():
             hashed = wanted.is_relative_to(root / "assets")

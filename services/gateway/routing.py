@@ -22,6 +22,7 @@ from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate
 
 from services.gateway.auth import Caller, TokenIssuer
+from services.gateway.inputs import text_problems
 from services.shared.bus import Bus
 from services.shared.config import Settings
 from services.shared.errors import AuthenticationFailed, Forbidden, WardenError
@@ -184,6 +185,12 @@ def _query_dict(schema: Schema, request: web.Request) -> dict[str, Any]:
 
 
 def _validate(schema: Schema, data: Any, where: str) -> dict[str, Any]:
+    problems = text_problems(data)
+    if problems:
+        raise ValidationFailed(
+            f"invalid {where}: " + _summary({k: [v] for k, v in problems.items()}),
+            {"in": where, "errors": {k: [v] for k, v in problems.items()}},
+        )
     try:
         loaded: dict[str, Any] = schema.load(data)
     except ValidationError as err:
@@ -212,6 +219,8 @@ async def _json_body(request: web.Request) -> Any:
         return json.loads(raw.decode("utf-8"))
     except ValueError as err:  # UnicodeDecodeError is one
         raise InvalidJson(f"the request body is not valid JSON: {err}") from err
+    except RecursionError as err:
+        raise InvalidJson("the request body is nested too deep") from err
 
 
 def _dumps(data: Any) -> str:

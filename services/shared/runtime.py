@@ -17,8 +17,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from sqlalchemy import text
 
 from services import SERVICE_NAMES, __version__
 from services.shared.bus import Bus, BusSettings, EventHandler, RpcHandler, Teardown
@@ -28,6 +30,7 @@ from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD, utc_now_iso
 from services.shared.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
 from services.shared.errors import ServiceUnavailable
+from services.shared.failures import describe_failure
 
 log = logging.getLogger("warden.runtime")
 
@@ -40,6 +43,8 @@ class ServiceContext:
     name: str
     settings: Settings
     bus: Bus
+    # The engines `open_database` opened: `health` checks that they answer.
+    databases: list[Any] = field(default_factory=list)
 
 
 Start = Callable[[ServiceContext], Awaitable[Teardown]]
@@ -53,17 +58,34 @@ def service_entry(name: str) -> Start:
     return start
 
 
-def health_handler(name: str) -> RpcHandler:
+# How long `health` waits for the service's database to answer `SELECT 1`.
+DATABASE_CHECK_S = 2.0
+
+
+async def _database_problem(engine: Any) -> str | None:
+    try:
+        async with asyncio.timeout(DATABASE_CHECK_S), engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception as err:
+        return describe_failure(err)
+    return None
+
+
+def health_handler(ctx: ServiceContext) -> RpcHandler:
     started_at = utc_now_iso()
 
     async def health(_args: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "service": name,
-            "status": "ok",
+        problems = [p for p in [await _database_problem(e) for e in ctx.databases] if p]
+        answer = {
+            "service": ctx.name,
+            "status": "error" if problems else "ok",
             "version": __version__,
             "pid": os.getpid(),
             "started_at": started_at,
         }
+        if problems:
+            answer["detail"] = "; ".join(problems)
+        return answer
 
     return health
 
@@ -83,9 +105,7 @@ async def start_service(
         stack.push_async_callback(
             await ctx.bus.subscribe(source, pattern, f"{ctx.name}.{handler_name}", handler)
         )
-    stop_serving = await ctx.bus.serve(
-        ctx.name, {HEALTH_METHOD: health_handler(ctx.name), **methods}
-    )
+    stop_serving = await ctx.bus.serve(ctx.name, {HEALTH_METHOD: health_handler(ctx), **methods})
     stack.push_async_callback(stop_serving)
     log.info("%s service started", ctx.name, extra={"fields": {"version": __version__}})
     return stack.aclose
@@ -97,6 +117,7 @@ async def open_database(ctx: ServiceContext, stack: AsyncExitStack) -> Any:
     engine = create_engine(ctx.settings.storage.database_url_for(ctx.name))
     stack.push_async_callback(engine.dispose)
     await ensure_migrated(engine, ctx.name)
+    ctx.databases.append(engine)
     return engine
 
 

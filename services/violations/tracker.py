@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.config import ViolationSettings
+from services.shared.failures import describe_failure
 from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
 from services.shared.store import Store
@@ -37,6 +38,7 @@ log = logging.getLogger("warden.violations")
 
 SOURCE = "violations"
 Clock = Callable[[], datetime]
+MAX_BACKOFF_S = 30.0
 
 
 def _utc_now() -> datetime:
@@ -169,6 +171,14 @@ class Tracker:
                     )
                     await add_event(conn, outbox, SOURCE, "violation.opened", incident.context())
                     opened.append(await self._escalate(conn, incident, now))
+                    log.info(
+                        "incident %s opened: %s on %s GPU %s reserved by %s",
+                        incident.id,
+                        incident.offender,
+                        incident.host,
+                        incident.gpu_index if incident.gpu_index is not None else "?",
+                        incident.owner or "nobody",
+                    )
                 for incident in result.changed:
                     await repository.save_processes(conn, incident)
                     await repository.add_action(
@@ -231,18 +241,37 @@ class Tracker:
         self._wake.set()
 
     async def _run(self, interval_s: float) -> None:
+        failing_since: datetime | None = None
+        backoff_s = interval_s
         while True:
             wake = self.next_wake()
             wait_s = interval_s
             if wake is not None:
                 wait_s = min(interval_s, max(0.0, (wake - self.clock()).total_seconds()))
+            if failing_since is not None:
+                # An overdue step would make the wait 0: without this a dead database turns
+                # the loop into a busy one (and a traceback per turn).
+                wait_s = backoff_s
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_s)
             self._wake.clear()
             try:
                 await self.tick()
-            except Exception:
-                log.exception("escalating incidents failed; retrying")
+            except Exception as err:
+                if failing_since is None:
+                    failing_since = self.clock()
+                    log.warning(
+                        "escalating incidents failed (%s); retrying with back-off",
+                        describe_failure(err),
+                    )
+                backoff_s = min(max(backoff_s * 2, 1.0), MAX_BACKOFF_S)
+                continue
+            if failing_since is not None:
+                log.info(
+                    "escalating incidents works again (failing since %s); due steps taken",
+                    failing_since.isoformat(timespec="seconds"),
+                )
+                failing_since, backoff_s = None, interval_s
 
     # -- handlers' results ------------------------------------------------------------------
 

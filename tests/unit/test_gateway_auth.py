@@ -49,6 +49,8 @@ def test_an_expired_token_is_refused_with_a_hint_to_refresh() -> None:
         ),
         lambda: "not-a-token",
         lambda: jwt.encode({"sub": "root", "adm": True, "iss": "warden"}, SECRET),  # no exp
+        # A string expiry: PyJWT accepts "2000" as a number, the comparison must not.
+        lambda: jwt.encode({"sub": "root", "adm": True, "iss": "warden", "exp": "2000"}, SECRET),
     ],
 )
 def test_forged_or_malformed_tokens_are_refused(forge) -> None:  # type: ignore[no-untyped-def]

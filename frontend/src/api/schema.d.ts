@@ -706,6 +706,11 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        BusHealth: {
+            detail?: string;
+            /** @description ok or down */
+            status: string;
+        };
         CreateBody: {
             /** @default  */
             description: string;
@@ -814,6 +819,7 @@ export interface components {
             is_default: boolean | null;
         };
         Health: {
+            bus: components["schemas"]["BusHealth"];
             services: {
                 [key: string]: components["schemas"]["ServiceHealth"];
             };
@@ -1347,8 +1353,9 @@ export interface components {
             [key: string]: unknown;
         };
         ServiceHealth: {
+            /** @description why it is not ok */
             detail?: string;
-            /** @description ok, unreachable or error */
+            /** @description ok, unreachable or error (its database: see detail) */
             status: string;
             version: string | null;
         };

@@ -22,14 +22,23 @@ BACKENDS = ("monitor", "reservations", "jobs", "violations")
 
 
 class ServiceHealthSchema(Schema):
-    status = fields.String(required=True, metadata={"description": "ok, unreachable or error"})
+    status = fields.String(
+        required=True,
+        metadata={"description": "ok, unreachable or error (its database: see detail)"},
+    )
     version = fields.String(required=True, allow_none=True)
+    detail = fields.String(metadata={"description": "why it is not ok"})
+
+
+class BusHealthSchema(Schema):
+    status = fields.String(required=True, metadata={"description": "ok or down"})
     detail = fields.String()
 
 
 class HealthSchema(Schema):
     status = fields.String(required=True, metadata={"description": "ok or degraded"})
     version = fields.String(required=True)
+    bus = fields.Nested(BusHealthSchema, required=True)
     services = fields.Dict(
         keys=fields.String(), values=fields.Nested(ServiceHealthSchema), required=True
     )
@@ -58,7 +67,10 @@ async def _probe(bus: Bus, service: str, timeout: float) -> dict[str, Any]:
         return {"status": "unreachable", "version": None, "detail": err.message}
     except WardenError as err:
         return {"status": "error", "version": None, "detail": err.message}
-    return {"status": answer.get("status", "ok"), "version": answer.get("version")}
+    found = {"status": answer.get("status", "ok"), "version": answer.get("version")}
+    if answer.get("detail"):
+        found["detail"] = answer["detail"]  # e.g. "the database is unreachable"
+    return found
 
 
 async def health(call: Call) -> web.Response:
@@ -67,9 +79,22 @@ async def health(call: Call) -> web.Response:
     answers = await asyncio.gather(*(_probe(call.bus, name, timeout) for name in BACKENDS))
     services = {"gateway": {"status": "ok", "version": __version__}}
     services.update(zip(BACKENDS, answers, strict=True))
-    healthy = all(s["status"] == "ok" for s in services.values())
+    bus = (
+        {"status": "ok"}
+        if call.bus.connected
+        else {
+            "status": "down",
+            "detail": "the message bus (RabbitMQ) is unreachable; reconnecting",
+        }
+    )
+    healthy = bus["status"] == "ok" and all(s["status"] == "ok" for s in services.values())
     return web.json_response(
-        {"status": "ok" if healthy else "degraded", "version": __version__, "services": services},
+        {
+            "status": "ok" if healthy else "degraded",
+            "version": __version__,
+            "bus": bus,
+            "services": services,
+        },
         status=200 if healthy else 503,
     )
 

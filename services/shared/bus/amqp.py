@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -54,23 +55,31 @@ from services.shared.errors import (
     ContractError,
     InvalidRequest,
     NotFound,
-    RemoteError,
     ServiceUnavailable,
     WardenError,
     error_from_dict,
 )
+from services.shared.failures import Unreachable, log_rpc_failure
 
 log = logging.getLogger("warden.bus")
 
 DEAD_LETTER_EXCHANGE = "warden.dead-letter"
 RPC_EXCHANGE = "warden.rpc"
 DELIVERIES_HEADER = "x-warden-deliveries"
+# An RPC request's absolute deadline (Unix time, the caller's clock): the queue TTL counts from
+# the request's arrival, so one held up in a frozen broker would still be delivered after it.
+DEADLINE_HEADER = "x-warden-deadline"
 PERSISTENT = int(aio_pika.DeliveryMode.PERSISTENT)
 JSON = "application/json"
 
 
 def rpc_queue_name(service: str) -> str:
     return f"rpc-{service}"
+
+
+def _expired(message: AbstractIncomingMessage) -> bool:
+    deadline = (message.headers or {}).get(DEADLINE_HEADER)
+    return isinstance(deadline, int | float) and time.time() > deadline
 
 
 class AmqpBus(Bus):
@@ -89,6 +98,7 @@ class AmqpBus(Bus):
         self._reply_queue: AbstractQueue | None = None
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         self._lock = asyncio.Lock()
+        self._unreachable = Unreachable(log)
 
     # --- connection -------------------------------------------------------------------------
 
@@ -105,7 +115,24 @@ class AmqpBus(Bus):
                 {"amqp_url": _redact(self.url)},
             ) from err
         self._publish_channel = await self._connection.channel(publisher_confirms=True)
+        self._connection.close_callbacks.add(self._on_connection_lost)
+        self._connection.reconnect_callbacks.add(self._on_reconnected)
         log.info("connected to RabbitMQ at %s", _redact(self.url))
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None and self._connection.connected.is_set()
+
+    def _on_connection_lost(self, _connection: Any, reason: BaseException | None = None) -> None:
+        if self._connection is not None:  # not our own close()
+            log.warning(
+                "lost the connection to RabbitMQ at %s (%s); reconnecting",
+                _redact(self.url),
+                type(reason).__name__ if reason is not None else "closed",
+            )
+
+    def _on_reconnected(self, _connection: Any) -> None:
+        log.info("reconnected to RabbitMQ at %s", _redact(self.url))
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -361,6 +388,12 @@ class AmqpBus(Bus):
         self, service: str, table: Mapping[str, RpcHandler], channel: AbstractChannel
     ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         async def on_request(message: AbstractIncomingMessage) -> None:
+            if _expired(message):
+                # The caller has given up (and answered its own caller 503): doing it now
+                # would carry out a request nobody waits for, and that was reported failed.
+                log.debug("dropping %s: its caller's deadline passed", message.routing_key)
+                await message.ack()
+                return
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.add(task)
@@ -403,8 +436,9 @@ class AmqpBus(Bus):
         except WardenError as err:
             return encode_rpc_reply(error=err)
         except Exception as err:
-            log.exception("RPC %s.%s failed", service, method)
-            return encode_rpc_reply(error=RemoteError(f"{service}.{method} failed: {err!r}"))
+            return encode_rpc_reply(
+                error=log_rpc_failure(log, self._unreachable, service, method, err)
+            )
 
     async def _ensure_rpc_client(self) -> tuple[AbstractExchange, AbstractQueue]:
         async with self._lock:
@@ -449,6 +483,7 @@ class AmqpBus(Bus):
                             correlation_id=correlation_id,
                             reply_to=reply_queue.name,
                             expiration=deadline,
+                            headers={DEADLINE_HEADER: time.time() + deadline},
                         ),
                         routing_key=f"{service}.{method}",
                         mandatory=True,
@@ -463,10 +498,10 @@ class AmqpBus(Bus):
                 f"{service}.{method} did not answer within {deadline:g}s",
                 {**where, "timeout_s": deadline},
             ) from err
-        except (AMQPError, ConnectionError) as err:
+        except (AMQPError, ConnectionError, RuntimeError) as err:
+            # RuntimeError: aiormq's ChannelInvalidStateError, a channel of a lost connection.
             raise ServiceUnavailable(
-                f"calling {service}.{method} failed: the message bus is unavailable ({err!r})",
-                where,
+                f"calling {service}.{method} failed: the message bus is unavailable", where
             ) from err
         reply = json.loads(body)
         if not reply.get("ok"):

@@ -87,6 +87,11 @@ class Bus(ABC):
     async def start(self) -> None:
         """Connect (AMQP) or get ready (in-process)."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the bus reaches its broker now (an in-process bus always does)."""
+        return True
+
     @abstractmethod
     async def close(self) -> None:
         """Stop consuming, let in-flight handlers finish or requeue, close connections."""

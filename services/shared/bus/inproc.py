@@ -37,6 +37,7 @@ from services.shared.errors import (
     WardenError,
     error_from_dict,
 )
+from services.shared.failures import Unreachable, log_rpc_failure
 
 log = logging.getLogger("warden.bus")
 
@@ -58,6 +59,7 @@ class _Queue:
 class InProcessBus(Bus):
     def __init__(self, settings: BusSettings | None = None) -> None:
         self.settings = settings or BusSettings()
+        self._unreachable = Unreachable(log)
         self._queues: dict[str, _Queue] = {}
         # exchange -> [(pattern, queue name)]
         self._bindings: dict[str, list[tuple[str, str]]] = {}
@@ -214,7 +216,5 @@ class InProcessBus(Bus):
             # As over the wire: the caller gets the error rebuilt from its data.
             raise error_from_dict(err.to_dict()) from err
         except Exception as err:
-            log.exception("RPC %s.%s failed", service, method)
-            raise error_from_dict(
-                {"code": "remote_error", "message": f"{service}.{method} failed: {err!r}"}
-            ) from err
+            failure = log_rpc_failure(log, self._unreachable, service, method, err)
+            raise error_from_dict(failure.to_dict()) from err

@@ -1,0 +1,77 @@
+"""What an unexpected exception means for a caller, in words that reveal no internals.
+
+An RPC handler that fails with something other than a `WardenError` is answered through
+`rpc_error`: a database that cannot be reached is `ServiceUnavailable` (503, it comes back by
+itself), a value the database cannot store is `InvalidRequest` (400), anything else is a
+`RemoteError` (a bug: the details are in the service's log, never in the answer). Driver
+messages name hosts, ports and SQL; they stay in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import exc as sa
+
+from services.shared.errors import InvalidRequest, RemoteError, ServiceUnavailable, WardenError
+
+
+def database_unreachable(err: BaseException) -> bool:
+    """Is `err` a database that is down, refusing, or gone in the middle of a transaction?"""
+    if isinstance(err, sa.DBAPIError):
+        return err.connection_invalidated or isinstance(
+            err, sa.OperationalError | sa.InterfaceError
+        )
+    if isinstance(err, sa.TimeoutError):  # no connection from the pool in time
+        return True
+    # Connecting raises ConnectionError (refused, reset) or times out; asyncpg has its own.
+    return isinstance(err, ConnectionError | TimeoutError) or (
+        type(err).__module__.startswith("asyncpg") and "Connection" in type(err).__name__
+    )
+
+
+def describe_failure(err: BaseException) -> str:
+    """A few words for a log line: what failed, without a traceback or connection strings."""
+    if database_unreachable(err):
+        return "the database is unreachable"
+    if isinstance(err, WardenError):
+        return err.message
+    return type(err).__name__
+
+
+def rpc_error(service: str, method: str, err: Exception) -> WardenError:
+    """The error a caller of `service.method` gets for an exception that is not ours."""
+    where = {"service": service, "method": method}
+    if database_unreachable(err):
+        return ServiceUnavailable(f"{service} cannot reach its database; try again shortly", where)
+    if isinstance(err, sa.DataError):
+        return InvalidRequest(f"{service}.{method}: a value the database cannot store", where)
+    return RemoteError(f"{service}.{method} failed; see the {service} service's log", where)
+
+
+class Unreachable:
+    """Logs an unreachable database once a minute at most, not once per failed call."""
+
+    def __init__(self, log: logging.Logger, every_s: float = 60.0) -> None:
+        self.log = log
+        self.every_s = every_s
+        self._last = -every_s
+
+    def report(self, service: str, err: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.log.warning("%s: %s (%s)", service, describe_failure(err), type(err).__name__)
+
+
+def log_rpc_failure(
+    log: logging.Logger, unreachable: Unreachable, service: str, method: str, err: Exception
+) -> WardenError:
+    """Log an RPC handler's unexpected exception (a bug: with its traceback; a dead database:
+    one line a minute) and return what the caller gets."""
+    if database_unreachable(err):
+        unreachable.report(service, err)
+    else:
+        log.error("RPC %s.%s failed", service, method, exc_info=err)
+    return rpc_error(service, method, err)
