@@ -9,6 +9,7 @@ from aiohttp import web
 
 from services.gateway.app import create_app
 from services.shared.bus import Teardown
+from services.shared.errors import ConfigError
 from services.shared.runtime import ServiceContext, start_service
 
 log = logging.getLogger("warden.gateway")
@@ -22,7 +23,14 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(runner.cleanup)
         host, port = ctx.settings.gateway.host, ctx.settings.gateway.port
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as err:
+            raise ConfigError(
+                f"the gateway cannot listen on {host}:{port}: {err.strerror or err} "
+                "(is another Warden or program using it? set gateway.port)",
+                {"gateway.port": err.strerror or str(err)},
+            ) from err
         log.info("gateway listening on http://%s:%d", host, _bound_port(site) or port)
         return await start_service(ctx, stack, {})
     except BaseException:

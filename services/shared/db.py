@@ -27,6 +27,9 @@ SERVICES_WITH_DATABASE = ("monitor", "reservations", "jobs", "violations")
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
+CONNECT_TIMEOUT_S = 10.0
+
+
 def create_engine(url: str) -> AsyncEngine:
     """An async engine; SQLite files get their folder, WAL, a busy timeout and foreign keys."""
     parsed = make_url(url)
@@ -37,6 +40,9 @@ def create_engine(url: str) -> AsyncEngine:
         kwargs["connect_args"] = {"timeout": 30}
     else:
         kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
+        # A server that accepts TCP but never answers fails a connect after this long, not
+        # asyncpg's 60 s; start-up retries, a request gets a 503.
+        kwargs["connect_args"] = {"timeout": CONNECT_TIMEOUT_S}
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)

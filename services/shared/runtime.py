@@ -30,7 +30,7 @@ from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD, utc_now_iso
 from services.shared.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
 from services.shared.errors import ServiceUnavailable
-from services.shared.failures import describe_failure
+from services.shared.failures import database_unreachable, describe_failure
 
 log = logging.getLogger("warden.runtime")
 
@@ -158,7 +158,9 @@ async def _connect(bus: Bus, wait_s: float, stop: asyncio.Event) -> bool:
         try:
             # aiormq logs an error for every refused attempt; ours says it once.
             with _quiet_loggers("aiormq", "aio_pika"):
-                await bus.start()
+                attempt = asyncio.ensure_future(bus.start())  # bounded by its own timeout
+                if not await _until_stopped(attempt, stop, cancel=False):
+                    return False
             return True
         except ServiceUnavailable as err:
             if time.monotonic() + delay > deadline:
@@ -170,6 +172,59 @@ async def _connect(bus: Bus, wait_s: float, stop: asyncio.Event) -> bool:
                 await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, 5.0)
     return False
+
+
+async def _until_stopped(
+    task: asyncio.Future[Any], stop: asyncio.Event, *, cancel: bool = True
+) -> bool:
+    """Await `task` unless `stop` is set first (SIGINT/SIGTERM): then cancel it (or, with
+    `cancel=False`, let it end by itself, for work whose cancelling leaves work behind) and
+    return False."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        task.result()  # its error, if any
+        return True
+    if cancel:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return False
+
+
+async def _start_with_retries(
+    name: str, ctx: ServiceContext, wait_s: float, stop: asyncio.Event
+) -> Teardown | None:
+    """Start a service; while its database cannot be reached, try again for up to `wait_s`
+    (one log line), then fail with a clear error. None when `stop` was set meanwhile."""
+    deadline = time.monotonic() + wait_s
+    delay, warned = 0.5, False
+    start = service_entry(name)
+    while not stop.is_set():
+        attempt = asyncio.ensure_future(start(ctx))
+        try:
+            if not await _until_stopped(attempt, stop):
+                return None
+            return attempt.result()
+        except Exception as err:
+            if not database_unreachable(err):
+                raise
+            reason = f"{name}: {describe_failure(err)}"
+            if time.monotonic() + delay > deadline:
+                raise ServiceUnavailable(
+                    f"{reason} (after {wait_s:g}s of retries); check storage.database_url "
+                    "and that the database server runs"
+                ) from err
+            if not warned:
+                log.warning("%s; retrying for up to %gs", reason, wait_s)
+                warned = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 5.0)
+    return None
 
 
 async def run_services(
@@ -202,8 +257,11 @@ async def run_services(
         if not await _connect(bus, connect_wait_s, stop):
             return
         for name in ordered:
-            start = service_entry(name)
-            teardowns.append(await start(ServiceContext(name, settings, bus)))
+            context = ServiceContext(name, settings, bus)
+            teardown = await _start_with_retries(name, context, connect_wait_s, stop)
+            if teardown is None:
+                return
+            teardowns.append(teardown)
         await stop.wait()
         log.info("stopping %s", ", ".join(ordered))
     finally:

@@ -66,6 +66,8 @@ log = logging.getLogger("warden.bus")
 DEAD_LETTER_EXCHANGE = "warden.dead-letter"
 RPC_EXCHANGE = "warden.rpc"
 DELIVERIES_HEADER = "x-warden-deliveries"
+# One attempt to connect: a broker that accepts TCP but never answers gives up after this.
+CONNECT_TIMEOUT_S = 10.0
 # An RPC request's absolute deadline (Unix time, the caller's clock): the queue TTL counts from
 # the request's arrival, so one held up in a frozen broker would still be delivered after it.
 DEADLINE_HEADER = "x-warden-deadline"
@@ -106,9 +108,19 @@ class AmqpBus(Bus):
         if self._connection is not None:
             return
         try:
+            # aio-pika's own timeout: cancelling connect_robust instead would leave it
+            # reconnecting in the background.
             self._connection = await aio_pika.connect_robust(
-                self.url, client_properties={"connection_name": self.name}
+                self.url,
+                client_properties={"connection_name": self.name},
+                timeout=CONNECT_TIMEOUT_S,
             )
+        except TimeoutError as err:
+            raise ServiceUnavailable(
+                f"RabbitMQ at {_redact(self.url)} accepts connections but did not answer "
+                f"within {CONNECT_TIMEOUT_S:g}s",
+                {"amqp_url": _redact(self.url)},
+            ) from err
         except (OSError, AMQPError) as err:
             raise ServiceUnavailable(
                 f"cannot connect to RabbitMQ at {_redact(self.url)}: {err}",

@@ -1,0 +1,139 @@
+"""`warden run` when what it needs is not there, as an admin meets it: a broker that accepts
+TCP but never answers, a database nobody listens for, a gateway port someone else holds.
+
+Each runs `warden` as its own OS process. It must stop on SIGTERM at any point, and fail with
+one clear line (no traceback) when it gives up. Nothing asserts how long anything took beyond
+generous deadlines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sshd import free_port
+
+WARDEN = [sys.executable, "-m", "services.cli"]
+
+
+def env_for(tmp: Path, **settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARDEN_")}
+    env.update(
+        HOME=str(tmp),
+        XDG_CONFIG_HOME=str(tmp / "config"),
+        XDG_DATA_HOME=str(tmp / "data"),
+        WARDEN_AUTH_JWT_SECRET=secrets.token_urlsafe(48),
+        WARDEN_MONITOR_LOCAL_NVML="off",
+        WARDEN_GATEWAY_PORT=str(free_port()),
+    )
+    env.update({f"WARDEN_{key.upper()}": value for key, value in settings.items()})
+    return env
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[int]:
+    """A TCP port that accepts connections and never says a word."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield int(server.getsockname()[1])
+
+
+def start(tmp: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """`warden ARGS`, its output going to tmp/warden.log."""
+    with (tmp / "warden.log").open("wb") as log:
+        return subprocess.Popen(
+            [*WARDEN, *args], env=env, cwd=tmp, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )
+
+
+def output_of(tmp: Path) -> str:
+    return (tmp / "warden.log").read_text(errors="replace")
+
+
+def finish(process: subprocess.Popen[bytes], tmp: Path, deadline_s: float) -> tuple[int, str]:
+    try:
+        code = process.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail(f"warden still running after {deadline_s:g}s:\n{output_of(tmp)[-3000:]}")
+    return code, output_of(tmp)
+
+
+def wait_for_output(
+    process: subprocess.Popen[bytes], tmp: Path, words: str, deadline_s: float
+) -> None:
+    """Wait until `words` appear in the output while the process keeps running."""
+    deadline = time.monotonic() + deadline_s
+    while words not in output_of(tmp):
+        if time.monotonic() > deadline or process.poll() is not None:
+            pytest.fail(f"no {words!r} within {deadline_s:g}s; output:\n{output_of(tmp)[-3000:]}")
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(120)
+def test_a_broker_that_never_answers_neither_hangs_start_up_nor_ignores_sigterm(
+    tmp_path: Path,
+) -> None:
+    with silent_listener() as port:
+        env = env_for(tmp_path, bus_amqp_url=f"amqp://guest:guest@127.0.0.1:{port}/")
+        process = start(tmp_path, env, "run", "reservations")
+        wait_for_output(process, tmp_path, "did not answer", deadline_s=60)
+        process.send_signal(signal.SIGTERM)
+        code, output = finish(process, tmp_path, deadline_s=20)
+    assert code == 0, output
+    assert "Traceback" not in output
+
+
+@pytest.mark.timeout(180)
+def test_an_unreachable_database_is_retried_then_one_clear_line(tmp_path: Path) -> None:
+    dead = f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/warden"
+    env = env_for(tmp_path, storage_database_url=dead)
+    code, output = finish(start(tmp_path, env, "run", "all"), tmp_path, deadline_s=120)
+    assert code == 1, output
+    assert "Traceback" not in output
+    assert "cannot reach" in output or "unreachable" in output
+    assert "retrying for up to" in output  # said once while it waited
+    assert output.count("retrying for up to") == 1
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("warden: ") and "storage.database_url" in last
+
+
+@pytest.mark.timeout(120)
+def test_an_unreachable_database_does_not_keep_sigterm_waiting(tmp_path: Path) -> None:
+    with silent_listener() as port:  # accepts, never answers: each connect times out
+        env = env_for(tmp_path, storage_database_url=f"postgresql+asyncpg://x@127.0.0.1:{port}/w")
+        process = start(tmp_path, env, "run", "all")
+        time.sleep(3)
+        process.send_signal(signal.SIGTERM)
+        code, output = finish(process, tmp_path, deadline_s=30)
+    assert code == 0, output
+    assert "Traceback" not in output
+
+
+@pytest.mark.timeout(120)
+def test_a_busy_gateway_port_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        env = env_for(tmp_path, gateway_port=str(port))
+        subprocess.run(
+            [*WARDEN, "db", "upgrade"], env=env, cwd=tmp_path, check=True, capture_output=True
+        )
+        code, output = finish(start(tmp_path, env, "run", "all"), tmp_path, deadline_s=90)
+    assert code != 0, output
+    assert "Traceback" not in output
+    assert f"cannot listen on 127.0.0.1:{port}" in output
+    assert "gateway.port" in output
