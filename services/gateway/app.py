@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from services.gateway import calendar_loader, frontend
+from services.gateway import calendar_loader, fleet_board, frontend
 from services.gateway.auth import LoginLimiter, TokenIssuer
 from services.gateway.calendar import CalendarView
 from services.gateway.context import (
@@ -27,7 +27,7 @@ from services.gateway.context import (
 )
 from services.gateway.cors import cors_middleware
 from services.gateway.openapi import build_spec, docs_page
-from services.gateway.routes import ROUTES, hosts
+from services.gateway.routes import ROUTES
 from services.gateway.routes.meta import BACKENDS
 from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
@@ -63,7 +63,7 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])
-    hosts.install(app, app[STREAM])
+    fleet_board.install(app, app[STREAM])
     authenticator = Authenticator(tokens)
     for route in routes:
         app.router.add_route(
