@@ -11,11 +11,14 @@ The gateway also applies the answers of its own create, edit, cancel and end cal
 a client sees its change in the next read. Events may come twice, late or out of order: an
 item never goes back to an older `updated_at`, a cancelled reservation stays cancelled unless
 an update restores it, and the start-up load never overwrites what an event brought.
+
+Read models built on the copy (the hosts board) register in `listeners`: each change tells
+them which GPUs' reservations it changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -84,6 +87,8 @@ class CalendarView:
         # The range the copy is complete for; None until loaded.
         self.covers_from: datetime | None = None
         self.covers_until: datetime | None = None
+        # Called after each change with the GPUs whose reservations it changed.
+        self.listeners: list[Callable[[frozenset[str]], None]] = []
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -94,10 +99,12 @@ class CalendarView:
         self, reservations: Iterable[Mapping[str, Any]], start: datetime, end: datetime
     ) -> None:
         """What the service answered for [start, end); entries already here are newer."""
+        changed: set[str] = set()
         for data in reservations:
             if int(data["id"]) not in self._by_id:
-                self._put(item(data))
+                changed |= self._put(item(data))
         self.covers_from, self.covers_until = start, end
+        self._tell(changed)
 
     def apply(self, event_type: str, data: Mapping[str, Any]) -> None:
         reservation_id = int(data["id"])
@@ -109,22 +116,33 @@ class CalendarView:
             self._cancelled.discard(reservation_id)  # restored by an access change
         elif reservation_id in self._cancelled:
             shown["status"] = "cancelled"  # a late created/updated does not revive it
-        self._put(shown)
+        self._tell(self._put(shown))
 
     def prune(self, now: datetime) -> None:
         """Forget what ended long ago; the copy then covers from `now - KEEP_PAST`."""
         horizon = now - KEEP_PAST
+        changed: set[str] = set()
         for entry in [e for e in self._by_id.values() if e.end < horizon]:
-            self._remove(int(entry.data["id"]))
+            changed |= self._remove(int(entry.data["id"]))
         if self.covers_from is not None and self.covers_from < horizon:
             self.covers_from = horizon
+        self._tell(changed)
 
-    def _put(self, shown: dict[str, Any]) -> None:
+    def _tell(self, gpus: Set[str]) -> None:
+        if gpus:
+            changed = frozenset(gpus)
+            for listener in self.listeners:
+                listener(changed)
+
+    def _put(self, shown: dict[str, Any]) -> frozenset[str]:
+        """Keep `shown` unless what is here is newer; the GPUs whose reservations changed."""
         reservation_id = int(shown["id"])
         known = self._by_id.get(reservation_id)
-        if known is not None and _older(shown, known.data):
-            return  # a late event: the answer of a later change is already here
-        self._remove(reservation_id)
+        if known is not None and (known.data == shown or _older(shown, known.data)):
+            # The same again (the event of our own answer), or a late event: the answer of a
+            # later change is already here.
+            return frozenset()
+        before = self._remove(reservation_id)
         entry = _Entry(
             shown,
             _time(shown["start"]),
@@ -134,15 +152,19 @@ class CalendarView:
         self._by_id[reservation_id] = entry
         for uuid in entry.gpus:
             self._by_gpu.setdefault(uuid, {})[reservation_id] = entry
+        return before | entry.gpus
 
-    def _remove(self, reservation_id: int) -> None:
+    def _remove(self, reservation_id: int) -> frozenset[str]:
+        """Forget the reservation; the GPUs it was on."""
         entry = self._by_id.pop(reservation_id, None)
-        if entry is not None:
-            for uuid in entry.gpus:
-                on_gpu = self._by_gpu.get(uuid, {})
-                on_gpu.pop(reservation_id, None)
-                if not on_gpu:
-                    self._by_gpu.pop(uuid, None)
+        if entry is None:
+            return frozenset()
+        for uuid in entry.gpus:
+            on_gpu = self._by_gpu.get(uuid, {})
+            on_gpu.pop(reservation_id, None)
+            if not on_gpu:
+                self._by_gpu.pop(uuid, None)
+        return entry.gpus
 
     # --- reading -------------------------------------------------------------------------
 
@@ -185,7 +207,8 @@ class CalendarView:
     def now_and_next(
         self, gpu_uuid: str, now: datetime, ahead: timedelta
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The active reservation holding the GPU at `now`, and the next one within `ahead`."""
+        """The active reservation holding the GPU at `now`, and the next one starting within
+        `ahead` (before `now + ahead`)."""
         current: _Entry | None = None
         coming: _Entry | None = None
         for entry in self._by_gpu.get(gpu_uuid, {}).values():
@@ -193,9 +216,7 @@ class CalendarView:
                 continue
             if entry.start <= now < entry.end:
                 current = entry
-            elif now < entry.start <= now + ahead and (
-                coming is None or entry.start < coming.start
-            ):
+            elif now < entry.start < now + ahead and (coming is None or entry.start < coming.start):
                 coming = entry
         return (
             current.data if current else None,
