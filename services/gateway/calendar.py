@@ -18,9 +18,11 @@ them which GPUs' reservations it changed.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import Any
 
 # What a calendar item holds (ReservationData in services/shared/contracts/reservations.py).
@@ -67,7 +69,7 @@ def _older(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
     return _time(new["updated_at"]) < _time(old["updated_at"])
 
 
-@dataclass
+@dataclass(eq=False)  # each one is itself: the same reservation in several GPUs' lists
 class _Entry:
     data: dict[str, Any]
     start: datetime
@@ -79,10 +81,18 @@ class _Entry:
         return self.data["status"] == "active"
 
 
+def _order(entry: _Entry) -> tuple[datetime, int]:
+    return entry.start, int(entry.data["id"])
+
+
+def _start(entry: _Entry) -> datetime:
+    return entry.start
+
+
 class CalendarView:
     def __init__(self) -> None:
         self._by_id: dict[int, _Entry] = {}
-        self._by_gpu: dict[str, dict[int, _Entry]] = {}
+        self._by_gpu: dict[str, list[_Entry]] = {}  # each GPU's, by start then id
         self._cancelled: set[int] = set()
         # The range the copy is complete for; None until loaded.
         self.covers_from: datetime | None = None
@@ -151,7 +161,7 @@ class CalendarView:
         )
         self._by_id[reservation_id] = entry
         for uuid in entry.gpus:
-            self._by_gpu.setdefault(uuid, {})[reservation_id] = entry
+            insort(self._by_gpu.setdefault(uuid, []), entry, key=_order)
         return before | entry.gpus
 
     def _remove(self, reservation_id: int) -> frozenset[str]:
@@ -160,10 +170,10 @@ class CalendarView:
         if entry is None:
             return frozenset()
         for uuid in entry.gpus:
-            on_gpu = self._by_gpu.get(uuid, {})
-            on_gpu.pop(reservation_id, None)
+            on_gpu = self._by_gpu[uuid]
+            del on_gpu[bisect_left(on_gpu, _order(entry), key=_order)]
             if not on_gpu:
-                self._by_gpu.pop(uuid, None)
+                del self._by_gpu[uuid]
         return entry.gpus
 
     # --- reading -------------------------------------------------------------------------
@@ -189,10 +199,9 @@ class CalendarView:
         if gpus is None:
             candidates: Iterable[_Entry] = self._by_id.values()
         else:
-            found: dict[int, _Entry] = {}
-            for uuid in gpus:
-                found.update(self._by_gpu.get(uuid, {}))
-            candidates = found.values()
+            candidates = dict.fromkeys(  # once each, when on several of the GPUs
+                chain.from_iterable(self._starting_before(uuid, end) for uuid in gpus)
+            )
         chosen = [
             entry
             for entry in candidates
@@ -204,20 +213,25 @@ class CalendarView:
         chosen.sort(key=lambda entry: (entry.start, entry.data["id"]))
         return [entry.data for entry in chosen]
 
+    def _starting_before(self, gpu_uuid: str, end: datetime) -> list[_Entry]:
+        """The GPU's reservations that start before `end`, by start."""
+        on_gpu = self._by_gpu.get(gpu_uuid, [])
+        return on_gpu[: bisect_left(on_gpu, end, key=_start)]
+
     def now_and_next(
         self, gpu_uuid: str, now: datetime, ahead: timedelta
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The active reservation holding the GPU at `now`, and the next one starting within
-        `ahead` (before `now + ahead`)."""
-        current: _Entry | None = None
-        coming: _Entry | None = None
-        for entry in self._by_gpu.get(gpu_uuid, {}).values():
-            if not entry.active:
-                continue
-            if entry.start <= now < entry.end:
-                current = entry
-            elif now < entry.start < now + ahead and (coming is None or entry.start < coming.start):
-                coming = entry
+        `ahead` (before `now + ahead`). A GPU's active reservations never overlap (the service
+        refuses conflicts): the last one started by `now` holds it, unless it has ended."""
+        entries = self._by_gpu.get(gpu_uuid, [])
+        started = bisect_right(entries, now, key=_start)
+        current = next((e for e in reversed(entries[:started]) if e.active), None)
+        if current is not None and current.end <= now:
+            current = None
+        coming = next((e for e in entries[started:] if e.active), None)
+        if coming is not None and coming.start >= now + ahead:
+            coming = None
         return (
             current.data if current else None,
             coming.data if coming else None,

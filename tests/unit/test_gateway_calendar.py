@@ -158,3 +158,22 @@ def test_listeners_hear_which_gpus_changed_and_nothing_when_nothing_did() -> Non
     assert heard == [{"g5"}]
     view.prune(T0)  # nothing left to forget
     assert heard == [{"g5"}]
+
+
+def held(view: CalendarView, gpu: str, at: datetime) -> tuple[int | None, int | None]:
+    """The ids of the reservation holding `gpu` at `at` and of the next within a week."""
+    current, coming = view.now_and_next(gpu, at, timedelta(days=7))
+    return (current and current["id"]), (coming and coming["id"])
+
+
+def test_a_moved_reservation_takes_its_new_place_on_each_of_its_gpus() -> None:
+    view = loaded(reservation(1, ["g0", "g1"], 5, 1), reservation(2, ["g0"], 3, 1))
+    assert held(view, "g0", T0) == (None, 2)
+    view.apply("reservation.updated", reservation(1, ["g0", "g1"], 1, 1, changed=["start"]))
+    assert held(view, "g0", T0) == (None, 1)
+    assert held(view, "g1", T0 + timedelta(hours=1)) == (1, None)
+    # On both GPUs asked for, listed once.
+    assert [r["id"] for r in view.between(T0, T0 + timedelta(days=1), ["g0", "g1"])] == [1, 2]
+    view.apply("reservation.cancelled", reservation(1, ["g0", "g1"], 1, 1, status="cancelled"))
+    assert held(view, "g0", T0) == (None, 2)
+    assert held(view, "g1", T0) == (None, None)
