@@ -2,12 +2,14 @@
 
 `GET /gpus` is the page every client polls (64 clients on 400 GPUs, with bookings coming in all
 along), so its answers are served from a `FleetBoard` kept in the app rather than composed per
-request: the monitor's snapshot at most `MAX_AGE_S` old, and the reservations of the next 7
-days, kept current GPU by GPU from the `reservation.*` events (only the changed GPUs' calendar
-is asked for again), so a booking shows as soon as the gateway hears of it. Each GPU is
-serialised once as admins see it and once as outsiders do (private fields of reservations
-emptied by `reservation_for`); the owners and guests of its reservations get it made for them.
-An answer is put together from those pieces once per view and composition.
+request: the monitor's snapshot at most `MAX_AGE_S` old, and each GPU's current and next
+reservation from the gateway's calendar copy (`CalendarView`), which the `reservation.*` events
+and the gateway's own writes keep current and which says which GPUs they changed, so a booking
+shows as soon as the gateway hears of it. Each GPU is serialised once as admins see it and once
+as outsiders do (private fields of reservations emptied by `reservation_for`); the owners and
+guests of its reservations get it made for them. A GPU is serialised again only when its
+figures or reservations change. An answer is put together from those pieces once per view and
+composition.
 """
 
 from __future__ import annotations
@@ -17,21 +19,19 @@ import json
 import logging
 import operator
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from aiohttp import web
+from typing import Any, Protocol
 
 from services.gateway.auth import Caller
-from services.gateway.routing import Call
-from services.gateway.stream import Event, StreamHub
+from services.gateway.calendar import CalendarView
 from services.gateway.visibility import reservation_for
 from services.monitor import api as monitor_api
 from services.reservations import api as reservations_api
 from services.shared.contracts import GpuSample, HostSampled
 from services.shared.errors import NotFound
+from services.shared.rpc import Method
 
 log = logging.getLogger("warden.gateway")
 
@@ -40,12 +40,6 @@ log = logging.getLogger("warden.gateway")
 MAX_AGE_S = 1.0
 REFRESH_AFTER_S = 0.6
 NEXT_WITHIN = timedelta(days=7)  # `next_reservation`: the next one starting within this
-# The calendar is fetched this far beyond NEXT_WITHIN, and again in whole every FULL_EVERY_S
-# (less than the margin, so the next reservation of every GPU is always known).
-FETCH_MARGIN = timedelta(minutes=10)
-FULL_EVERY_S = 300.0
-# More GPUs changed than this at once (an access rule cancelled many): fetch everything again.
-MAX_PARTIAL = 64
 # Serialised answers kept per composition (views, hosts); beyond this they are not kept.
 MAX_ANSWERS = 256
 
@@ -69,75 +63,6 @@ def _participants(reservations: Iterable[dict[str, Any]]) -> set[str]:
         names.add(reservation["owner"])
         names.update(reservation.get("guests") or ())
     return names
-
-
-_Booking = tuple[datetime, datetime, dict[str, Any]]  # start, end, the reservation
-
-
-class ReservationIndex:
-    """Per GPU uuid, the active reservations overlapping [now, `until`), by start: who holds a
-    GPU at any time until then, without asking again."""
-
-    def __init__(
-        self, by_gpu: dict[str, tuple[_Booking, ...]], until: datetime, participants: set[str]
-    ) -> None:
-        self.by_gpu = by_gpu
-        self.until = until
-        self.participants = participants
-
-    @staticmethod
-    def _group(
-        reservations: list[dict[str, Any]], only: Collection[str] | None = None
-    ) -> dict[str, list[_Booking]]:
-        grouped: dict[str, list[_Booking]] = {}
-        for reservation in reservations:
-            start = datetime.fromisoformat(reservation["start"])
-            end = datetime.fromisoformat(reservation["end"])
-            for gpu in reservation.get("gpus") or ():
-                if only is None or gpu["uuid"] in only:
-                    grouped.setdefault(gpu["uuid"], []).append((start, end, reservation))
-        return grouped
-
-    @classmethod
-    def of(cls, reservations: list[dict[str, Any]], until: datetime) -> ReservationIndex:
-        grouped = cls._group(reservations)
-        by_gpu = {uuid: tuple(sorted(b, key=_start)) for uuid, b in grouped.items()}
-        return cls(by_gpu, until, _participants(reservations))
-
-    def with_gpus(
-        self, uuids: Collection[str], reservations: list[dict[str, Any]]
-    ) -> ReservationIndex:
-        """A copy where the GPUs `uuids` hold `reservations` (all of theirs until `until`)."""
-        grouped = self._group(reservations, uuids)
-        by_gpu = dict(self.by_gpu)
-        for uuid in uuids:
-            found = grouped.get(uuid)
-            if found:
-                by_gpu[uuid] = tuple(sorted(found, key=_start))
-            else:
-                by_gpu.pop(uuid, None)
-        return ReservationIndex(by_gpu, self.until, self.participants | _participants(reservations))
-
-    def holders(
-        self, uuid: str, now: datetime
-    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The reservation holding `uuid` at `now`, and the next one starting within 7 days."""
-        current = following = None
-        for start, end, reservation in self.by_gpu.get(uuid, ()):
-            if end <= now:
-                continue
-            if start <= now:
-                current = current or reservation
-            elif start < now + NEXT_WITHIN:
-                following = reservation
-                break
-            else:
-                break
-        return current, following
-
-
-def _start(booking: _Booking) -> datetime:
-    return booking[0]
 
 
 def _process(entry: dict[str, Any]) -> dict[str, Any]:
@@ -305,12 +230,16 @@ class Composition:
     """The fleet as composed at one time, and the answers made of it, per view: admins, each
     owner or guest of a reservation shown, everybody else."""
 
-    changes: int  # reservation changes heard of before it was composed
+    changes: int  # calendar changes heard of before it was composed
     built_at: float  # monotonic, when the snapshot it shows was asked for
     generated_at: str
     hosts: dict[str, ShownHost]
-    participants: frozenset[str]  # owners and guests of the reservations it may show
+    # Owners and guests who see more of a reservation shown than outsiders do.
+    participants: frozenset[str] = field(init=False)
     _answers: dict[tuple[str, str, str | None], bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.participants = frozenset().union(*(host.parties for host in self.hosts.values()))
 
     def view_key(self, caller: Caller) -> str:
         """Callers with the same key see the same."""
@@ -341,62 +270,59 @@ class Composition:
         return found
 
 
+class Rpc(Protocol):
+    """How the board asks a service (a route's `Call.rpc`)."""
+
+    async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any: ...
+
+
 class FleetBoard:
     """The app's current Composition, kept up to date with few RPCs.
 
     - The monitor's snapshot is asked for again once the composition is REFRESH_AFTER_S old
       (in the background while callers get the current one) and never served older than
       MAX_AGE_S: a caller waits for a fresh one then.
-    - Reservations: the whole calendar of the next 7 days (and FETCH_MARGIN more) is asked
-      for once, and again every FULL_EVERY_S; the `reservation.*` events the stream hub hands
-      it say which GPUs changed, and only their calendar is asked for again.
-      A composition is served only while no reservation change came after it, so a booking
-      shows as soon as the gateway hears of it, at the cost of one small calendar query.
+    - Reservations are read from the calendar copy, which tells the board which GPUs'
+      reservations changed: a composition is served only while no change came after it, and
+      the next one puts only those GPUs together again, without an RPC. Until the copy covers
+      the next 7 days (before its start-up load), each update asks the reservations service for
+      them instead, so no GPU shows what a copy still loading lacks.
     - One update runs at a time; callers that need a newer one wait for it together.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, calendar: CalendarView, clock: Callable[[], float] = time.monotonic) -> None:
+        self.calendar = calendar
         self.clock = clock
         self.latest: Composition | None = None
-        self.index: ReservationIndex | None = None
-        self.changes = 0  # reservation events heard of
-        self._pending: set[str] = set()  # GPUs whose reservations changed since the index
-        self._refetch_all = True
-        self._index_at = 0.0  # monotonic, when the whole calendar was fetched
+        self.changes = 0  # calendar changes heard of
+        self._pending: set[str] = set()  # GPUs whose reservations changed since `latest`
+        self._rehold_all = False  # `latest` shows the service's answer: read the copy for all
         self._updating: asyncio.Task[None] | None = None
+        calendar.listeners.append(self.on_change)
 
-    async def composition(self, call: Call) -> Composition:
+    async def composition(self, rpc: Rpc) -> Composition:
         target = self.changes
         while True:
             latest = self.latest
             if latest is not None and latest.changes >= target:
                 age = self.clock() - latest.built_at
                 if age < MAX_AGE_S:
-                    if age >= REFRESH_AFTER_S or self._refresh_due():
-                        self._update(call)  # ready before this one is too old
+                    if age >= REFRESH_AFTER_S:
+                        self._update(rpc)  # ready before this one is too old
                     return latest
-            await asyncio.shield(self._update(call))
+            await asyncio.shield(self._update(rpc))
 
-    def on_event(self, event: Event) -> None:
-        """A listener of the gateway's stream hub: which GPUs' reservations changed."""
-        if event.topic != "reservations":
-            return
-        gpus = event.data.get("gpus")
-        uuids = [gpu.get("uuid") for gpu in gpus or () if isinstance(gpu, dict)]
-        self._pending.update(uuid for uuid in uuids if isinstance(uuid, str))
-        if not uuids or len(self._pending) > MAX_PARTIAL:
-            self._refetch_all = True
+    def on_change(self, gpus: frozenset[str]) -> None:
+        """A listener of the calendar copy: these GPUs' reservations changed."""
+        self._pending |= gpus
         self.changes += 1
 
-    def _refresh_due(self) -> bool:
-        return self.clock() - self._index_at >= FULL_EVERY_S
-
-    def _update(self, call: Call) -> asyncio.Task[None]:
+    def _update(self, rpc: Rpc) -> asyncio.Task[None]:
         """The update running now, or a new one (a finished one is never awaited again: its
         done callback may not have run yet)."""
         task = self._updating
         if task is None or task.done():
-            task = self._updating = asyncio.create_task(self._run_update(call))
+            task = self._updating = asyncio.create_task(self._run_update(rpc))
             task.add_done_callback(self._updated)
         return task
 
@@ -407,56 +333,47 @@ class FleetBoard:
             # Retrieved here: callers that waited got it; a background refresh only logs it.
             log.debug("composing hosts and GPUs failed: %s", task.exception())
 
-    async def _run_update(self, call: Call) -> None:
-        changes, pending = self.changes, self._pending
-        whole = self._refetch_all or self.index is None or self._refresh_due()
-        self._pending, self._refetch_all = set(), False
+    async def _run_update(self, rpc: Rpc) -> None:
+        changes, pending, everything = self.changes, self._pending, self._rehold_all
+        self._pending, self._rehold_all = set(), False
         started = self.clock()
         latest = self.latest
         fetch_snapshot = latest is None or started - latest.built_at >= REFRESH_AFTER_S
         now = datetime.now(UTC)
         try:
             snapshot, calendar = await asyncio.gather(
-                call.rpc(monitor_api.SNAPSHOT) if fetch_snapshot else _nothing(),
-                self._calendar(call, now, None if whole else pending),
+                rpc(monitor_api.SNAPSHOT) if fetch_snapshot else _nothing(),
+                self._calendar_at(rpc, now),
             )
         except BaseException:
             self._pending |= pending
-            self._refetch_all = self._refetch_all or whole
+            self._rehold_all = self._rehold_all or everything
             raise
-        index = self.index
-        if whole:
-            index = ReservationIndex.of(calendar, now + NEXT_WITHIN + FETCH_MARGIN)
-            self._index_at = started
-        elif pending and index is not None:
-            index = index.with_gpus(pending, calendar)
-        assert index is not None
-        self.index = index
+        if calendar is not self.calendar:
+            everything = self._rehold_all = True
+
+        def holders(uuid: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+            return calendar.now_and_next(uuid, now, NEXT_WITHIN)
+
         if fetch_snapshot:
-            hosts = compose_hosts(snapshot, lambda uuid: index.holders(uuid, now))
+            hosts = compose_hosts(snapshot, holders)
             shown = shown_hosts(hosts, latest.hosts if latest else {})
             built_at, generated_at = started, snapshot.get("generated_at") or now.isoformat()
         else:
             assert latest is not None
-            shown = _rehold(latest.hosts, index, now, None if whole else pending)
+            shown = _rehold(latest.hosts, holders, None if everything else pending)
             built_at, generated_at = latest.built_at, latest.generated_at
-        self.latest = Composition(
-            changes, built_at, generated_at, shown, frozenset(index.participants)
-        )
+        self.latest = Composition(changes, built_at, generated_at, shown)
 
-    async def _calendar(
-        self, call: Call, now: datetime, gpus: set[str] | None
-    ) -> list[dict[str, Any]]:
-        if gpus is not None and not gpus:
-            return []
-        until = now + NEXT_WITHIN + FETCH_MARGIN
-        if gpus is not None and self.index is not None:
-            until = max(self.index.until, now + NEXT_WITHIN)
-        args: dict[str, Any] = {"start": now.isoformat(), "end": until.isoformat()}
-        if gpus is not None:
-            args["gpus"] = sorted(gpus)
-        found: list[dict[str, Any]] = await call.rpc(reservations_api.CALENDAR, args)
-        return found
+    async def _calendar_at(self, rpc: Rpc, now: datetime) -> CalendarView:
+        """The calendar copy when it covers the next 7 days, else the service's answer for them."""
+        end = now + NEXT_WITHIN
+        if self.calendar.covers(now, end):
+            return self.calendar
+        answered = CalendarView()
+        window = {"start": now.isoformat(), "end": end.isoformat()}
+        answered.load(await rpc(reservations_api.CALENDAR, window), now, end)
+        return answered
 
 
 async def _nothing() -> dict[str, Any]:
@@ -464,34 +381,18 @@ async def _nothing() -> dict[str, Any]:
 
 
 def _rehold(
-    hosts: dict[str, ShownHost],
-    index: ReservationIndex,
-    now: datetime,
-    only: set[str] | None,
+    hosts: dict[str, ShownHost], holders: Holders, only: Set[str] | None
 ) -> dict[str, ShownHost]:
-    """The hosts with the reservations of the GPUs `only` (None: all) as `index` has them."""
+    """The hosts with the reservations of the GPUs `only` (None: all) as `holders` has them."""
     changed = dict(hosts)
     for name, host in hosts.items():
         if only is not None and not any(gpu.data["uuid"] in only for gpu in host.gpus):
             continue
         gpus = tuple(
-            gpu.with_holders(*index.holders(gpu.data["uuid"], now))
+            gpu.with_holders(*holders(gpu.data["uuid"]))
             if only is None or gpu.data["uuid"] in only
             else gpu
             for gpu in host.gpus
         )
         changed[name] = host.with_gpus(gpus)
     return changed
-
-
-BOARD = web.AppKey("hosts_board", FleetBoard)
-
-
-def install(app: web.Application, hub: StreamHub) -> None:
-    """Give the app its FleetBoard, fed by the hub's reservation events."""
-    board = app[BOARD] = FleetBoard()
-    hub.listeners.append(board.on_event)
-
-
-def board_of(app: web.Application) -> FleetBoard:
-    return app[BOARD]

@@ -10,7 +10,8 @@ from typing import Any
 from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from services.gateway.fleet_board import MAX_AGE_S, board_of
+from services.gateway.context import BOARD
+from services.gateway.fleet_board import MAX_AGE_S
 from services.gateway.routing import Access, Call, Route
 from services.monitor import api as monitor_api
 from services.monitor.api import SeriesSchema
@@ -140,17 +141,17 @@ def _json(body: bytes) -> web.Response:
 
 
 async def list_hosts(call: Call) -> web.Response:
-    composed = await board_of(call.request.app).composition(call)
+    composed = await call.request.app[BOARD].composition(call.rpc)
     return _json(composed.answer(call.user, "hosts"))
 
 
 async def get_host(call: Call) -> web.Response:
-    composed = await board_of(call.request.app).composition(call)
+    composed = await call.request.app[BOARD].composition(call.rpc)
     return _json(composed.answer(call.user, "host", call.params["name"]))
 
 
 async def list_gpus(call: Call) -> web.Response:
-    composed = await board_of(call.request.app).composition(call)
+    composed = await call.request.app[BOARD].composition(call.rpc)
     return _json(composed.answer(call.user, "gpus", call.query.get("host")))
 
 
