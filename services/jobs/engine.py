@@ -26,8 +26,7 @@ from typing import Any, Protocol
 
 from services.jobs import api, repository
 from services.jobs.domain import TASK_ENDED, Job, RenderedTask
-from services.jobs.render import job_problems, render_job
-from services.jobs.scheduler import (
+from services.jobs.queue_model import (
     Booking,
     Demand,
     Gpu,
@@ -38,8 +37,9 @@ from services.jobs.scheduler import (
     RunningJob,
     Start,
     Waiting,
-    schedule,
 )
+from services.jobs.render import job_problems, render_job
+from services.jobs.scheduler import schedule
 from services.jobs.scripts import Probe, Started, session_name
 from services.jobs.spec import definition_of, to_job
 from services.jobs.state import JobState, TaskRun
