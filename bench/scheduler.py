@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 import _common as common
 
-from services.jobs.scheduler import (
+from services.jobs.queue_model import (
     Booking,
     Decision,
     Demand,
@@ -53,9 +53,8 @@ from services.jobs.scheduler import (
     RunningJob,
     Start,
     Waiting,
-    queue_order,
-    schedule,
 )
+from services.jobs.scheduler import queue_order, schedule
 
 HOSTS = 125
 GPUS_PER_HOST = 8

@@ -17,6 +17,7 @@ from services.gateway.auth import LoginLimiter, TokenIssuer
 from services.gateway.calendar import CalendarView
 from services.gateway.context import (
     BACKGROUND,
+    BOARD,
     BUS,
     CALENDAR,
     LIMITS,
@@ -26,8 +27,9 @@ from services.gateway.context import (
     LoginLimits,
 )
 from services.gateway.cors import cors_middleware
+from services.gateway.fleet_board import FleetBoard
 from services.gateway.openapi import build_spec, docs_page
-from services.gateway.routes import ROUTES, hosts
+from services.gateway.routes import ROUTES
 from services.gateway.routes.meta import BACKENDS
 from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
@@ -63,7 +65,7 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])
-    hosts.install(app, app[STREAM])
+    app[BOARD] = FleetBoard(app[CALENDAR])
     authenticator = Authenticator(tokens)
     for route in routes:
         app.router.add_route(

@@ -11,13 +11,18 @@ The gateway also applies the answers of its own create, edit, cancel and end cal
 a client sees its change in the next read. Events may come twice, late or out of order: an
 item never goes back to an older `updated_at`, a cancelled reservation stays cancelled unless
 an update restores it, and the start-up load never overwrites what an event brought.
+
+Read models built on the copy (the hosts board) register in `listeners`: each change tells
+them which GPUs' reservations it changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import Any
 
 # What a calendar item holds (ReservationData in services/shared/contracts/reservations.py).
@@ -64,7 +69,7 @@ def _older(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
     return _time(new["updated_at"]) < _time(old["updated_at"])
 
 
-@dataclass
+@dataclass(eq=False)  # each one is itself: the same reservation in several GPUs' lists
 class _Entry:
     data: dict[str, Any]
     start: datetime
@@ -76,14 +81,24 @@ class _Entry:
         return self.data["status"] == "active"
 
 
+def _order(entry: _Entry) -> tuple[datetime, int]:
+    return entry.start, int(entry.data["id"])
+
+
+def _start(entry: _Entry) -> datetime:
+    return entry.start
+
+
 class CalendarView:
     def __init__(self) -> None:
         self._by_id: dict[int, _Entry] = {}
-        self._by_gpu: dict[str, dict[int, _Entry]] = {}
+        self._by_gpu: dict[str, list[_Entry]] = {}  # each GPU's, by start then id
         self._cancelled: set[int] = set()
         # The range the copy is complete for; None until loaded.
         self.covers_from: datetime | None = None
         self.covers_until: datetime | None = None
+        # Called after each change with the GPUs whose reservations it changed.
+        self.listeners: list[Callable[[frozenset[str]], None]] = []
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -94,10 +109,12 @@ class CalendarView:
         self, reservations: Iterable[Mapping[str, Any]], start: datetime, end: datetime
     ) -> None:
         """What the service answered for [start, end); entries already here are newer."""
+        changed: set[str] = set()
         for data in reservations:
             if int(data["id"]) not in self._by_id:
-                self._put(item(data))
+                changed |= self._put(item(data))
         self.covers_from, self.covers_until = start, end
+        self._tell(changed)
 
     def apply(self, event_type: str, data: Mapping[str, Any]) -> None:
         reservation_id = int(data["id"])
@@ -109,22 +126,33 @@ class CalendarView:
             self._cancelled.discard(reservation_id)  # restored by an access change
         elif reservation_id in self._cancelled:
             shown["status"] = "cancelled"  # a late created/updated does not revive it
-        self._put(shown)
+        self._tell(self._put(shown))
 
     def prune(self, now: datetime) -> None:
         """Forget what ended long ago; the copy then covers from `now - KEEP_PAST`."""
         horizon = now - KEEP_PAST
+        changed: set[str] = set()
         for entry in [e for e in self._by_id.values() if e.end < horizon]:
-            self._remove(int(entry.data["id"]))
+            changed |= self._remove(int(entry.data["id"]))
         if self.covers_from is not None and self.covers_from < horizon:
             self.covers_from = horizon
+        self._tell(changed)
 
-    def _put(self, shown: dict[str, Any]) -> None:
+    def _tell(self, gpus: Set[str]) -> None:
+        if gpus:
+            changed = frozenset(gpus)
+            for listener in self.listeners:
+                listener(changed)
+
+    def _put(self, shown: dict[str, Any]) -> frozenset[str]:
+        """Keep `shown` unless what is here is newer; the GPUs whose reservations changed."""
         reservation_id = int(shown["id"])
         known = self._by_id.get(reservation_id)
-        if known is not None and _older(shown, known.data):
-            return  # a late event: the answer of a later change is already here
-        self._remove(reservation_id)
+        if known is not None and (known.data == shown or _older(shown, known.data)):
+            # The same again (the event of our own answer), or a late event: the answer of a
+            # later change is already here.
+            return frozenset()
+        before = self._remove(reservation_id)
         entry = _Entry(
             shown,
             _time(shown["start"]),
@@ -133,16 +161,20 @@ class CalendarView:
         )
         self._by_id[reservation_id] = entry
         for uuid in entry.gpus:
-            self._by_gpu.setdefault(uuid, {})[reservation_id] = entry
+            insort(self._by_gpu.setdefault(uuid, []), entry, key=_order)
+        return before | entry.gpus
 
-    def _remove(self, reservation_id: int) -> None:
+    def _remove(self, reservation_id: int) -> frozenset[str]:
+        """Forget the reservation; the GPUs it was on."""
         entry = self._by_id.pop(reservation_id, None)
-        if entry is not None:
-            for uuid in entry.gpus:
-                on_gpu = self._by_gpu.get(uuid, {})
-                on_gpu.pop(reservation_id, None)
-                if not on_gpu:
-                    self._by_gpu.pop(uuid, None)
+        if entry is None:
+            return frozenset()
+        for uuid in entry.gpus:
+            on_gpu = self._by_gpu[uuid]
+            del on_gpu[bisect_left(on_gpu, _order(entry), key=_order)]
+            if not on_gpu:
+                del self._by_gpu[uuid]
+        return entry.gpus
 
     # --- reading -------------------------------------------------------------------------
 
@@ -167,10 +199,9 @@ class CalendarView:
         if gpus is None:
             candidates: Iterable[_Entry] = self._by_id.values()
         else:
-            found: dict[int, _Entry] = {}
-            for uuid in gpus:
-                found.update(self._by_gpu.get(uuid, {}))
-            candidates = found.values()
+            candidates = dict.fromkeys(  # once each, when on several of the GPUs
+                chain.from_iterable(self._starting_before(uuid, end) for uuid in gpus)
+            )
         chosen = [
             entry
             for entry in candidates
@@ -182,21 +213,25 @@ class CalendarView:
         chosen.sort(key=lambda entry: (entry.start, entry.data["id"]))
         return [entry.data for entry in chosen]
 
+    def _starting_before(self, gpu_uuid: str, end: datetime) -> list[_Entry]:
+        """The GPU's reservations that start before `end`, by start."""
+        on_gpu = self._by_gpu.get(gpu_uuid, [])
+        return on_gpu[: bisect_left(on_gpu, end, key=_start)]
+
     def now_and_next(
         self, gpu_uuid: str, now: datetime, ahead: timedelta
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The active reservation holding the GPU at `now`, and the next one within `ahead`."""
-        current: _Entry | None = None
-        coming: _Entry | None = None
-        for entry in self._by_gpu.get(gpu_uuid, {}).values():
-            if not entry.active:
-                continue
-            if entry.start <= now < entry.end:
-                current = entry
-            elif now < entry.start <= now + ahead and (
-                coming is None or entry.start < coming.start
-            ):
-                coming = entry
+        """The active reservation holding the GPU at `now`, and the next one starting within
+        `ahead` (before `now + ahead`). A GPU's active reservations never overlap (the service
+        refuses conflicts): the last one started by `now` holds it, unless it has ended."""
+        entries = self._by_gpu.get(gpu_uuid, [])
+        started = bisect_right(entries, now, key=_start)
+        current = next((e for e in reversed(entries[:started]) if e.active), None)
+        if current is not None and current.end <= now:
+            current = None
+        coming = next((e for e in entries[started:] if e.active), None)
+        if coming is not None and coming.start >= now + ahead:
+            coming = None
         return (
             current.data if current else None,
             coming.data if coming else None,

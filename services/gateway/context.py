@@ -9,6 +9,7 @@ from aiohttp import web
 
 from services.gateway.auth import LoginLimiter, TokenIssuer
 from services.gateway.calendar import CalendarView
+from services.gateway.fleet_board import FleetBoard
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus
 from services.shared.config import Settings
@@ -26,4 +27,5 @@ TOKENS = web.AppKey("tokens", TokenIssuer)
 LIMITS = web.AppKey("login_limits", LoginLimits)
 STREAM = web.AppKey("stream", StreamHub)
 CALENDAR = web.AppKey("calendar", CalendarView)
+BOARD = web.AppKey("hosts_board", FleetBoard)
 BACKGROUND = web.AppKey("background", list[asyncio.Task[None]])

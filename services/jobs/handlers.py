@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.jobs import api
+from services.jobs.commands import JobCommands
 from services.jobs.engine import Engine
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
@@ -21,23 +22,25 @@ def _definition(query: dict[str, Any]) -> dict[str, Any]:
     return {key: query[key] for key in _DEFINITION_KEYS}
 
 
-def rpc_methods(engine: Engine) -> dict[str, RpcHandler]:
+def rpc_methods(commands: JobCommands) -> dict[str, RpcHandler]:
     async def create_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await engine.create(
+        return await commands.create(
             query["actor"], query["admin"], query["owner"], _definition(query)
         )
 
     async def update_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await engine.update(query["id"], query["actor"], query["admin"], _definition(query))
+        return await commands.update(
+            query["id"], query["actor"], query["admin"], _definition(query)
+        )
 
     async def delete_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await engine.delete(query["id"], query["actor"], query["admin"])
+        return await commands.delete(query["id"], query["actor"], query["admin"])
 
     async def get_job(query: dict[str, Any]) -> dict[str, Any]:
-        return engine.get(query["id"], query["actor"], query["admin"])
+        return commands.get(query["id"], query["actor"], query["admin"])
 
     async def list_jobs(query: dict[str, Any]) -> dict[str, Any]:
-        return engine.list_jobs(
+        return commands.list_jobs(
             owner=query.get("owner"),
             status=query.get("status"),
             limit=query["limit"],
@@ -45,30 +48,30 @@ def rpc_methods(engine: Engine) -> dict[str, RpcHandler]:
         )
 
     async def job_history(query: dict[str, Any]) -> list[dict[str, Any]]:
-        return await engine.history(query["id"], query["actor"], query["admin"])
+        return await commands.history(query["id"], query["actor"], query["admin"])
 
     async def start_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await engine.start_job(query["id"], query["actor"], query["admin"])
+        return await commands.start_job(query["id"], query["actor"], query["admin"])
 
     async def stop_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await engine.stop_job(query["id"], query["actor"], query["admin"])
+        return await commands.stop_job(query["id"], query["actor"], query["admin"])
 
     def queueing(queued: bool) -> RpcHandler:
         async def handler(query: dict[str, Any]) -> dict[str, Any]:
-            return await engine.set_queued(query["id"], query["actor"], query["admin"], queued)
+            return await commands.set_queued(query["id"], query["actor"], query["admin"], queued)
 
         return handler
 
     async def task_logs(query: dict[str, Any]) -> dict[str, Any]:
-        return await engine.logs(
+        return await commands.logs(
             query["id"], query["task"], query["actor"], query["admin"], query["max_bytes"]
         )
 
     async def preview_job(query: dict[str, Any]) -> list[dict[str, Any]]:
         if query["owner"] not in (None, query["actor"]) and not query["admin"]:
             raise Forbidden("only admins preview jobs for someone else")
-        await engine.refresh_gpus(query)
-        return engine.preview(query["owner"] or query["actor"], _definition(query))
+        await commands.refresh_gpus(query)
+        return commands.preview(query["owner"] or query["actor"], _definition(query))
 
     return served(
         api.METHODS,

@@ -3,6 +3,8 @@ GPUs, and which running queued jobs must make way for a reservation.
 
 One call of `schedule` is one pass over a snapshot (`QueueState`); it does no I/O and keeps no
 state between passes (what was signalled already comes back in `RunningJob.interrupted_for`).
+This module holds the order and the pass; the snapshot and the decisions are
+`services.jobs.queue_model`, where a job's tasks fit is `services.jobs.placement`.
 
 Starting. A queued job needs, for its window [now, now + (max_runtime or min_window)), GPUs
 that are:
@@ -54,111 +56,23 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from operator import attrgetter, itemgetter
 
-_US = timedelta(microseconds=1)
-_NEVER = 1 << 62  # µs from now: no blocking booking within the horizon
-_NO_SPECIAL: dict[str, int] = {}
+from services.jobs.placement import Placer, Refused
+from services.jobs.queue_model import (
+    Booking,
+    Decision,
+    Interrupt,
+    Kill,
+    QueuedJob,
+    QueueState,
+    Start,
+    Waiting,
+)
+
 _END = attrgetter("end")
-
-
-# --- the scheduler's view --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    """One GPU as the scheduler sees it."""
-
-    uuid: str
-    host: str
-    index: int | None
-    busy: bool  # processes seen by the monitor, or held by a running Warden job
-
-
-@dataclass(frozen=True, slots=True)
-class Booking:
-    """A reservation on one GPU."""
-
-    reservation_id: int
-    owner: str
-    guests: frozenset[str]
-    start: datetime
-    end: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """What one task of a queued job needs: named GPUs, or any `gpu_count` on one host."""
-
-    index: int
-    host: str | None
-    gpus: tuple[str, ...] = ()  # named GPUs (uuids)
-    gpu_count: int | None = None  # or any this many on one host (`host`, or any when None)
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedJob:
-    job_id: int
-    owner: str
-    enqueued_at: datetime
-    demands: tuple[Demand, ...]
-    max_runtime: timedelta | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunningJob:
-    job_id: int
-    owner: str
-    gpus: frozenset[str]
-    preemptible: bool  # started from the queue
-    interrupted_for: frozenset[int] = frozenset()  # reservation ids already signalled
-
-
-@dataclass(frozen=True, slots=True)
-class QueueState:
-    now: datetime
-    gpus: Mapping[str, Gpu]  # uuid -> GPU
-    bookings: Mapping[str, Sequence[Booking]]  # uuid -> its bookings, sorted by start
-    queue: Sequence[QueuedJob]
-    running: Sequence[RunningJob] = ()
-    min_window: timedelta = timedelta(hours=1)  # a job's window without max_runtime
-    preempt_lead: timedelta = timedelta(minutes=5)
-    avoid: Mapping[int, frozenset[str]] = field(default_factory=dict)  # job id -> GPUs refused
-    # Anti-starvation (see the module docstring): None keeps nothing for waiting jobs.
-    hold_after: timedelta | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Start:
-    job_id: int
-    placement: Mapping[int, tuple[str, tuple[str, ...]]]  # task index -> (host, GPU uuids)
-
-
-@dataclass(frozen=True, slots=True)
-class Interrupt:
-    job_id: int
-    reservation_id: int
-    reservation_start: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Kill:
-    job_id: int
-    reservation_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """Why a queued job did not start this pass (for the user)."""
-
-    job_id: int
-    reason: str
-
-
-Decision = Start | Interrupt | Kill | Waiting
 
 
 # --- order -----------------------------------------------------------------------------------
@@ -186,7 +100,7 @@ def schedule(state: QueueState) -> list[Decision]:
     Waiting per queued job, in queue order."""
     decisions: list[Decision] = list(_preemptions(state))
     if state.queue:
-        decisions.extend(_Pass(state).run())
+        decisions.extend(_starts(state))
     return decisions
 
 
@@ -226,419 +140,28 @@ def _preemptions(state: QueueState) -> list[Interrupt | Kill]:
     return out
 
 
-class _Refused(Exception):
-    """A task cannot be placed; `busy_only`: it could be if busy GPUs were free."""
-
-    def __init__(self, reason: str, busy_only: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.busy_only = busy_only
-
-
-class _Pass:
-    """The per-pass indexes. Times are integer µs from now.
-
-    For each GPU `_lim` gives `generic`, when the first booking within the horizon starts
-    (0 if one covers now; _NEVER if none), and `special`, for the owners and guests of the
-    first bookings, the start of the first booking they may not use (later than `generic`).
-    A GPU is usable by `owner` for a window of `w` µs when special.get(owner, generic) >= w.
-    Free GPUs (not busy, not given) are kept per host sorted by index (`host_free`) and by
-    generic limit (`host_lims`, for counting with bisect), and per owner the free GPUs where
-    that owner goes further than anyone (`special`).
-
-    Cost: building is O(GPUs + the bookings within the longest window); an any-N job on any
-    host costs one bisect per host with enough free GPUs, and nothing once no host has N free
-    GPUs (`max_free`) or once (owner, N) found no host for a shorter window (`_failed`: usable
-    GPUs only get fewer during a pass; not recorded while a job's own first tasks hold GPUs
-    that go back if it does not fit, `_settled`).
-    """
-
-    def __init__(self, state: QueueState) -> None:
-        self.state = state
-        self.now = state.now
-        self.windows = {job.job_id: self._window_us(job) for job in state.queue}
-        longest = max(self.windows.values(), default=0)
-        self.horizon = self.now + longest * _US
-        self._lims: dict[str, tuple[int, dict[str, int]]] = {}
-        self.running_of: dict[str, int] = {}
-        for r in state.running:
-            for uuid in r.gpus:
-                self.running_of[uuid] = r.job_id
-        self.given: dict[str, tuple[int, bool]] = {}  # uuid -> (job id, held)
-
-        gpus = sorted(
-            state.gpus.values(),
-            key=lambda g: (g.host, g.index is None, g.index or 0, g.uuid),
+def _starts(state: QueueState) -> list[Decision]:
+    """One Start or Waiting per queued job, in queue order; the anti-starvation hold."""
+    placer = Placer(state)
+    out: list[Decision] = []
+    hold_after = state.hold_after
+    holder: int | None = None
+    for job in queue_order(state.queue):
+        w = placer.windows[job.job_id]
+        avoid = state.avoid.get(job.job_id, frozenset())
+        placer.probe_busy = (
+            hold_after is not None and holder is None and state.now - job.enqueued_at >= hold_after
         )
-        self.rank = {g.uuid: i for i, g in enumerate(gpus)}
-        self.host_all: dict[str, list[str]] = {}
-        self.host_free: dict[str, list[str]] = {}
-        self.host_lims: dict[str, list[int]] = {}
-        self.free: set[str] = set()
-        self.special: dict[str, dict[str, list[str]]] = {}
-        for g in gpus:
-            self.host_all.setdefault(g.host, []).append(g.uuid)
-            free = self.host_free.setdefault(g.host, [])
-            lims = self.host_lims.setdefault(g.host, [])
-            if g.busy or g.uuid in self.running_of:
-                continue
-            generic, special = self._lim(g.uuid)
-            free.append(g.uuid)
-            lims.append(generic)
-            self.free.add(g.uuid)
-            for owner in special:
-                self.special.setdefault(owner, {}).setdefault(g.host, []).append(g.uuid)
-        for lims in self.host_lims.values():
-            lims.sort()
-        self.largest_host = max(map(len, self.host_all.values()), default=0)
-        self._max_free: int | None = None
-        self._failed: dict[tuple[str | None, int], int] = {}  # (owner|None, n) -> least w
-        self._settled = True  # no GPU taken for a job still being placed (memo allowed)
-        self._probe_busy = False  # whether a refusal must tell if only busy GPUs block
-
-    # --- GPU limits
-
-    def _window_us(self, job: QueuedJob) -> int:
-        w = job.max_runtime if job.max_runtime is not None else self.state.min_window
-        return max(w // _US, 1)
-
-    def _lim(self, uuid: str) -> tuple[int, dict[str, int]]:
-        got = self._lims.get(uuid)
-        if got is None:
-            got = self._lims[uuid] = self._compute_lim(uuid)
-        return got
-
-    def _compute_lim(self, uuid: str) -> tuple[int, dict[str, int]]:
-        bookings = self.state.bookings.get(uuid)
-        if not bookings:
-            return _NEVER, _NO_SPECIAL
-        now, horizon = self.now, self.horizon
-        generic = _NEVER
-        special: dict[str, int] = {}
-        open_: set[str] | None = None  # owners allowed through every booking so far
-        for i in range(bisect.bisect_right(bookings, now, key=_END), len(bookings)):
-            b = bookings[i]
-            if b.start >= horizon:
-                break
-            at = max((b.start - now) // _US, 0)
-            if open_ is None:
-                generic = at
-                open_ = {b.owner, *b.guests}
-            else:
-                for owner in open_:
-                    if owner != b.owner and owner not in b.guests:
-                        special[owner] = at
-                open_ = {o for o in open_ if o == b.owner or o in b.guests}
-            if not open_:
-                break
-        for owner in open_ or ():
-            special[owner] = _NEVER
-        return generic, special
-
-    def usable_by(self, uuid: str, owner: str, w: int) -> bool:
-        generic, special = self._lim(uuid)
-        return special.get(owner, generic) >= w
-
-    def blocking(self, uuid: str, owner: str, w: int) -> Booking | None:
-        """The first booking of someone else overlapping [now, now + w)."""
-        bookings = self.state.bookings.get(uuid) or ()
-        end = self.now + w * _US
-        for i in range(bisect.bisect_right(bookings, self.now, key=_END), len(bookings)):
-            b = bookings[i]
-            if b.start >= end:
-                break
-            if b.owner != owner and owner not in b.guests:
-                return b
-        return None
-
-    # --- giving GPUs away (and back, when a job's tasks do not all fit)
-
-    def take(self, uuid: str) -> None:
-        host = self.state.gpus[uuid].host
-        self.free.discard(uuid)
-        self.host_free[host].remove(uuid)
-        lims = self.host_lims[host]
-        del lims[bisect.bisect_left(lims, self._lim(uuid)[0])]
-        self._max_free = None
-
-    def untake(self, uuid: str) -> None:
-        host = self.state.gpus[uuid].host
-        self.free.add(uuid)
-        bisect.insort(self.host_free[host], uuid, key=self.rank.__getitem__)
-        bisect.insort(self.host_lims[host], self._lim(uuid)[0])
-        self._max_free = None
-
-    def max_free(self) -> int:
-        if self._max_free is None:
-            self._max_free = max(map(len, self.host_lims.values()), default=0)
-        return self._max_free
-
-    # --- placing one job
-
-    def run(self) -> list[Decision]:
-        out: list[Decision] = []
-        hold_after = self.state.hold_after
-        holder: int | None = None
-        for job in queue_order(self.state.queue):
-            w = self.windows[job.job_id]
-            avoid = self.state.avoid.get(job.job_id, frozenset())
-            self._probe_busy = (
-                hold_after is not None
-                and holder is None
-                and self.now - job.enqueued_at >= hold_after
-            )
-            try:
-                placement = self.place(job, w, avoid)
-            except _Refused as refused:
-                reason = refused.reason
-                if self._probe_busy and refused.busy_only:
-                    held = self.hold(job, w, avoid)
-                    if held is not None:
-                        holder = job.job_id
-                        reason += f" (waiting longest: {held} free GPUs kept for it)"
-                out.append(Waiting(job.job_id, reason))
-                continue
-            out.append(Start(job.job_id, placement))
-        return out
-
-    def place(
-        self, job: QueuedJob, w: int, avoid: frozenset[str]
-    ) -> dict[int, tuple[str, tuple[str, ...]]]:
-        """The job's placement, its GPUs taken; or _Refused (nothing taken)."""
-        placement: dict[int, tuple[str, tuple[str, ...]]] = {}
-        taken: list[str] = []
-        prefix = (lambda d: f"task {d.index}: ") if len(job.demands) > 1 else (lambda d: "")
         try:
-            for d in _placement_order(job.demands):
-                self._settled = not taken
-                try:
-                    if d.gpus:
-                        host, uuids = self.place_named(job, d, w, avoid, taken)
-                    elif (d.gpu_count or 0) > 0:
-                        host, uuids = self.place_any(job, d, w, avoid)
-                    elif d.host is not None:
-                        host, uuids = d.host, ()
-                    else:
-                        raise _Refused("names neither a host nor GPUs")
-                except _Refused as refused:
-                    raise _Refused(prefix(d) + refused.reason, refused.busy_only) from None
-                for uuid in uuids:
-                    self.take(uuid)
-                    taken.append(uuid)
-                placement[d.index] = (host, uuids)
-        except _Refused:
-            for uuid in reversed(taken):
-                self.untake(uuid)
-            raise
-        for uuid in taken:
-            self.given[uuid] = (job.job_id, False)
-        return dict(sorted(placement.items()))
-
-    def place_named(
-        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], local: list[str]
-    ) -> tuple[str, tuple[str, ...]]:
-        gpus = self.state.gpus
-        host = d.host
-        busy: str | None = None
-        for uuid in d.gpus:
-            gpu = gpus.get(uuid)
-            if gpu is None:
-                raise _Refused(f"GPU {uuid} is not known")
-            label = _label(gpu)
-            if host is None:
-                host = gpu.host
-            elif gpu.host != host:
-                raise _Refused(f"GPU {label} is not on host {host}")
-            if d.gpus.count(uuid) > 1 or uuid in local:
-                raise _Refused(f"GPU {label} is named twice")
-            if uuid in avoid:
-                raise _Refused(f"GPU {label} is not available to {job.owner} (access refused)")
-            if not self.usable_by(uuid, job.owner, w):
-                b = self.blocking(uuid, job.owner, w)
-                assert b is not None
-                raise _Refused(
-                    f"GPU {label} is reserved by {b.owner} from {_when(b.start)} to "
-                    f"{_when(b.end)} ({_duration(w)} needed)"
-                )
-            if busy is None and uuid not in self.free:
-                busy = self.busy_reason(uuid, label, job.job_id)
-        if busy is not None:
-            raise _Refused(busy, busy_only=True)
-        assert host is not None
-        return host, tuple(d.gpus)
-
-    def busy_reason(self, uuid: str, label: str, job_id: int) -> str:
-        given = self.given.get(uuid)
-        if given is not None:
-            other, held = given
-            if held:
-                return f"GPU {label} is kept for job {other}, waiting longest"
-            return f"GPU {label} goes to job {other}, earlier in the queue"
-        running = self.running_of.get(uuid)
-        if running is not None:
-            return f"GPU {label} is busy (job {running})"
-        return f"GPU {label} is busy"
-
-    def place_any(
-        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str]
-    ) -> tuple[str, tuple[str, ...]]:
-        n = d.gpu_count or 0
-        owner = job.owner
-        if d.host is not None:
-            size = len(self.host_all.get(d.host, ()))
-            if size == 0:
-                raise _Refused(f"host {d.host} is not known")
-            if n > size:
-                raise _Refused(f"host {d.host} has only {size} GPUs, {n} asked")
-            chosen = self.pick(d.host, owner, w, n, avoid)
-            if len(chosen) < n:
-                raise _Refused(
-                    f"host {d.host} has {len(chosen)} of {n} GPUs free for {_duration(w)}",
-                    self.fits_ignoring_busy(d.host, owner, w, n, avoid),
-                )
-            return d.host, chosen
-        if n > self.largest_host:
-            raise _Refused(f"no host has {n} GPUs")
-        host = self.best_host(owner, w, n, avoid)
-        if host is None:
-            busy_only = self._probe_busy and any(
-                self.fits_ignoring_busy(h, owner, w, n, avoid) for h in self.host_all
-            )
-            raise _Refused(f"no host has {n} free GPUs for {_duration(w)}", busy_only)
-        return host, self.pick(host, owner, w, n, avoid)
-
-    def pick(self, host: str, owner: str, w: int, n: int, avoid: frozenset[str]) -> tuple[str, ...]:
-        """Up to n usable free GPUs of the host, lowest index first."""
-        chosen: list[str] = []
-        for uuid in self.host_free.get(host, ()):
-            if uuid not in avoid and self.usable_by(uuid, owner, w):
-                chosen.append(uuid)
-                if len(chosen) == n:
-                    break
-        return tuple(chosen)
-
-    def best_host(self, owner: str, w: int, n: int, avoid: frozenset[str]) -> str | None:
-        """The host with the fewest usable free GPUs (at least n), then by name."""
-        if n > self.max_free():
-            return None
-        memo = (owner if owner in self.special else None, n)
-        if not avoid and self._failed.get(memo, _NEVER + 1) <= w:
-            return None  # failed for a shorter window already: usable GPUs only get fewer
-        mine = self.special.get(owner)
-        avoided: dict[str, list[str]] = {}
-        for uuid in avoid:
-            if uuid in self.free:
-                avoided.setdefault(self.state.gpus[uuid].host, []).append(uuid)
-        free = self.free
-        lims_of = self._lims
-        best: str | None = None
-        best_count = _NEVER
-        for host, lims in self.host_lims.items():  # in host order
-            total = len(lims)
-            if total < n:
-                continue
-            count = total - bisect.bisect_left(lims, w)
-            if mine is not None:
-                extra = mine.get(host)
-                if extra:
-                    for uuid in extra:
-                        if uuid in free:
-                            generic, special = lims_of[uuid]
-                            if generic < w <= special[owner]:
-                                count += 1
-            if avoided:
-                for uuid in avoided.get(host, ()):
-                    if self.usable_by(uuid, owner, w):
-                        count -= 1
-            if n <= count < best_count:
-                best, best_count = host, count
-                if count == n:
-                    break  # nothing fits tighter; later hosts tie at best, by name
-        if best is None and not avoid and self._settled:
-            self._failed[memo] = min(w, self._failed.get(memo, _NEVER + 1))
-        return best
-
-    # --- anti-starvation
-
-    def fits_ignoring_busy(
-        self, host: str, owner: str, w: int, n: int, avoid: frozenset[str]
-    ) -> bool:
-        if not self._probe_busy:
-            return False  # only the hold needs to know
-        usable = 0
-        for uuid in self.host_all.get(host, ()):
-            if uuid not in avoid and self.usable_by(uuid, owner, w):
-                usable += 1
-        return usable >= n
-
-    def hold(self, job: QueuedJob, w: int, avoid: frozenset[str]) -> int | None:
-        """Keep for the job the free GPUs of a placement that ignores busy GPUs; how many
-        (None, nothing kept: no such placement)."""
-        owner, gpus = job.owner, self.state.gpus
-        local: set[str] = set()
-        for d in _placement_order(job.demands):
-            if d.gpus:
-                hosts = {gpus[u].host for u in d.gpus if u in gpus}
-                if (
-                    len(set(d.gpus)) < len(d.gpus)
-                    or hosts != {d.host or next(iter(hosts), None)}
-                    or any(
-                        u not in gpus or u in avoid or u in local or not self.usable_by(u, owner, w)
-                        for u in d.gpus
-                    )
-                ):
-                    return None
-                local.update(d.gpus)
-            elif (d.gpu_count or 0) > 0:
-                n = d.gpu_count or 0
-                best: tuple[int, int, str] | None = None
-                best_gpus: list[str] = []
-                for host in [d.host] if d.host is not None else list(self.host_all):
-                    usable = [
-                        u
-                        for u in self.host_all.get(host, ())
-                        if u not in avoid and u not in local and self.usable_by(u, owner, w)
-                    ]
-                    if len(usable) < n:
-                        continue
-                    usable.sort(key=lambda u: (u not in self.free, self.rank[u]))
-                    key = (-sum(1 for u in usable if u in self.free), len(usable), host)
-                    if best is None or key < best:
-                        best, best_gpus = key, usable[:n]
-                if best is None:
-                    return None
-                local.update(best_gpus)
-            elif d.host is None:
-                return None
-        held = sorted((u for u in local if u in self.free), key=self.rank.__getitem__)
-        for uuid in held:
-            self.take(uuid)
-            self.given[uuid] = (job.job_id, True)
-        return len(held)
-
-
-def _placement_order(demands: Sequence[Demand]) -> list[Demand]:
-    """Named GPUs first, then any-N largest first, then tasks without GPUs."""
-    return sorted(
-        demands,
-        key=lambda d: (0, 0, d.index) if d.gpus else (1, -(d.gpu_count or 0), d.index),
-    )
-
-
-def _label(gpu: Gpu) -> str:
-    return f"{gpu.host}/{gpu.index if gpu.index is not None else gpu.uuid}"
-
-
-def _when(at: datetime) -> str:
-    if at.tzinfo is None:
-        return at.strftime("%Y-%m-%d %H:%M")
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _duration(us: int) -> str:
-    if us < 60_000_000:
-        return f"{us / 1e6:g} s"
-    hours, minutes = divmod(round(us / 60e6), 60)
-    if hours and minutes:
-        return f"{hours} h {minutes} min"
-    return f"{hours} h" if hours else f"{minutes} min"
+            placement = placer.place(job, w, avoid)
+        except Refused as refused:
+            reason = refused.reason
+            if placer.probe_busy and refused.busy_only:
+                held = placer.hold(job, w, avoid)
+                if held is not None:
+                    holder = job.job_id
+                    reason += f" (waiting longest: {held} free GPUs kept for it)"
+            out.append(Waiting(job.job_id, reason))
+            continue
+        out.append(Start(job.job_id, placement))
+    return out

@@ -7,10 +7,13 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 
+from services.jobs.commands import JobCommands
 from services.jobs.engine import Engine
 from services.jobs.handlers import event_handlers, rpc_methods
 from services.jobs.runner import TaskRunner
+from services.jobs.supervisor import TaskSupervisor
 from services.jobs.tables import outbox
+from services.jobs.working_state import WorkingState
 from services.reservations.api import fetch_calendar
 from services.shared.bus import Teardown
 from services.shared.outbox import Relay
@@ -23,7 +26,9 @@ log = logging.getLogger("warden.jobs")
 async def load_reservations(engine: Engine) -> None:
     found, gpus = await fetch_calendar(engine.bus, log)
     await engine.load_reservations(found, gpus)
-    log.info("%d reservations and %d GPUs loaded", len(engine.book), len(engine.gpus))
+    log.info(
+        "%d reservations and %d GPUs loaded", len(engine.working.book), len(engine.working.gpus)
+    )
 
 
 async def start(ctx: ServiceContext) -> Teardown:
@@ -33,10 +38,15 @@ async def start(ctx: ServiceContext) -> Teardown:
         relay = Relay(store, ctx.bus, outbox)
         runner = TaskRunner(ctx.settings)
         stack.push_async_callback(runner.close)
-        engine = Engine(store, ctx.bus, ctx.settings, runner, on_commit=relay.kick)
-        await engine.load()
+        # One working state and its lock, shared by the engine, the commands and the supervisor.
+        working = WorkingState(store, ctx.settings, on_commit=relay.kick)
+        supervisor = TaskSupervisor(working, runner)
+        engine = Engine(working, supervisor, ctx.bus)
+        commands = JobCommands(working, supervisor, ctx.bus)
+        await working.load()
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the engine: publishes its last events
+        stack.push_async_callback(supervisor.stop)  # after the engine's loop, which starts SSH work
         await engine.start()
         stack.push_async_callback(engine.stop)
         loading = asyncio.create_task(load_reservations(engine))
@@ -47,7 +57,7 @@ async def start(ctx: ServiceContext) -> Teardown:
                 await loading
 
         stack.push_async_callback(stop_loading)
-        return await start_service(ctx, stack, rpc_methods(engine), event_handlers(engine))
+        return await start_service(ctx, stack, rpc_methods(commands), event_handlers(engine))
     except BaseException:
         await stack.aclose()
         raise

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from services.gateway.routes.hosts import GPU_FIGURES, HOST_FIGURES
+from services.gateway.fleet_board import GPU_FIGURES, HOST_FIGURES
 from tests.e2e.api import ApiClient, ApiSystem, running_system
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]

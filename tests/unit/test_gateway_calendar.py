@@ -122,3 +122,58 @@ def test_an_answer_applied_first_is_not_undone_by_its_late_event() -> None:
     same_time = reservation(8, ["g0"], 0, 1, title="again", updated_at=edited["updated_at"])
     view.apply("reservation.updated", same_time)  # equal times: the later arrival wins
     assert view.between(T0, T0 + timedelta(hours=1))[0]["title"] == "again"
+
+
+def test_the_next_one_starts_strictly_within_the_range_ahead() -> None:
+    view = loaded(reservation(1, ["g0"], 24 * 7, 1), reservation(2, ["g1"], 24 * 7 - 1, 1))
+    assert view.now_and_next("g0", T0, timedelta(days=7)) == (None, None)  # at T0 + 7 days
+    assert view.now_and_next("g1", T0, timedelta(days=7))[1] is not None
+
+
+def test_listeners_hear_which_gpus_changed_and_nothing_when_nothing_did() -> None:
+    view = CalendarView()
+    heard: list[frozenset[str]] = []
+    view.listeners.append(heard.append)
+    view.load(
+        [reservation(1, ["g0"], 0, 1), reservation(2, ["g1", "g2"], 0, 1)],
+        T0 - timedelta(days=30),
+        T0 + timedelta(days=60),
+    )
+    assert heard == [{"g0", "g1", "g2"}]
+    heard.clear()
+    created = reservation(3, ["g3"], 2, 1, updated_at=T0.isoformat())
+    view.apply("reservation.created", created)
+    view.apply("reservation.created", created)  # its event after our own answer: the same
+    moved = reservation(
+        3, ["g4"], 2, 1, updated_at=(T0 + timedelta(minutes=1)).isoformat(), changed=["gpus"]
+    )
+    view.apply("reservation.updated", moved)
+    view.apply("reservation.created", created)  # late: older than what is here
+    view.apply("reservation.cancelled", reservation(1, ["g0"], 0, 1, status="cancelled"))
+    assert heard == [{"g3"}, {"g3", "g4"}, {"g0"}]
+    heard.clear()
+    view.apply("reservation.created", reservation(4, ["g5"], -24 * 70, 1))
+    heard.clear()
+    view.prune(T0)
+    assert heard == [{"g5"}]
+    view.prune(T0)  # nothing left to forget
+    assert heard == [{"g5"}]
+
+
+def held(view: CalendarView, gpu: str, at: datetime) -> tuple[int | None, int | None]:
+    """The ids of the reservation holding `gpu` at `at` and of the next within a week."""
+    current, coming = view.now_and_next(gpu, at, timedelta(days=7))
+    return (current and current["id"]), (coming and coming["id"])
+
+
+def test_a_moved_reservation_takes_its_new_place_on_each_of_its_gpus() -> None:
+    view = loaded(reservation(1, ["g0", "g1"], 5, 1), reservation(2, ["g0"], 3, 1))
+    assert held(view, "g0", T0) == (None, 2)
+    view.apply("reservation.updated", reservation(1, ["g0", "g1"], 1, 1, changed=["start"]))
+    assert held(view, "g0", T0) == (None, 1)
+    assert held(view, "g1", T0 + timedelta(hours=1)) == (1, None)
+    # On both GPUs asked for, listed once.
+    assert [r["id"] for r in view.between(T0, T0 + timedelta(days=1), ["g0", "g1"])] == [1, 2]
+    view.apply("reservation.cancelled", reservation(1, ["g0", "g1"], 1, 1, status="cancelled"))
+    assert held(view, "g0", T0) == (None, 2)
+    assert held(view, "g1", T0) == (None, None)

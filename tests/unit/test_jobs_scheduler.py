@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.jobs.scheduler import (
+from services.jobs.queue_model import (
     Booking,
     Decision,
     Demand,
@@ -22,9 +22,8 @@ from services.jobs.scheduler import (
     RunningJob,
     Start,
     Waiting,
-    queue_order,
-    schedule,
 )
+from services.jobs.scheduler import queue_order, schedule
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)

@@ -1,0 +1,176 @@
+"""The jobs service's working state, owned in one place: jobs and their tasks, what they wait
+for, and their runs; the GPUs known and busy; the reservation book; and the one asyncio lock
+that orders commands, event reactions and ticks, so the service runs as a single replica (a
+restart reloads the jobs and goes on polling their tasks).
+
+Every change is written with its events (through the outbox) in one transaction (`commit`),
+then kept in memory. The engine, the job commands and the task supervisor each get this one
+object; a method said to run "under the lock" expects `lock` held by its caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from services.jobs import repository
+from services.jobs.domain import TASK_ENDED
+from services.jobs.state import JobState, TaskRun
+from services.jobs.tables import outbox
+from services.shared.config import HostConfig, Settings
+from services.shared.errors import Forbidden, NotFound
+from services.shared.outbox import add_event
+from services.shared.reservation_book import ReservationBook
+from services.shared.store import Store
+
+log = logging.getLogger("warden.jobs")
+
+SOURCE = "jobs"
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class WorkingState:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        on_commit: Callable[[], None] = lambda: None,
+        clock: Clock = _utc_now,
+    ) -> None:
+        self.store = store
+        self.settings = settings.jobs
+        self.hosts: dict[str, HostConfig] = {h.name: h for h in settings.hosts}
+        self.on_commit = on_commit
+        self.clock = clock
+        self.jobs: dict[int, JobState] = {}
+        self.book = ReservationBook()
+        self.book_loaded = False
+        self.gpus: dict[str, tuple[str, int | None]] = {}  # uuid -> (host, index)
+        self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
+        self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
+        self.lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    async def load(self) -> None:
+        async with self.store.read() as conn:
+            for state in await repository.load_jobs(conn):
+                self.jobs[state.id] = state
+        if self.jobs:
+            log.info("%d jobs reloaded", len(self.jobs))
+
+    # -- asking for a tick --------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Ask the engine for a tick now: something may have freed or taken GPUs."""
+        self._wake.set()
+
+    async def wait_for_kick(self, timeout_s: float) -> None:
+        """Until kicked or `timeout_s` passed; then ready for the next kick."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout_s)
+        self._wake.clear()
+
+    # -- GPUs -----------------------------------------------------------------------------------
+
+    def add_gpus(self, gpus: Iterable[Mapping[str, Any]]) -> None:
+        """GPUs the reservations service listed; what a gpu.discovered event said stays."""
+        for gpu in gpus:
+            self.gpus.setdefault(gpu["uuid"], (gpu["host"], gpu.get("index")))
+
+    # -- who may ----------------------------------------------------------------------------
+
+    def job(self, job_id: int) -> JobState:
+        state = self.jobs.get(job_id)
+        if state is None:
+            raise NotFound(f"no job {job_id}", {"id": job_id})
+        return state
+
+    def owned(self, job_id: int, actor: str, admin: bool) -> JobState:
+        state = self.job(job_id)
+        if state.owner != actor and not admin:
+            raise Forbidden(
+                f"job {job_id} belongs to {state.owner}: only they or an admin may do this",
+                {"id": job_id, "owner": state.owner},
+            )
+        return state
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        state: JobState,
+        *,
+        task_changes: Sequence[tuple[int, str]] = (),
+        runs: Sequence[int] = (),
+        job_event: str | None = None,
+        actor: str = "",
+        changed: Sequence[str] = (),
+    ) -> None:
+        """Under the lock: derive the status, write the job with its events."""
+        now = self.clock()
+        previous = state.status
+        for index, _ in task_changes:
+            run = state.tasks[index]
+            if run.status in TASK_ENDED and run.ended_at is None:
+                run.ended_at = now
+        async with self.store.write() as conn:
+            for index in runs:
+                await repository.record_run(conn, state, index)
+            for index, before in task_changes:
+                await add_event(
+                    conn,
+                    outbox,
+                    SOURCE,
+                    "task.status_changed",
+                    {
+                        "job_id": state.id,
+                        "owner": state.owner,
+                        "task": state.task_data(index),
+                        "previous_status": before,
+                        "at": now.isoformat(),
+                    },
+                )
+            if self._requeue_if_preempted(state):
+                job_event, actor, changed = "job.updated", "warden", ["queued"]
+            state.status = state.derive_status()
+            state.updated_at = now
+            await repository.save_job(conn, state)
+            if job_event is not None:
+                data = {**state.event_data(), "actor": actor, "changed": list(changed)}
+                await add_event(conn, outbox, SOURCE, job_event, data)
+            if state.status != previous:
+                await add_event(
+                    conn,
+                    outbox,
+                    SOURCE,
+                    "job.status_changed",
+                    {**state.event_data(), "previous_status": previous},
+                )
+        self.on_commit()
+
+    def _requeue_if_preempted(self, state: JobState) -> bool:
+        """A queued job that yielded to a reservation goes back to the queue once it ended."""
+        if not (
+            state.from_queue
+            and state.interrupted_for
+            and self.settings.requeue_on_preempt
+            and state.stop_requested_at is None
+            and state.stop_reason is not None
+            and not state.active
+            and all(run.status in TASK_ENDED for run in state.tasks)
+        ):
+            return False
+        state.tasks = [TaskRun(run=run.run) for run in state.tasks]
+        state.queued = True
+        state.from_queue = False
+        state.stop_reason = None
+        return True

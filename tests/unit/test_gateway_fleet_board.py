@@ -1,0 +1,153 @@
+"""The hosts board: each GPU's reservation now and next from the gateway's calendar copy (the
+service's answer until the copy has loaded), changed GPUs serialised again alone, private
+fields hidden from outsiders. A fake RPC answers the monitor's snapshot and the calendar."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.gateway.auth import Caller
+from services.gateway.calendar import CalendarView
+from services.gateway.fleet_board import FleetBoard
+from services.monitor import api as monitor_api
+from services.reservations import api as reservations_api
+from services.shared.rpc import Method
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+GPUS = ("GPU-0", "GPU-1")
+ADMIN = Caller(username="admin", is_admin=True)
+
+
+def snapshot() -> dict[str, Any]:
+    gpus = [{"uuid": uuid, "index": i, "name": "A100"} for i, uuid in enumerate(GPUS)]
+    host = {"name": "h1", "reachable": True, "sample": {"gpus": gpus}, "processes": []}
+    return {"hosts": [host], "generated_at": NOW.isoformat()}
+
+
+def reservation(
+    rid: int, gpu: str, start_h: float, hours: float = 1, owner: str = "bob", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "owner": owner,
+        "gpus": [{"uuid": gpu, "host": "h1", "index": GPUS.index(gpu)}],
+        "start": (NOW + timedelta(hours=start_h)).isoformat(),
+        "end": (NOW + timedelta(hours=start_h + hours)).isoformat(),
+        "title": f"run {rid}",
+        "description": "the secret plan",
+        "status": "active",
+        "created_by": owner,
+        "guests": extra.pop("guests", []),
+        "updated_at": NOW.isoformat(),
+        **extra,
+    }
+
+
+class FakeRpc:
+    """Answers the snapshot and the calendar; records what it was asked."""
+
+    def __init__(self, calendar: list[dict[str, Any]] | None = None) -> None:
+        self.calendar = calendar or []
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any:
+        self.asked.append((method.name, dict(args or {})))
+        if method is monitor_api.SNAPSHOT:
+            return snapshot()
+        assert method is reservations_api.CALENDAR
+        return self.calendar
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.asked]
+
+
+def loaded(*reservations: dict[str, Any]) -> CalendarView:
+    view = CalendarView()
+    view.load(reservations, NOW - timedelta(weeks=8), NOW + timedelta(weeks=52))
+    return view
+
+
+def board_on(view: CalendarView) -> FleetBoard:
+    return FleetBoard(view, clock=lambda: 0.0)  # the snapshot never ages: only changes count
+
+
+async def gpus_for(board: FleetBoard, rpc: FakeRpc, caller: Caller) -> dict[str, Any]:
+    composed = await board.composition(rpc)
+    answer: dict[str, Any] = json.loads(composed.answer(caller, "gpus"))
+    return {gpu["uuid"]: gpu for gpu in answer["gpus"]}
+
+
+def held(gpu: dict[str, Any]) -> tuple[int | None, int | None]:
+    now, following = gpu["reservation"], gpu["next_reservation"]
+    return (now and now["id"]), (following and following["id"])
+
+
+async def test_before_the_copy_has_loaded_the_service_answers_and_then_the_copy_does() -> None:
+    view = CalendarView()
+    board = board_on(view)
+    rpc = FakeRpc([reservation(1, "GPU-0", -1, 2)])
+    shown = await gpus_for(board, rpc, ADMIN)
+    assert held(shown["GPU-0"]) == (1, None)
+    assert rpc.names() == ["snapshot", "calendar"]
+    (_, window) = rpc.asked[1]
+    start, end = (datetime.fromisoformat(window[k]) for k in ("start", "end"))
+    assert end - start == timedelta(days=7)
+    # Loaded: the copy answers for every GPU, also one its load did not touch.
+    view.load([reservation(2, "GPU-1", -1, 2)], NOW - timedelta(weeks=8), NOW + timedelta(weeks=52))
+    shown = await gpus_for(board, rpc, ADMIN)
+    assert held(shown["GPU-0"]) == (None, None)
+    assert held(shown["GPU-1"]) == (2, None)
+    view.apply("reservation.created", reservation(3, "GPU-0", 3))
+    shown = await gpus_for(board, rpc, ADMIN)
+    assert held(shown["GPU-0"]) == (None, 3)
+    assert rpc.names() == ["snapshot", "calendar"]  # nothing asked once the copy covers
+
+
+async def test_a_booking_shows_at_once_and_only_its_gpu_is_serialised_again() -> None:
+    view = loaded(reservation(1, "GPU-0", -1, 2))
+    board = board_on(view)
+    rpc = FakeRpc()
+    before = await board.composition(rpc)
+    # What a write through the gateway does (`_seen`): no event, no RPC needed.
+    view.apply("reservation.created", reservation(2, "GPU-1", 1))
+    after = await board.composition(rpc)
+    assert after is not before
+    untouched, booked = (after.hosts["h1"].gpus[i] for i in range(2))
+    assert untouched is before.hosts["h1"].gpus[0]
+    assert booked is not before.hosts["h1"].gpus[1]
+    assert held(booked.data) == (None, 2)
+    assert rpc.names() == ["snapshot"]
+    assert await board.composition(rpc) is after  # nothing changed since
+
+
+async def test_the_next_reservation_is_the_first_starting_within_7_days() -> None:
+    view = loaded(
+        reservation(1, "GPU-0", 5),
+        reservation(2, "GPU-0", 2),
+        reservation(3, "GPU-0", -3, 1),  # over
+        reservation(4, "GPU-1", 24 * 8),  # too far ahead
+        reservation(5, "GPU-1", 1, status="cancelled"),
+    )
+    shown = await gpus_for(board_on(view), FakeRpc(), ADMIN)
+    assert held(shown["GPU-0"]) == (None, 2)
+    assert held(shown["GPU-1"]) == (None, None)
+
+
+async def test_private_fields_are_hidden_from_outsiders_only() -> None:
+    view = loaded(
+        reservation(1, "GPU-0", -1, 2, guests=["alice"]),
+        reservation(2, "GPU-1", 2, cancel_reason=None),
+    )
+    board = board_on(view)
+    rpc = FakeRpc()
+    for who, sees in (("bob", True), ("alice", True), ("carol", False)):
+        shown = await gpus_for(board, rpc, Caller(username=who, is_admin=False))
+        assert (shown["GPU-0"]["reservation"]["description"] == "the secret plan") is sees
+        assert shown["GPU-0"]["reservation"]["title"] == "run 1"
+    carol = await gpus_for(board, rpc, Caller(username="carol", is_admin=False))
+    assert carol["GPU-1"]["next_reservation"]["description"] == ""
+    admin = await gpus_for(board, rpc, ADMIN)
+    assert admin["GPU-1"]["next_reservation"]["description"] == "the secret plan"
