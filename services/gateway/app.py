@@ -13,14 +13,16 @@ from pathlib import Path
 from aiohttp import web
 
 from services.gateway import calendar_loader, frontend
-from services.gateway.auth import LoginLimiter, TokenIssuer
+from services.gateway.auth import LoginLimiter, Revocations, TokenIssuer
 from services.gateway.calendar import CalendarView
 from services.gateway.context import (
     BACKGROUND,
+    BACKGROUND_TEARDOWNS,
     BOARD,
     BUS,
     CALENDAR,
     LIMITS,
+    REVOCATIONS,
     SETTINGS,
     STREAM,
     TOKENS,
@@ -58,6 +60,7 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[TOKENS] = tokens
     gateway = settings.gateway
     app[BACKGROUND] = []
+    app[BACKGROUND_TEARDOWNS] = []
     app[LIMITS] = LoginLimits(
         LoginLimiter(gateway.login_window_s, gateway.login_failures_per_user),
         LoginLimiter(gateway.login_window_s, gateway.login_failures_per_ip),
@@ -66,7 +69,8 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])
     app[BOARD] = FleetBoard(app[CALENDAR])
-    authenticator = Authenticator(tokens)
+    app[REVOCATIONS] = Revocations(settings.auth.access_token_ttl_s)
+    authenticator = Authenticator(tokens, app[REVOCATIONS])
     for route in routes:
         app.router.add_route(
             route.method, route.full_path, wrap(route, authenticator, bus, settings)
@@ -88,11 +92,23 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     frontend.add_routes(app, frontend.dist_dir(gateway.frontend_dir))
 
     async def start_stream(app: web.Application) -> None:
+        # Every replica hears every revocation: a transient queue of its own.
+        app[BACKGROUND_TEARDOWNS].append(
+            await bus.subscribe(
+                "reservations",
+                "session.revoked",
+                f"gateway.revocations-{secrets.token_hex(4)}",
+                app[REVOCATIONS].on_event,
+                transient=True,
+            )
+        )
         await app[STREAM].start()  # first: no reservation event falls before the load
         loading = asyncio.create_task(calendar_loader.keep(app[CALENDAR], bus))
         app[BACKGROUND].append(loading)
 
     async def stop_stream(app: web.Application) -> None:
+        for teardown in app[BACKGROUND_TEARDOWNS]:
+            await teardown()
         for task in app[BACKGROUND]:
             task.cancel()
         await asyncio.gather(*app[BACKGROUND], return_exceptions=True)

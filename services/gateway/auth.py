@@ -12,10 +12,12 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import jwt
 
+from services.shared.contracts import Envelope
 from services.shared.errors import AuthenticationFailed
 
 ALGORITHM = "HS256"
@@ -26,8 +28,11 @@ ISSUER = "warden"
 class Caller:
     username: str
     is_admin: bool
-    # When the token that names this caller expires (Unix time); not part of who they are.
+    # When the token that names this caller expires and was issued (Unix time), and the
+    # login session it belongs to: what revocation checks, not part of who they are.
     expires_at: float = field(default=0.0, compare=False)
+    issued_at: float = field(default=0.0, compare=False)
+    session: str = field(default="", compare=False)
 
     @property
     def roles(self) -> list[str]:
@@ -40,15 +45,16 @@ class TokenIssuer:
         self.ttl_s = ttl_s
         self._clock = clock
 
-    def access_token(self, user: dict[str, Any]) -> str:
-        now = int(self._clock())
+    def access_token(self, user: dict[str, Any], session: str = "") -> str:
+        now = self._clock()
         claims = {
             "iss": ISSUER,
             "sub": user["username"],
             "adm": "admin" in user.get("roles", ()),
-            "iat": now,
-            "exp": now + self.ttl_s,
+            "iat": round(now, 3),  # to the millisecond: a revocation at T covers tokens before T
+            "exp": int(now) + self.ttl_s,
             "jti": uuid.uuid4().hex,
+            "sid": session,
         }
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
 
@@ -75,7 +81,54 @@ class TokenIssuer:
             raise AuthenticationFailed("the access token expired; refresh it")
         if not isinstance(claims["sub"], str) or not claims["sub"]:
             raise AuthenticationFailed("the access token is invalid")
-        return Caller(claims["sub"], claims.get("adm") is True, float(claims["exp"]))
+        issued = claims.get("iat", 0.0)
+        session = claims.get("sid", "")
+        return Caller(
+            claims["sub"],
+            claims.get("adm") is True,
+            float(expires),
+            float(issued) if isinstance(issued, int | float) else 0.0,
+            session if isinstance(session, str) else "",
+        )
+
+
+class Revocations:
+    """Sessions that ended (logout, a reused refresh token) and users whose every session
+    ended at a time (a new password), from the reservations service's `session.revoked`
+    events: their access tokens are refused before they expire. Kept for the tokens'
+    lifetime, after which those tokens are refused anyway."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._sessions: dict[str, float] = {}  # session -> when it may be forgotten
+        self._users: dict[str, float] = {}  # username -> tokens issued before this are out
+
+    def revoke(self, username: str, session: str | None, at: float) -> None:
+        self._forget_old()
+        if session:
+            self._sessions[session] = at + self.ttl_s
+        else:
+            self._users[username] = max(at, self._users.get(username, 0.0))
+
+    def revoked(self, caller: Caller) -> bool:
+        if caller.session and caller.session in self._sessions:
+            return True
+        before = self._users.get(caller.username)
+        return before is not None and caller.issued_at < before
+
+    async def on_event(self, envelope: Envelope) -> None:
+        """A `session.revoked` event of the reservations service."""
+        data = envelope.data
+        at = datetime.fromisoformat(data["at"]).timestamp()
+        self.revoke(data["username"], data.get("session"), at)
+
+    def _forget_old(self) -> None:
+        now = self._clock()
+        for session in [s for s, until in self._sessions.items() if until < now]:
+            del self._sessions[session]
+        for user in [u for u, at in self._users.items() if at + self.ttl_s < now]:
+            del self._users[user]
 
 
 class LoginLimiter:
@@ -107,10 +160,19 @@ class LoginLimiter:
             return None
         return max(0.0, failures[0] + self.window_s - self._clock())
 
-    def failed(self, key: str) -> None:
-        self._failures.setdefault(key, deque()).append(self._clock())
+    def attempt(self, key: str) -> float:
+        """Count an attempt as failed before its outcome is known, so that parallel attempts
+        see each other; returns its mark for `cancel` (when it did not fail after all)."""
+        mark = self._clock()
+        self._failures.setdefault(key, deque()).append(mark)
         if len(self._failures) > 100_000:  # a flood of made-up names: forget the oldest
             self._failures.pop(next(iter(self._failures)))
+        return mark
+
+    def cancel(self, key: str, mark: float) -> None:
+        failures = self._failures.get(key)
+        if failures is not None and mark in failures:
+            failures.remove(mark)
 
     def succeeded(self, key: str) -> None:
         self._failures.pop(key, None)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from services.gateway.auth import LoginLimiter, TokenIssuer
+from services.gateway.auth import LoginLimiter, Revocations, TokenIssuer
 from services.gateway.calendar import CalendarView
 from services.gateway.fleet_board import FleetBoard
 from services.gateway.stream import StreamHub
-from services.shared.bus import Bus
+from services.shared.bus import Bus, Teardown
 from services.shared.config import Settings
 
 
@@ -25,7 +25,9 @@ SETTINGS = web.AppKey("settings", Settings)
 BUS = web.AppKey("bus", Bus)
 TOKENS = web.AppKey("tokens", TokenIssuer)
 LIMITS = web.AppKey("login_limits", LoginLimits)
+REVOCATIONS = web.AppKey("revocations", Revocations)
 STREAM = web.AppKey("stream", StreamHub)
 CALENDAR = web.AppKey("calendar", CalendarView)
 BOARD = web.AppKey("hosts_board", FleetBoard)
 BACKGROUND = web.AppKey("background", list[asyncio.Task[None]])
+BACKGROUND_TEARDOWNS = web.AppKey("background_teardowns", list[Teardown])

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate
 
-from services.gateway.auth import Caller, TokenIssuer
+from services.gateway.auth import Caller, Revocations, TokenIssuer
 from services.gateway.inputs import text_problems
 from services.shared.bus import Bus
 from services.shared.config import Settings
@@ -142,8 +142,9 @@ _TOKEN_CACHE_SIZE = 10_000
 
 
 class Authenticator:
-    def __init__(self, issuer: TokenIssuer) -> None:
+    def __init__(self, issuer: TokenIssuer, revocations: Revocations | None = None) -> None:
         self.issuer = issuer
+        self.revocations = revocations or Revocations(issuer.ttl_s)
         self._cache: dict[str, Caller] = {}
 
     def caller(self, request: web.Request, *, allow_query: bool = False) -> Caller | None:
@@ -159,13 +160,14 @@ class Authenticator:
             token = request.query.get("access_token", "")
         if not token:
             return None
-        cached = self._cache.get(token)
-        if cached is not None and cached.expires_at > time.time():
-            return cached
-        found = self.issuer.verify(token)  # an expired one raises here, as any bad token
-        if len(self._cache) >= _TOKEN_CACHE_SIZE:
-            self._cache.clear()
-        self._cache[token] = found
+        found = self._cache.get(token)
+        if found is None or found.expires_at <= time.time():
+            found = self.issuer.verify(token)  # an expired one raises here, as any bad token
+            if len(self._cache) >= _TOKEN_CACHE_SIZE:
+                self._cache.clear()
+            self._cache[token] = found
+        if self.revocations.revoked(found):
+            raise AuthenticationFailed("this sign-in has ended (signed out, or a new password)")
         return found
 
 

@@ -41,6 +41,7 @@ class AccountCommands:
             user = None
             if refreshed.username is not None:
                 user = await accounts.get_user(conn, refreshed.username)
+        self.commands.on_commit()  # a reuse revoked the family: announce it
         # Raised after the commit, so that the family's revocation is kept.
         if refreshed.reused:
             raise AuthenticationFailed(sessions.REUSED_TOKEN, {"revoked": True})
@@ -51,6 +52,7 @@ class AccountCommands:
     async def logout(self, args: dict[str, Any]) -> dict[str, Any]:
         async with self.store.write() as conn:
             closed = await sessions.close_session(conn, args["refresh_token"], now_ms())
+        self.commands.on_commit()
         return {"revoked": closed}
 
     # --- users ----------------------------------------------------------------------------------

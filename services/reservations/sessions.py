@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.reservations.outbox import add_event
 from services.reservations.store import iso_ms
 from services.reservations.tables import sessions
 
@@ -51,7 +52,7 @@ async def _issue(
             expires_at_ms=now + ttl_ms,
         )
     )
-    return {"refresh_token": token, "refresh_expires_at": iso_ms(now + ttl_ms)}
+    return {"refresh_token": token, "refresh_expires_at": iso_ms(now + ttl_ms), "session": family}
 
 
 async def open_session(
@@ -85,12 +86,23 @@ async def rotate(conn: AsyncConnection, token: str, ttl_ms: int, now: int) -> Re
     return Refreshed(username=row.username, token=issued)
 
 
+async def _announce(conn: AsyncConnection, username: str, family: str | None, now: int) -> None:
+    """`session.revoked`: the gateways refuse the session's access tokens from now on."""
+    data = {"username": username, "session": family, "at": iso_ms(now)}
+    await add_event(conn, "session.revoked", data)
+
+
 async def revoke_family(conn: AsyncConnection, family: str, now: int) -> None:
-    await conn.execute(
+    username = (
+        await conn.execute(select(sessions.c.username).where(sessions.c.family == family))
+    ).scalar()
+    revoked = await conn.execute(
         update(sessions)
         .where(sessions.c.family == family, sessions.c.revoked_at_ms.is_(None))
         .values(revoked_at_ms=now)
     )
+    if username is not None and revoked.rowcount:
+        await _announce(conn, username, family, now)
 
 
 async def close_session(conn: AsyncConnection, token: str, now: int) -> bool:
@@ -107,9 +119,10 @@ async def close_session(conn: AsyncConnection, token: str, now: int) -> bool:
 
 
 async def revoke_user(conn: AsyncConnection, username: str, now: int) -> None:
-    """Every session of a user ends (their password changed)."""
+    """Every session of a user ends (their password changed), access tokens too."""
     await conn.execute(
         update(sessions)
         .where(sessions.c.username == username, sessions.c.revoked_at_ms.is_(None))
         .values(revoked_at_ms=now)
     )
+    await _announce(conn, username, None, now)

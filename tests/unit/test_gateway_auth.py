@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from ipaddress import ip_network
+from typing import Any
+
 import jwt
 import pytest
 
-from services.gateway.auth import Caller, LoginLimiter, TokenIssuer
+from services.gateway.auth import Caller, LoginLimiter, Revocations, TokenIssuer
+from services.gateway.routes.session import client_address
+from services.gateway.routing import Authenticator
 from services.shared.errors import AuthenticationFailed
 
 SECRET = "s" * 48
@@ -64,7 +70,7 @@ def test_the_limiter_blocks_after_max_failures_until_the_window_passes() -> None
     limiter = LoginLimiter(60.0, 3, clock)
     for _ in range(3):
         assert limiter.retry_after("alice") is None
-        limiter.failed("alice")
+        limiter.attempt("alice")
         clock.now += 1
     assert limiter.retry_after("alice") == pytest.approx(57.0)
     assert limiter.retry_after("bob") is None
@@ -74,9 +80,9 @@ def test_the_limiter_blocks_after_max_failures_until_the_window_passes() -> None
 
 def test_a_success_clears_the_failures_of_that_key() -> None:
     limiter = LoginLimiter(60.0, 2, Clock())
-    limiter.failed("alice")
+    limiter.attempt("alice")
     limiter.succeeded("alice")
-    limiter.failed("alice")
+    limiter.attempt("alice")
     assert limiter.retry_after("alice") is None
 
 
@@ -85,3 +91,79 @@ def test_the_caller_carries_its_tokens_expiry() -> None:
     issuer = TokenIssuer(SECRET, 900, clock)
     caller = issuer.verify(issuer.access_token({"username": "alice", "roles": ["user"]}))
     assert caller.expires_at == clock.now + 900
+
+
+# --- a burst of parallel attempts, proxies, revocation ------------------------------------------
+
+
+def test_attempts_count_before_their_outcome_so_a_burst_cannot_pass_the_limit() -> None:
+    limiter = LoginLimiter(60.0, 5, Clock(100.0))
+    admitted = 0
+    for _ in range(60):  # all arrive before any answer: each checks, then marks its attempt
+        if limiter.retry_after("alice") is None:
+            limiter.attempt("alice")
+            admitted += 1
+    assert admitted == 5
+
+
+def test_an_attempt_that_did_not_fail_is_taken_back() -> None:
+    limiter = LoginLimiter(60.0, 1, Clock(100.0))
+    mark = limiter.attempt("alice")
+    assert limiter.retry_after("alice") is not None
+    limiter.cancel("alice", mark)  # the service was down: not a wrong password
+    assert limiter.retry_after("alice") is None
+
+
+TRUSTED = (ip_network("127.0.0.1/32"), ip_network("10.0.0.0/8"))
+
+
+@pytest.mark.parametrize(
+    ("remote", "forwarded", "trusted", "client"),
+    [
+        ("203.0.113.9", "", TRUSTED, "203.0.113.9"),  # no proxy
+        ("203.0.113.9", "198.51.100.1", TRUSTED, "203.0.113.9"),  # an untrusted peer's header
+        ("127.0.0.1", "198.51.100.1", TRUSTED, "198.51.100.1"),  # behind our proxy
+        ("127.0.0.1", "6.6.6.6, 198.51.100.1, 10.1.2.3", TRUSTED, "198.51.100.1"),  # forged left
+        ("127.0.0.1", "198.51.100.1", (), "127.0.0.1"),  # no trusted proxy configured
+        ("127.0.0.1", "", TRUSTED, "127.0.0.1"),
+        ("127.0.0.1", "garbage", TRUSTED, "garbage"),
+    ],
+)
+def test_the_client_address_behind_trusted_proxies(
+    remote: str, forwarded: str, trusted: Any, client: str
+) -> None:
+    assert client_address(remote, forwarded, trusted) == client
+
+
+def test_a_revoked_session_and_a_users_earlier_tokens_are_refused() -> None:
+    clock = Clock(1_000.0)
+    revocations = Revocations(900, clock)
+    alice = Caller("alice", False, 1_900.0, issued_at=1_000.0, session="s1")
+    other = Caller("alice", False, 1_900.0, issued_at=1_000.0, session="s2")
+    assert not revocations.revoked(alice)
+    revocations.revoke("alice", "s1", 1_001.0)
+    assert revocations.revoked(alice) and not revocations.revoked(other)
+    revocations.revoke("alice", None, 1_002.0)  # a new password: every earlier token
+    assert revocations.revoked(other)
+    later = Caller("alice", False, 2_000.0, issued_at=1_002.5, session="s3")
+    assert not revocations.revoked(later)
+    clock.now = 3_000.0  # past every token's life: forgotten
+    revocations.revoke("bob", "x", 3_000.0)
+    assert not revocations.revoked(alice)
+
+
+def test_the_authenticator_refuses_a_token_of_a_revoked_session_even_when_cached() -> None:
+    clock = Clock(time.time())
+    issuer = TokenIssuer(SECRET, 900, clock)
+    revocations = Revocations(900, clock)
+    authenticator = Authenticator(issuer, revocations)
+    token = issuer.access_token({"username": "alice", "roles": ["user"]}, "s1")
+
+    class Request:
+        headers = {"Authorization": f"Bearer {token}"}
+        query: dict[str, str] = {}
+
+    assert authenticator.caller(Request()) == Caller("alice", False)  # type: ignore[arg-type]
+    revocations.revoke("alice", "s1", clock())
+    with pytest.raises(AuthenticationFailed, match="sign-in has ended"):
+        authenticator.caller(Request())  # type: ignore[arg-type]

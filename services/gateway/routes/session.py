@@ -6,14 +6,18 @@ nothing. Failed logins are limited per username and per client address.
 
 from __future__ import annotations
 
+import ipaddress
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from services.gateway.context import LIMITS, TOKENS
+from services.gateway.context import LIMITS, REVOCATIONS, TOKENS
 from services.gateway.routing import Access, Call, Route
 from services.reservations import api
 from services.reservations.api import UserSchema
+from services.shared.config.settings import IpNetwork
 from services.shared.errors import AuthenticationFailed, WardenError
 
 
@@ -43,14 +47,38 @@ class MeSchema(Schema):
     user = fields.Nested(UserSchema, required=True)
 
 
+def client_address(remote: str | None, forwarded_for: str, trusted: Sequence[IpNetwork]) -> str:
+    """The client's address: the TCP peer, unless it is a trusted reverse proxy; then the
+    nearest address in X-Forwarded-For that is not one of ours (proxies append to it, so
+    what lies beyond the first untrusted address is the client's to forge)."""
+    chain = [remote or "unknown"]
+    chain += reversed([part.strip() for part in forwarded_for.split(",") if part.strip()])
+    for hop, address in enumerate(chain):
+        if not _is_trusted(address, trusted) or hop == len(chain) - 1:
+            return address
+    return chain[-1]
+
+
+def _is_trusted(address: str, trusted: Sequence[IpNetwork]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
+
+
 def _client_address(call: Call) -> str:
-    return call.request.remote or "unknown"
+    return client_address(
+        call.request.remote,
+        call.request.headers.get("X-Forwarded-For", ""),
+        call.settings.gateway.trusted_proxies,
+    )
 
 
 def _tokens(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
     issuer = call.request.app[TOKENS]
     return {
-        "access_token": issuer.access_token(answer["user"]),
+        "access_token": issuer.access_token(answer["user"], answer.get("session", "")),
         "token_type": "Bearer",
         "expires_in": issuer.ttl_s,
         "refresh_token": answer["refresh_token"],
@@ -72,14 +100,20 @@ async def login(call: Call) -> dict[str, Any]:
         raise TooManyAttempts(
             f"too many failed logins; try again in {wait:.0f}s", {"retry_after_s": wait}
         )
+    # Counted as failed until the password proves right: parallel attempts see each other
+    # (checked, then recorded after the answer, a burst all passed the check).
+    by_user, by_address = limits.by_user.attempt(username), limits.by_address.attempt(address)
     ttl_s = call.settings.auth.refresh_token_ttl_s
     try:
         answer = await call.rpc(api.LOGIN, {**call.body, "ttl_s": ttl_s})
     except AuthenticationFailed:
-        limits.by_user.failed(username)
-        limits.by_address.failed(address)
+        raise
+    except BaseException:  # not a wrong password (the service is down): no attempt counted
+        limits.by_user.cancel(username, by_user)
+        limits.by_address.cancel(address, by_address)
         raise
     limits.by_user.succeeded(username)
+    limits.by_address.cancel(address, by_address)
     return _tokens(call, answer)
 
 
@@ -91,6 +125,10 @@ async def refresh(call: Call) -> dict[str, Any]:
 
 async def logout(call: Call) -> None:
     await call.rpc(api.LOGOUT, call.body)
+    if call.caller is not None and call.caller.session:
+        # This gateway refuses the caller's access token at once; the others (and this one
+        # again) when the service's session.revoked event arrives.
+        call.request.app[REVOCATIONS].revoke(call.caller.username, call.caller.session, time.time())
 
 
 async def me(call: Call) -> dict[str, Any]:

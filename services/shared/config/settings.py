@@ -7,6 +7,7 @@ A section's docstring introduces it in the template `warden init` writes. Rules 
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,16 @@ class BusConfig:
     )
 
 
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def proxy_network(text: str) -> IpNetwork:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an IP address or network (10.0.0.0/8)") from None
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """The HTTP API, the live stream and the web UI."""
@@ -135,6 +146,14 @@ class GatewaySettings:
     )
     frontend_dir: str = option(
         "", "The built web UI served at /; empty: frontend/dist beside the code, when it exists."
+    )
+    trusted_proxies: tuple[IpNetwork, ...] = parsed(
+        (),
+        proxy_network,
+        "Reverse proxies in front of the gateway (addresses or networks, e.g. 127.0.0.1 or "
+        "10.0.0.0/8): for requests from them the client is the nearest untrusted address in "
+        "X-Forwarded-For (logins are limited per client address). Empty: the TCP peer is "
+        "the client.",
     )
 
 

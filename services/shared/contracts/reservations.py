@@ -89,6 +89,15 @@ class UserUpdated(UserData):
     changed = fields.List(Str(), required=True)
 
 
+class SessionRevoked(Strict):
+    """Sign-ins that end: one login's session (`session`), or every session of `username`
+    up to `at` (`session` null: the password changed). Access tokens of them stop working."""
+
+    username = Str(required=True, validate=NonEmpty)
+    session = Str(allow_none=True, load_default=None)
+    at = fields.AwareDateTime(required=True)
+
+
 EVENTS: tuple[EventType, ...] = (
     EventType(
         "reservation.created",
@@ -145,5 +154,13 @@ EVENTS: tuple[EventType, ...] = (
         "reservations",
         UserUpdated,
         "An account's e-mail, password, roles or groups changed.",
+    ),
+    EventType(
+        "session.revoked",
+        1,
+        "reservations",
+        SessionRevoked,
+        "A login's session ended (logout, a reused refresh token), or all of a user's did "
+        "(their password changed): gateways refuse their access tokens from now on.",
     ),
 )
