@@ -524,7 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except WardenError as err:
-        print(f"warden: {err.message}", file=sys.stderr)
+        from services.client.render import printable  # a server's words may hold anything
+
+        print(f"warden: {printable(err.message)}", file=sys.stderr)
         return 2 if err.code == "config_invalid" else 1
     except KeyboardInterrupt:
         return 130

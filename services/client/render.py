@@ -1,6 +1,8 @@
 """The client's tables and one-line descriptions (pure): the API's JSON (and the time to count
 "today" from) in, a rich `Table` or a line of text out. A figure the API does not report is a
-dash, never 0; names and titles from the API are never read as rich markup.
+dash, never 0; names and titles from the API are never read as rich markup, and never reach
+the terminal with a control character in them (`printable`): another user's title could
+otherwise clear your screen and print rows that are not there.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from rich.table import Table
 from rich.text import Text
 
 NONE = "\u2013"  # an en dash: a figure the host did not report (never shown as 0)
+
+
+def printable(text: str) -> str:
+    """`text` with every non-printable character shown as its escape (ESC as \\x1b)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def when(value: str | None, now: datetime, tz: tzinfo | None = None) -> str:
@@ -215,7 +224,7 @@ def make_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
+        table.add_row(*(Text(printable(cell)) for cell in row))
     return table
 
 
@@ -243,7 +252,7 @@ def violations_table(
 
 def describe_reservation(r: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> str:
     gpus = ", ".join(gpu_place(g) for g in r.get("gpus") or ())
-    return (
+    return printable(
         f"reservation {r.get('id', '?')}: {gpus} from {when(r.get('start'), now, tz)} "
         f"to {when(r.get('end'), now, tz)} ({r.get('title', '')})"
     )
@@ -253,4 +262,4 @@ def describe_job(job: Mapping[str, Any]) -> str:
     text = f"job {job.get('id', '?')} ({job.get('name', '')}): {job.get('status', '?')}"
     if job.get("waiting_reason"):
         text += f" ({job['waiting_reason']})"
-    return text
+    return printable(text)

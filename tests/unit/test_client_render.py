@@ -32,7 +32,9 @@ from services.client.jobs import load_definition
 from services.client.render import (
     NONE,
     STATUS_COLUMNS,
+    describe_reservation,
     job_rows,
+    printable,
     reservation_rows,
     reservations_table,
     status_rows,
@@ -524,3 +526,23 @@ def test_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status"]) == 1  # not signed in
     assert "warden login" in capsys.readouterr().err
     assert main(["logout"]) == 0
+
+
+HOSTILE = "\x1b[2J\x1b[31mPWNED\r\nfake line\x07\x9b"
+
+
+def test_no_control_character_of_the_api_reaches_the_terminal() -> None:
+    now = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    item = reservation("mallory", "2026-12-01T10:00:00+00:00", "2026-12-01T14:00:00+00:00")
+    item["title"] = HOSTILE
+    shown = text_of(reservations_table([item], now))
+    described = describe_reservation(item, now)
+    for text in (shown, described):
+        assert not any(c in text for c in "\x1b\r\x07\x9b")
+        assert "\\x1b[2J" in text  # shown, as its escape
+    assert "fake line" in shown and "\n" not in described
+
+
+def test_printable_leaves_printable_text_alone() -> None:
+    assert printable("Zürich 训练 — ok") == "Zürich 训练 — ok"
+    assert printable("a\tb") == "a\\tb"
