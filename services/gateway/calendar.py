@@ -78,7 +78,8 @@ class _Entry:
 
     @property
     def active(self) -> bool:
-        return self.data["status"] == "active"
+        """Holds its GPUs for its time (an ended one did, and still shows there)."""
+        return self.data["status"] != "cancelled"
 
 
 def _order(entry: _Entry) -> tuple[datetime, int]:

@@ -413,7 +413,7 @@ class Commands:
                 .returning(access_rules.c.id)
             )
             rule_id = int(result.scalar_one())
-            await self.recheck(
+            changed = await self.recheck(
                 conn,
                 actor,
                 cause="rule.created",
@@ -423,7 +423,7 @@ class Commands:
             row = await repository.rule_row(conn, rule_id)
         self.on_commit()
         assert row is not None
-        return repository.rule_dict(row)
+        return {**repository.rule_dict(row), **vars(changed)}
 
     async def update_rule(
         self, actor: Actor, rule: AccessRule, description: str | None = None
@@ -443,11 +443,13 @@ class Commands:
                 .where(access_rules.c.id == rule.id)
                 .values(**values, updated_at_ms=to_ms(self.clock()))
             )
-            await self.recheck(conn, actor, cause="rule.updated", rule_id=rule.id, owners=affected)
+            changed = await self.recheck(
+                conn, actor, cause="rule.updated", rule_id=rule.id, owners=affected
+            )
             row = await repository.rule_row(conn, rule.id)
         self.on_commit()
         assert row is not None
-        return repository.rule_dict(row)
+        return {**repository.rule_dict(row), **vars(changed)}
 
     async def delete_rule(self, actor: Actor, rule_id: int) -> dict[str, Any]:
         self.require_admin(actor)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.booking import Clash, Current
 from services.reservations.domain import AccessRule, Booking, Gpu, Limits, WeeklyWindow
-from services.reservations.store import from_ms, iso_ms, to_ms
+from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.usage import from_row, summary
 
@@ -206,6 +206,14 @@ class ReservationRecord:
             )
         return sorted(refs, key=lambda g: (g["host"], g["index"] if g["index"] is not None else -1))
 
+    @property
+    def shown_status(self) -> str:
+        """active, cancelled, or ended once its end has passed (stored as active: `ended`
+        needs no write, and the past is never rewritten)."""
+        if self.status == "active" and self.end_ms <= now_ms():
+            return "ended"
+        return self.status
+
     def event_data(self, known: dict[str, Gpu]) -> dict[str, Any]:
         """The reservation as reservation.* events carry it."""
         return {
@@ -216,7 +224,7 @@ class ReservationRecord:
             "end": iso_ms(self.end_ms),
             "title": self.title,
             "description": self.description,
-            "status": self.status,
+            "status": self.shown_status,
             "created_by": self.created_by,
             "cancelled_at": iso_ms(self.cancelled_at_ms),
             "cancelled_by": self.cancelled_by,

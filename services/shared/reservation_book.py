@@ -62,7 +62,7 @@ class ReservationBook:
     def load(self, reservations: Iterable[Mapping[str, Any]]) -> None:
         for data in reservations:
             gone = int(data["id"]) in self._gone  # an event applied meanwhile is newer
-            if data.get("status", "active") == "active" and not gone:
+            if data.get("status", "active") != "cancelled" and not gone:
                 self._put(Holding.from_data(data))
 
     def apply(self, event_type: str, data: Mapping[str, Any]) -> Holding | None:

@@ -24,6 +24,7 @@ from services.reservations.api import (
     GroupSchema,
     MembershipSchema,
     RuleArgs,
+    RuleChangedSchema,
     RuleDeletedSchema,
     RuleSchema,
     UpdateGroupArgs,
@@ -346,10 +347,10 @@ ROUTES = (
         "Create an access rule",
         "rules",
         body=RuleBody,
-        response=RuleSchema,
+        response=RuleChangedSchema,
         status=201,
         description="Windows are `{days, start, end}` in the rule's `timezone` (days `mon`..`sun` "
-        "or 0..6, 0 = Monday; `HH:MM`, end `24:00` allowed). " + _RECHECKED + ".",
+        "or 0..6, 0 = Monday; `HH:MM`, end `24:00` allowed). " + _RECHECK,
     ),
     Route(
         "PUT",
@@ -360,8 +361,8 @@ ROUTES = (
         "rules",
         params=IdPath,
         body=RuleBody,
-        response=RuleSchema,
-        description=_RECHECKED + ".",
+        response=RuleChangedSchema,
+        description=_RECHECK,
     ),
     Route(
         "DELETE",

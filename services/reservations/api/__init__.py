@@ -30,6 +30,7 @@ from services.reservations.api.answers import (
     OverviewHostSchema,
     OverviewSchema,
     ReservationSchema,
+    RuleChangedSchema,
     RuleDeletedSchema,
     RuleSchema,
     RuleWindowSchema,
@@ -214,14 +215,14 @@ CREATE_RULE = _method(
     "create_rule",
     "Create an access rule (admins); future reservations are re-checked",
     RuleArgs,
-    answer=RuleSchema,
+    answer=RuleChangedSchema,
     raises=_RULE_CHANGE,
 )
 UPDATE_RULE = _method(
     "update_rule",
     "Replace an access rule (admins); future reservations are re-checked",
     UpdateRuleArgs,
-    answer=RuleSchema,
+    answer=RuleChangedSchema,
     raises=_RULE_CHANGE,
 )
 DELETE_RULE = _method(
@@ -433,6 +434,7 @@ __all__ = [
     "ReservationIdArgs",
     "ReservationSchema",
     "RuleArgs",
+    "RuleChangedSchema",
     "RuleDeletedSchema",
     "RuleIdArgs",
     "RuleSchema",

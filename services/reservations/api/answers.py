@@ -83,6 +83,11 @@ class RuleSchema(Answer):
     updated_at = _Time()
 
 
+class RuleChangedSchema(RuleSchema, AccessChangeSchema):
+    """A rule as created or replaced, with the future reservations that change cancelled or
+    restored."""
+
+
 class RuleDeletedSchema(AccessChangeSchema):
     id = fields.Integer(required=True)
 

@@ -14,7 +14,7 @@ class GpuRef(Strict):
     index = Integer(required=True, allow_none=True)
 
 
-RESERVATION_STATUSES = ("active", "cancelled")
+RESERVATION_STATUSES = ("active", "cancelled", "ended")
 
 
 class ReservationData(Strict):
