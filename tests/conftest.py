@@ -4,7 +4,7 @@ RabbitMQ: each test gets its own vhost (nameko's habit), created and deleted wit
 PostgreSQL: each test gets its own database. When a server cannot be reached the test fails
 with what to do; it never skips silently (set WARDEN_TEST_AMQP_URL / WARDEN_TEST_PG_URL to
 point at servers elsewhere).
-sshd: each test gets its own OpenSSH sshd on a free loopback port (tests/sshd.py).
+sshd: each test gets its own OpenSSH sshd on a free loopback port (tests/support/sshd.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
 
 AMQP_URL = os.environ.get("WARDEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 PG_URL = os.environ.get("WARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -80,7 +80,7 @@ async def pg_url() -> AsyncIterator[str]:
 
 @pytest.fixture
 def sshd(request: pytest.FixtureRequest) -> Iterator[Sshd]:
-    """A real sshd of this test's own on 127.0.0.1 (see tests/sshd.py), started.
+    """A real sshd of this test's own on 127.0.0.1 (see tests/support/sshd.py), started.
 
     Options of `Sshd` (user, path, env, extra_config) come through indirect parametrisation:
     `@pytest.mark.parametrize("sshd", [{"user": "alice"}], indirect=True)`.

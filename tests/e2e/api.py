@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,15 +28,10 @@ from services.shared.runtime import run_services
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
 from tests.e2e.system import DEADLINE_S, create_accounts, stopped, toml
+from tests.support.ports import free_port
 
 PASSWORD = "pw-12345678"
 API = "/api/v1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,12 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from services.sim.demo import format_snapshot
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port
 
 
 def health(port: int) -> dict | None:

@@ -29,6 +29,7 @@ import pytest
 
 from services import SERVICE_NAMES, __version__
 from services.shared.db import SERVICES_WITH_DATABASE, head_revision
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -39,12 +40,6 @@ EXIT_DEADLINE_S = 30.0
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
 
 Check = Callable[[int, dict[str, Any]], bool]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -36,7 +36,7 @@ from services.shared.runtime import make_bus, run_services
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
 from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
-from tests.sshd import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
 

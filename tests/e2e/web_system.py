@@ -30,8 +30,8 @@ from services.shared.config import load_settings
 from services.sim.control import ControlApi
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
-from tests.e2e.api import free_port
 from tests.e2e.system import create_accounts, toml
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STARTUP_S = 90.0

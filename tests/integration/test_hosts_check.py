@@ -1,6 +1,6 @@
 """`warden hosts check` (check_hosts and the CLI) against a real sshd and simulated hosts.
 
-The real sshd (tests/sshd.py) answers for the cases a real OpenSSH server decides: login,
+The real sshd (tests/support/sshd.py) answers for the cases a real OpenSSH server decides: login,
 refused key, and a working `nvidia-smi -L` (the fake one in tests/fixtures/bin). The simulated
 fleet (SimServer) answers for what a host's nvidia-smi does wrong, and for a host that hangs.
 The CLI runs in a worker thread (it calls asyncio.run) while the servers keep serving here.
@@ -26,7 +26,8 @@ from services.shared.config import HostConfig
 from services.shared.ssh import SshOptions
 from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
 from services.sim.server import SimServer
-from tests.sshd import Sshd, free_port, generate_key
+from tests.support.ports import free_port
+from tests.support.sshd import Sshd, generate_key
 
 GPUS_CSV = "".join(
     f"GPU-cccccccc-0000-4000-8000-00000000000{i}, {i}, NVIDIA H100 80GB HBM3, 10, 5, 100, "

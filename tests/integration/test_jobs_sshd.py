@@ -1,4 +1,4 @@
-"""Job tasks in real screen and tmux sessions, through a real OpenSSH sshd (tests/sshd.py).
+"""Job tasks in real screen and tmux sessions, through a real OpenSSH sshd (tests/support/sshd.py).
 
 Each test creates its own unprivileged Unix user (so it needs root; the user, its processes
 and its screen/tmux sockets are removed afterwards), who logs in with the client key of the
@@ -30,7 +30,7 @@ from services.jobs.runner import TaskRunner
 from services.jobs.scripts import Probe, Started, session_name
 from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="creating a Unix user for the job owner needs root"

@@ -1,4 +1,5 @@
-"""The SSH reader, shell and monitor against a real OpenSSH sshd on loopback (tests/sshd.py).
+"""The SSH reader, shell and monitor against a real OpenSSH sshd on loopback
+(tests/support/sshd.py).
 
 The probe runs for real on this machine through sshd: /proc figures are the machine's own, GPUs
 come from the fake nvidia-smi (tests/fixtures/bin) and the compute process is a real `sleep`
@@ -25,7 +26,7 @@ from services.monitor.probe import GpuStatus
 from services.monitor.readers import SshReader
 from services.monitor.state import HostState
 from services.shared.ssh import HostUnreachable, SshHostShell, SshOptions
-from tests.sshd import Sshd, generate_key
+from tests.support.sshd import Sshd, generate_key
 
 GPU_A = "GPU-aaaaaaaa-1111-4000-8000-000000000001"
 GPU_B = "GPU-bbbbbbbb-2222-4000-8000-000000000002"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,16 +34,11 @@ from services.shared.config import (
 )
 from services.shared.errors import SchemaNotMigrated
 from services.shared.runtime import run_services
+from tests.support.ports import free_port
 
 START_DEADLINE_S = 20.0
 STOP_DEADLINE_S = 20.0
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def make_settings(tmp_path: Path, *, amqp_url: str | None = None) -> Settings:

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,7 @@ import pytest
 from services.monitor.tsdb.base import GpuPoint, HostPoint
 from services.monitor.tsdb.buckets import to_ms
 from services.monitor.tsdb.influx import InfluxMetricsStore
+from tests.support.ports import free_port
 
 VM_BINARY = os.environ.get("WARDEN_TEST_VICTORIA_METRICS") or (
     shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
@@ -37,12 +37,6 @@ VM_BINARY = os.environ.get("WARDEN_TEST_VICTORIA_METRICS") or (
 WAIT_S = 30.0
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 LOGGER = "warden.monitor.influx"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class VictoriaMetrics:

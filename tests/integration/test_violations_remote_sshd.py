@@ -1,4 +1,4 @@
-"""The terminal, terminate and kill handlers against a real OpenSSH sshd (tests/sshd.py).
+"""The terminal, terminate and kill handlers against a real OpenSSH sshd (tests/support/sshd.py).
 
 Each test creates its own unprivileged Unix user (so it needs root; it is removed afterwards),
 who logs in with the client key of the test's sshd (its AuthorizedKeysFile is one absolute
@@ -38,7 +38,7 @@ from services.violations.actions.remote import SshHostShell
 from services.violations.actions.signals import kill, terminate
 from services.violations.actions.terminal import notify_terminals
 from services.violations.scripts import parse_who, who_command
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="creating a Unix user for the offender needs root"

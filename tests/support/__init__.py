@@ -1,0 +1,1 @@
+"""Test set-up written once (see README.md in this folder)."""
