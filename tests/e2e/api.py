@@ -18,7 +18,6 @@ from typing import Any
 
 import aiohttp
 import asyncssh
-import pytest
 from argon2 import PasswordHasher
 
 from services.reservations import passwords
@@ -27,7 +26,8 @@ from services.shared.config import Settings, load_settings
 from services.shared.runtime import run_services
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
-from tests.e2e.system import DEADLINE_S, create_accounts, stopped, toml
+from tests.e2e.system import DEADLINE_S, create_accounts, discovered_gpu, stopped, toml
+from tests.support.polling import until
 from tests.support.ports import free_port
 
 PASSWORD = "pw-12345678"
@@ -113,26 +113,10 @@ class ApiSystem:
 
     async def gpu(self, host_index: int, gpu_index: int) -> dict[str, Any]:
         """A GPU of the fleet once the reservations service knows it (uuid, host, index)."""
-        host = self.fleet.hosts[host_index]
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            with contextlib.suppress(Exception):
-                for gpu in await self.bus.call("reservations", "list_gpus", {}):
-                    if gpu["host"] == host and gpu["index"] == gpu_index:
-                        return dict(gpu)
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"GPU {gpu_index} of {host} never reached the reservations service")
-            await asyncio.sleep(0.2)
+        return await discovered_gpu(self.bus, self.fleet.hosts[host_index], gpu_index)
 
     async def until(self, condition: Callable[[], Awaitable[Any]], what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            found = await condition()
-            if found:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"{what}: not within {DEADLINE_S:g}s")
-            await asyncio.sleep(0.1)
+        return await until(condition, what, DEADLINE_S, interval=0.1)
 
 
 @contextlib.asynccontextmanager

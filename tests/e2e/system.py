@@ -10,13 +10,12 @@ import json
 import sys
 from typing import Any
 
-import pytest
-
 from services.reservations import accounts
 from services.reservations.store import Store
 from services.shared import db
 from services.shared.bus import Bus
 from services.shared.config import Settings
+from tests.support.polling import until
 
 DEADLINE_S = 30.0
 USERS = (("admin", True), ("alice", False), ("bob", False))
@@ -48,22 +47,18 @@ async def create_accounts(settings: Settings) -> None:
             await engine.dispose()
 
 
-async def discovered_gpu(bus: Bus, host: str, index: int) -> str:
-    """The uuid of GPU `index` of `host` once the reservations service knows it."""
+async def discovered_gpu(bus: Bus, host: str, index: int) -> dict[str, Any]:
+    """GPU `index` of `host` (uuid, host, index, ...) once the reservations service knows it."""
 
-    async def known() -> str | None:
+    async def known() -> dict[str, Any] | None:
         with contextlib.suppress(Exception):
             for gpu in await bus.call("reservations", "list_gpus", {}):
                 if gpu["host"] == host and gpu["index"] == index:
-                    return str(gpu["uuid"])
+                    return dict(gpu)
         return None
 
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while (uuid := await known()) is None:
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"GPU {index} of {host} never reached the reservations service")
-        await asyncio.sleep(0.2)
-    return uuid
+    what = f"GPU {index} of {host} reaching the reservations service"
+    return await until(known, what, DEADLINE_S, interval=0.2)
 
 
 async def stopped(running: asyncio.Task[None], deadline_s: float = 60.0) -> None:

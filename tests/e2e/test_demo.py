@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from services.sim.demo import format_snapshot
+from tests.support.polling import until_sync
 from tests.support.ports import free_port
 
 
@@ -55,16 +55,15 @@ def test_demo_shows_live_gpus_and_stops_cleanly(tmp_path: Path) -> None:
             env=env,
         )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def live() -> dict | None:
             answer = health(port)
-            text = log.read_text()
-            if answer and answer["status"] == "ok" and "sim-002     1" in text:
-                break
+            if answer and answer["status"] == "ok" and "sim-002     1" in log.read_text():
+                return answer
             assert demo.poll() is None, f"demo exited early:\n{log.read_text()}"
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"no live GPUs within 60 s:\n{log.read_text()}")
+            return None
+
+        answer = until_sync(live, "live GPUs", 60, interval=0.2, report=log.read_text)
         assert set(answer["services"]) == {
             "gateway",
             "monitor",

@@ -34,6 +34,7 @@ from services.shared.runtime import make_bus, run_services
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
 from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
+from tests.support.polling import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -59,14 +60,7 @@ class System:
         ]
 
     async def until(self, condition: Callable[[], Any], what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            found = condition()
-            if found:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"{what}: not within {DEADLINE_S:g}s; events {self.event_log()}")
-            await asyncio.sleep(0.05)
+        return await until(condition, what, DEADLINE_S, report=lambda: f"events {self.event_log()}")
 
     def event_log(self) -> list[str]:
         return [f"{e.type}:{e.data.get('status', '')}" for e in self.events]
@@ -79,12 +73,10 @@ class System:
             job: dict[str, Any] = await self.call("get_job", id=job_id, actor="admin", admin=True)
             return job if job["status"] in statuses else None
 
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while (job := await reached()) is None:
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"job {job_id} never {statuses}; events {self.event_log()}")
-            await asyncio.sleep(0.1)
-        return job
+        what = f"job {job_id} {' or '.join(statuses)}"
+        return await until(
+            reached, what, DEADLINE_S, interval=0.1, report=lambda: f"events {self.event_log()}"
+        )
 
 
 @pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
@@ -172,19 +164,19 @@ async def system(
 
 async def _wait_for(bus: Bus, service: str) -> None:
     """Until the service answers (on RabbitMQ the services start after the fixture)."""
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while True:
+
+    async def answers() -> bool:
         try:
             await bus.call(service, "health", {}, timeout=1)
-            return
         except ServiceUnavailable:
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"{service} never answered")
-            await asyncio.sleep(0.2)
+            return False
+        return True
+
+    await until(answers, f"{service} answering", DEADLINE_S, interval=0.2)
 
 
 async def _gpu(system: System, host: str, index: int) -> str:
-    return await discovered_gpu(system.bus, host, index)
+    return str((await discovered_gpu(system.bus, host, index))["uuid"])
 
 
 def _sim_users(fleet: SimFleet, host: str, gpu: str) -> set[str]:

@@ -36,6 +36,7 @@ from services.shared.runtime import make_bus, run_services
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
 from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
+from tests.support.polling import until
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -74,16 +75,9 @@ class System:
         return [e.data for e in self.events if e.type == event_type]
 
     async def until(self, condition: Callable[[], Any], what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            found = condition()
-            if found:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(
-                    f"{what}: not within {DEADLINE_S:g}s; events {[e.type for e in self.events]}"
-                )
-            await asyncio.sleep(0.05)
+        return await until(
+            condition, what, DEADLINE_S, report=lambda: f"events {[e.type for e in self.events]}"
+        )
 
 
 async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
@@ -186,7 +180,7 @@ async def system(
 
 
 async def _gpu(system: System, host: str, index: int) -> str:
-    return await discovered_gpu(system.bus, host, index)
+    return str((await discovered_gpu(system.bus, host, index))["uuid"])
 
 
 async def _reserve(system: System, uuid: str) -> dict[str, Any]:

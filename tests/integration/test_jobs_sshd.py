@@ -30,6 +30,7 @@ from services.jobs.runner import TaskRunner
 from services.jobs.scripts import Probe, Started, session_name
 from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
+from tests.support.polling import until
 from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.skipif(
@@ -137,14 +138,7 @@ class Setup:
         return await self.runner.poll(self.host, self.owner.name, [self.session(t) for t in tasks])
 
     async def until(self, check: Callable[[], Awaitable[T | None]], what: str) -> T:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            value = await check()
-            if value is not None and value is not False:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(f"{what} did not happen within {DEADLINE_S:g} s")
-            await asyncio.sleep(0.1)
+        return await until(check, what, DEADLINE_S, interval=0.1)
 
     async def ended(self, task: int) -> Probe:
         async def check() -> Probe | None:

@@ -3,10 +3,10 @@ SSH, publishing on the in-process bus and on RabbitMQ, answering snapshot and se
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import math
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +26,7 @@ from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
+from tests.support import polling
 
 INTERVAL_S = 0.3
 
@@ -44,12 +45,7 @@ class Running:
         ]
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+until = functools.partial(polling.until, timeout=20.0)
 
 
 def write_config(tmp_path: Path, server: SimServer, key_file: Path) -> Settings:
@@ -199,10 +195,7 @@ async def test_series_of_a_gpu_metric_and_bad_queries(running: Running) -> None:
         ]
         return answer
 
-    deadline = asyncio.get_running_loop().time() + 20
-    while not (found := await buckets()):  # the writer flushes every second
-        assert asyncio.get_running_loop().time() < deadline, "no bucket written"
-        await asyncio.sleep(0.2)
+    found = await until(buckets, "a bucket written", interval=0.2)  # flushed every second
     assert sum(b["count"] for b in found) >= 1
     assert all(b["min"] <= b["avg"] <= b["max"] for b in found)
 

@@ -23,6 +23,7 @@ from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import ReservationConflict
 from services.shared.runtime import ServiceContext
+from tests.support.polling import until
 
 pytestmark = pytest.mark.amqp
 
@@ -91,10 +92,11 @@ async def client(
                 },
                 source="monitor",
             )
-        deadline = asyncio.get_running_loop().time() + 10
-        while len(await client_bus.call("reservations", "list_gpus", {})) < len(GPUS):
-            assert asyncio.get_running_loop().time() < deadline, "GPUs never arrived"
-            await asyncio.sleep(0.05)
+
+        async def every_gpu_known() -> bool:
+            return len(await client_bus.call("reservations", "list_gpus", {})) >= len(GPUS)
+
+        await until(every_gpu_known, "the GPUs arriving", timeout=10)
         yield client_bus, events
     finally:
         for stop in reversed(stops):
@@ -131,9 +133,10 @@ async def test_replicas_give_one_success_for_one_slot(client: tuple[Bus, list[En
         {"start": start.isoformat(), "end": (start + timedelta(hours=3)).isoformat()},
     )
     assert [r["id"] for r in listed] == [made[0]["id"]]
-    deadline = asyncio.get_running_loop().time() + 10
-    while not any(e.type == "reservation.created" for e in events):
-        assert asyncio.get_running_loop().time() < deadline, "no reservation.created"
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: any(e.type == "reservation.created" for e in events),
+        "reservation.created",
+        timeout=10,
+    )
     await asyncio.sleep(0.5)  # a second copy would have arrived by now
     assert [e.data["id"] for e in events if e.type == "reservation.created"] == [made[0]["id"]]

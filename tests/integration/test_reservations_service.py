@@ -34,6 +34,7 @@ from services.shared.errors import (
 )
 from services.shared.http_errors import STATUS_BY_CODE
 from services.shared.runtime import ServiceContext
+from tests.support.polling import until
 
 HOSTS = {"dgx1": 4, "dgx2": 4}
 
@@ -54,11 +55,7 @@ class Service:
         return [e.data for e in self.events if e.type == event_type]
 
     async def until(self, condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not condition():
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"timed out waiting for {what}")
-            await asyncio.sleep(0.02)
+        await until(condition, what, timeout)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -126,10 +123,11 @@ async def service(
                 email=f"{name}@lab.example",
                 password=f"{name}-password",
             )
-        deadline = asyncio.get_running_loop().time() + 10
-        while len(await running.call("list_gpus")) < sum(HOSTS.values()):
-            assert asyncio.get_running_loop().time() < deadline, "GPUs never arrived"
-            await asyncio.sleep(0.02)
+
+        async def every_gpu_known() -> bool:
+            return len(await running.call("list_gpus")) >= sum(HOSTS.values())
+
+        await until(every_gpu_known, "the GPUs arriving", timeout=10)
         yield running
     finally:
         await stop()
@@ -440,10 +438,10 @@ async def test_usage_statistics_follow_samples_and_freeze_at_the_end(service: Se
         usage = (await service.call("get_reservation", id=made["id"]))["usage"]
         return 0 if usage is None else int(usage["samples"])
 
-    deadline = asyncio.get_running_loop().time() + 10
-    while await live_samples() < 5:  # shown while it runs
-        assert asyncio.get_running_loop().time() < deadline, "samples never counted"
-        await asyncio.sleep(0.05)
+    async def five_counted() -> bool:
+        return await live_samples() >= 5  # shown while it runs
+
+    await until(five_counted, "the samples counted", timeout=10)
     await service.call("end_reservation", actor="alice", id=made["id"])
     await service.until(lambda: len(service.of("reservation.ended")) == 1, "ended")
     usage = service.of("reservation.ended")[0]["usage"]

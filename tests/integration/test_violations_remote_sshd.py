@@ -38,6 +38,7 @@ from services.violations.actions.remote import SshHostShell
 from services.violations.actions.signals import kill, terminate
 from services.violations.actions.terminal import notify_terminals
 from services.violations.scripts import parse_who, who_command
+from tests.support.polling import until
 from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.skipif(
@@ -201,18 +202,20 @@ async def terminal_session(setup: Setup) -> AsyncIterator[asyncssh.SSHClientProc
 
 async def wait_for_session(setup: Setup) -> str:
     """The offender's tty once `who` lists it."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        result = await setup.shell.run(setup.host, setup.user.name, who_command())
-        ttys = [s.tty for s in parse_who(result.stdout) if s.user == setup.user.name]
-        if ttys:
-            return ttys[0]
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"`who` never listed the pty session of {setup.user.name}: {result.stdout!r}; "
-                f"sshd's log:\n{setup.sshd.log()[-2000:]}"
-            )
-        await asyncio.sleep(0.05)
+    listed = ""
+
+    async def tty() -> str | None:
+        nonlocal listed
+        listed = (await setup.shell.run(setup.host, setup.user.name, who_command())).stdout
+        ttys = [s.tty for s in parse_who(listed) if s.user == setup.user.name]
+        return ttys[0] if ttys else None
+
+    return await until(
+        tty,
+        f"`who` listing the pty session of {setup.user.name}",
+        DEADLINE_S,
+        report=lambda: f"`who`: {listed!r}; sshd's log:\n{setup.sshd.log()[-2000:]}",
+    )
 
 
 @pytest.mark.parametrize("act_as", ACT_AS)

@@ -28,6 +28,7 @@ from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
 from services.violations.service import start as start_violations
+from tests.support.polling import until
 
 GPU = "GPU-h1-2"
 
@@ -66,14 +67,10 @@ class Running:
     def of(self, event_type: str) -> list[dict[str, Any]]:
         return [e.data for e in self.events if e.type == event_type]
 
-    async def until(self, condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not condition():
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(
-                    f"timed out waiting for {what}; events: {[e.type for e in self.events]}"
-                )
-            await asyncio.sleep(0.02)
+    async def until(self, condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+        await until(
+            condition, what, timeout, report=lambda: f"events: {[e.type for e in self.events]}"
+        )
 
     async def reserve(
         self, rid: int = 7, owner: str = "alice", guests: tuple[str, ...] = (), **times: datetime
