@@ -5,6 +5,7 @@ PostgreSQL: each test gets its own database. When a server cannot be reached the
 with what to do; it never skips silently (set WARDEN_TEST_AMQP_URL / WARDEN_TEST_PG_URL to
 point at servers elsewhere).
 sshd: each test gets its own OpenSSH sshd on a free loopback port (tests/support/sshd.py).
+unix_user: a throwaway Unix user of the test's own (tests/support/unix_user.py; needs root).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pytest
 
 from tests.support.sshd import Sshd
+from tests.support.unix_user import UnixUser, throwaway_user
 
 AMQP_URL = os.environ.get("WARDEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 PG_URL = os.environ.get("WARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -87,6 +89,13 @@ def sshd(request: pytest.FixtureRequest) -> Iterator[Sshd]:
     """
     with Sshd(**getattr(request, "param", {})) as server:
         yield server
+
+
+@pytest.fixture
+def unix_user() -> Iterator[UnixUser]:
+    """A fresh unprivileged Unix user, removed with its processes afterwards."""
+    with throwaway_user() as user:
+        yield user
 
 
 @pytest.fixture
