@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import functools
 import math
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 
 from services.monitor.service import start as start_monitor
@@ -20,13 +18,14 @@ from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
 from tests.support import polling
+from tests.support.config import write_config
+from tests.support.fleet import served_fleet
 
 INTERVAL_S = 0.3
 
@@ -48,35 +47,13 @@ class Running:
 until = functools.partial(polling.until, timeout=20.0)
 
 
-def write_config(tmp_path: Path, server: SimServer, key_file: Path) -> Settings:
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-    lines = [
-        "[storage]",
-        f'data_dir = "{tmp_path / "data"}"',
-        "[auth]",
-        f'jwt_secret = "{secrets.token_urlsafe(48)}"',
-        "[ssh]",
-        f'known_hosts = "{known_hosts}"',
-        "[monitor]",
-        f"interval_s = {INTERVAL_S}",
-        'local_nvml = "off"',
-    ]
-    for host in server.hosts_config("warden", key_file):
-        lines += ["[[hosts]]", *(f"{k} = {v!r}".replace("'", '"') for k, v in host.items())]
-    path = tmp_path / "warden.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return load_settings(path, environ={})
-
-
 @pytest.fixture(params=["inproc", "amqp"])
 async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Running]:
     fleet = SimFleet(3, 4, seed=7, churn=False)
-    client_key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_key"
-    client_key.write_private_key(str(key_file))
-    async with SimServer(fleet, authorized_keys=[client_key.convert_to_public()]) as server:
-        settings = write_config(tmp_path, server, key_file)
+    async with served_fleet(fleet, tmp_path) as served:
+        monitor = {"interval_s": INTERVAL_S}
+        config = write_config(tmp_path / "warden.toml", **served.config(), monitor=monitor)
+        settings = load_settings(config, environ={})
         engine = db.create_engine(settings.storage.database_url_for("monitor"))
         await db.upgrade(engine, "monitor")
         await engine.dispose()
