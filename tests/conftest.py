@@ -99,15 +99,9 @@ def unix_user() -> Iterator[UnixUser]:
 
 
 @pytest.fixture
-def cheap_passwords(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def cheap_passwords() -> Iterator[None]:
     """Real argon2 at cheap parameters: tests that create many accounts stay fast."""
-    from argon2 import PasswordHasher
+    from tests.support import accounts
 
-    from services.reservations import passwords
-
-    monkeypatch.setattr(
-        passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
-    passwords._dummy_hash.cache_clear()
-    yield
-    passwords._dummy_hash.cache_clear()
+    with accounts.cheap_passwords():
+        yield

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import os
-import secrets
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -23,21 +22,19 @@ from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import Settings
 from services.shared.contracts import Envelope
-from services.shared.runtime import make_bus, run_services
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
-from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
+from tests.support.fleet import served_fleet
 from tests.support.polling import until
 from tests.support.ports import free_port
+from tests.support.system import buses, discovered_gpu, running_services, system_settings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -99,11 +96,6 @@ async def system(
 ) -> AsyncIterator[System]:
     kind = request.param
     amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_key"
-    key.write_private_key(str(key_file))
-    key_file.chmod(0o600)
-    fleet = SimFleet(2, 4, seed=3, churn=False)
     received: list[dict[str, Any]] = []
     mailbox = Mailbox()
     smtp_port = free_port()
@@ -112,68 +104,39 @@ async def system(
     receiver = await _webhook_receiver(received)
     hook_port = receiver.addresses[0][1]
     try:
-        async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
-            known_hosts = tmp_path / "known_hosts"
-            known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-            lines = [
-                "[storage]",
-                f"data_dir = {toml(str(tmp_path / 'data'))}",
-                "[auth]",
-                f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
-                "[gateway]",
-                "port = 0",
-                "[ssh]",
-                f"known_hosts = {toml(str(known_hosts))}",
-                "[monitor]",
-                "interval_s = 1.0",
-                'local_nvml = "off"',
-                "[violations]",
-                f"steps = {toml(STEPS)}",
-                'smtp_host = "127.0.0.1"',
-                f"smtp_port = {smtp_port}",
-                'smtp_security = "none"',
-                "[[violations.webhooks]]",
-                f'url = "http://127.0.0.1:{hook_port}/hooks/slack"',
-                'format = "slack"',
-                'name = "lab-chat"',
-            ]
-            if amqp_url is not None:
-                lines[0:0] = ["[bus]", f"amqp_url = {toml(amqp_url)}"]
-            for host in server.hosts_config("warden", key_file):
-                lines.append("[[hosts]]")
-                lines += [f"{k} = {toml(v)}" for k, v in host.items()]
-            config = tmp_path / "warden.toml"
-            config.write_text("\n".join(lines) + "\n")
-            settings = load_settings(config, environ={"HOME": str(tmp_path)})
-            await create_accounts(settings)
-
-            bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
-            client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
-            stop = asyncio.Event()
-            running = asyncio.create_task(
-                run_services(
-                    ["monitor", "reservations", "violations", "gateway"],
-                    settings,
-                    bus_kind=kind,
-                    bus=bus,
-                    stop=stop,
-                )
+        async with served_fleet(SimFleet(2, 4, seed=3, churn=False), tmp_path) as served:
+            settings = await system_settings(
+                tmp_path,
+                served,
+                bus={"amqp_url": amqp_url},
+                gateway={"port": 0},
+                monitor={"interval_s": 1.0},
+                violations={
+                    "steps": STEPS,
+                    "smtp_host": "127.0.0.1",
+                    "smtp_port": smtp_port,
+                    "smtp_security": "none",
+                    "webhooks": [
+                        {
+                            "url": f"http://127.0.0.1:{hook_port}/hooks/slack",
+                            "format": "slack",
+                            "name": "lab-chat",
+                        }
+                    ],
+                },
             )
-            system = System(fleet, client, settings, received, mailbox)
-            try:
-                if client is not bus:
-                    await client.start()
+            services = ["monitor", "reservations", "violations", "gateway"]
+            async with (
+                buses(settings, kind) as (bus, client),
+                running_services(services, settings, kind, bus),
+            ):
+                system = System(served.fleet, client, settings, received, mailbox)
 
                 async def record(envelope: Envelope) -> None:
                     system.events.append(envelope)
 
                 await client.subscribe("violations", "#", "test.recorder", record)
                 yield system
-            finally:
-                stop.set()
-                await stopped(running)
-                if client is not bus:
-                    await client.close()
     finally:
         await receiver.cleanup()
         smtp.stop()
