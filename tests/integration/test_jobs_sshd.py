@@ -12,7 +12,6 @@ import asyncio
 import os
 import shlex
 import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,6 +27,7 @@ from services.jobs.scripts import Probe, Started, session_name
 from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
 from tests.support.polling import until
+from tests.support.processes import ps_row
 from tests.support.sshd import Sshd
 from tests.support.unix_user import UnixUser
 
@@ -302,12 +302,7 @@ def owned_dir(owner: UnixUser, path: Path) -> Path:
 
 def process_start(pid: int, uid: int) -> int | None:
     """The start of `pid` as the scripts compute it, once it runs as `uid`."""
-    row = subprocess.run(
-        ["ps", "-o", "uid=,etimes=,args=", "-p", str(pid)],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
+    row = ps_row(pid, "uid=,etimes=,args=")
     if len(row) < 3 or row[0] != str(uid) or row[2] != "sleep" or int(row[1]) > 86400:
         return None
     return int(time.time()) - int(row[1])

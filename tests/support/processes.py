@@ -22,3 +22,10 @@ def running(*argv: str) -> Iterator[subprocess.Popen[bytes]]:
     finally:
         process.kill()
         process.wait()
+
+
+def ps_row(pid: int, columns: str) -> list[str]:
+    """The words `ps -o COLUMNS -p PID` prints for `pid` (COLUMNS such as "user=,etimes=,args=",
+    without a header); [] once it is gone."""
+    command = ["ps", "-o", columns, "-p", str(pid)]
+    return subprocess.run(command, capture_output=True, text=True, check=False).stdout.split()

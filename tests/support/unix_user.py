@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.polling import until_sync
+from tests.support.processes import ps_row
 
 START_TIMEOUT_S = 10.0
 SCREEN_DIR = Path("/run/screen")
@@ -58,12 +59,7 @@ class UnixUser:
         process = self.spawn(*argv)
 
         def started_at() -> datetime | None:
-            row = subprocess.run(
-                ["ps", "-o", "user:64=,etimes=,args=", "-p", str(process.pid)],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.split()
+            row = ps_row(process.pid, "user:64=,etimes=,args=")
             # (procps can print a wrapped, huge etimes for a process forked a moment ago.)
             if row and row[0] == self.name and row[2] != "python" and int(row[1]) < 86400:
                 return datetime.fromtimestamp(int(time.time()) - int(row[1]), UTC)

@@ -51,6 +51,7 @@ from services.shared.config import HostConfig, JobSettings, Settings, SshSetting
 from services.shared.errors import ConfigError
 from services.shared.ssh import CommandResult, public_key_line
 from tests.support.polling import until_sync
+from tests.support.processes import ps_row
 
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
 HOST = HostConfig(name="dgx1", address="10.0.0.1", user="warden", key_file="/keys/host")
@@ -216,12 +217,7 @@ class Tasks:
         self.processes.append(process)
 
         def start() -> int | None:
-            row = subprocess.run(
-                ["ps", "-o", "etimes=,args=", "-p", str(process.pid)],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.split()
+            row = ps_row(process.pid, "etimes=,args=")
             if row and row[1] == argv[0] and int(row[0]) < 86400:
                 return int(time.time()) - int(row[0])
             return None
