@@ -29,9 +29,17 @@ from services.shared.errors import (
 )
 from services.shared.runtime import make_bus
 from services.sim.model import SimFleet
+from tests.support.events import record
 from tests.support.fleet import served_fleet
 from tests.support.polling import until
-from tests.support.system import buses, discovered_gpu, running_services, system_settings
+from tests.support.system import (
+    BUS_KINDS,
+    bus_config,
+    buses,
+    discovered_gpu,
+    running_services,
+    system_settings,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -76,17 +84,16 @@ class System:
         )
 
 
-@pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
+@pytest.fixture(params=BUS_KINDS)
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
 ) -> AsyncIterator[System]:
     kind = request.param
-    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
     async with served_fleet(SimFleet(2, 4, seed=3, churn=False), tmp_path) as served:
         settings = await system_settings(
             tmp_path,
             served,
-            bus={"amqp_url": amqp_url},
+            bus=bus_config(request),
             monitor={"interval_s": 0.5},
             jobs={
                 "poll_interval_s": 0.3,
@@ -109,12 +116,8 @@ async def system(
 
             if kind == "amqp":
                 system.restart = restart
-
-            async def record(envelope: Envelope) -> None:
-                system.events.append(envelope)
-
-            await client.subscribe("jobs", "#", "test.recorder", record)
-            await client.subscribe("monitor", "processes.observed", "test.recorder", record)
+            await record(client, system.events, "jobs")
+            await record(client, system.events, "monitor", "processes.observed")
             await _wait_for(client, "jobs")
             yield system
 

@@ -31,10 +31,18 @@ from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings
 from services.shared.contracts import Envelope
 from services.sim.model import SimFleet
+from tests.support.events import record
 from tests.support.fleet import served_fleet
 from tests.support.polling import until
 from tests.support.ports import free_port
-from tests.support.system import buses, discovered_gpu, running_services, system_settings
+from tests.support.system import (
+    BUS_KINDS,
+    bus_config,
+    buses,
+    discovered_gpu,
+    running_services,
+    system_settings,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -90,12 +98,11 @@ async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
     return runner
 
 
-@pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
+@pytest.fixture(params=BUS_KINDS)
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
 ) -> AsyncIterator[System]:
     kind = request.param
-    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
     received: list[dict[str, Any]] = []
     mailbox = Mailbox()
     smtp_port = free_port()
@@ -108,7 +115,7 @@ async def system(
             settings = await system_settings(
                 tmp_path,
                 served,
-                bus={"amqp_url": amqp_url},
+                bus=bus_config(request),
                 gateway={"port": 0},
                 monitor={"interval_s": 1.0},
                 violations={
@@ -131,11 +138,7 @@ async def system(
                 running_services(services, settings, kind, bus),
             ):
                 system = System(served.fleet, client, settings, received, mailbox)
-
-                async def record(envelope: Envelope) -> None:
-                    system.events.append(envelope)
-
-                await client.subscribe("violations", "#", "test.recorder", record)
+                await record(client, system.events, "violations")
                 yield system
     finally:
         await receiver.cleanup()

@@ -25,6 +25,7 @@ from services.shared.runtime import ServiceContext
 from services.sim.model import SimFleet
 from tests.support import polling
 from tests.support.config import write_config
+from tests.support.events import record
 from tests.support.fleet import served_fleet
 
 INTERVAL_S = 0.3
@@ -69,11 +70,7 @@ async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         for bus in buses:
             await bus.start()
         events: list[Envelope] = []
-
-        async def record(envelope: Envelope) -> None:
-            events.append(envelope)
-
-        await buses[-1].subscribe("monitor", "#", "test.record", record)
+        await record(buses[-1], events, "monitor")
         teardown = await start_monitor(ServiceContext("monitor", settings, service_bus))
         try:
             yield Running(fleet, buses[-1], events)

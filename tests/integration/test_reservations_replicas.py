@@ -23,6 +23,7 @@ from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import ReservationConflict
 from services.shared.runtime import ServiceContext
+from tests.support.events import record
 from tests.support.polling import until
 
 pytestmark = pytest.mark.amqp
@@ -70,14 +71,10 @@ async def client(
     client_bus = AmqpBus(amqp_url, name="client")
     stops = []
     events: list[Envelope] = []
-
-    async def record(envelope: Envelope) -> None:
-        events.append(envelope)
-
     try:
         for bus in [*buses, client_bus]:
             await bus.start()
-        await client_bus.subscribe("reservations", "reservation.*", "test.recorder", record)
+        await record(client_bus, events, "reservations", "reservation.*")
         for bus in buses:
             stops.append(await start_reservations(ServiceContext("reservations", settings, bus)))
         for index, uuid in enumerate(GPUS):

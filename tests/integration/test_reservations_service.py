@@ -34,6 +34,7 @@ from services.shared.errors import (
 )
 from services.shared.http_errors import STATUS_BY_CODE
 from services.shared.runtime import ServiceContext
+from tests.support.events import record
 from tests.support.polling import until
 
 HOSTS = {"dgx1": 4, "dgx2": 4}
@@ -94,11 +95,7 @@ async def service(
     bus = InProcessBus()
     await bus.start()
     events: list[Envelope] = []
-
-    async def record(envelope: Envelope) -> None:
-        events.append(envelope)
-
-    await bus.subscribe("reservations", "#", "test.recorder", record)
+    await record(bus, events, "reservations")
     stop = await start_reservations(ServiceContext("reservations", settings, bus))
     running = Service(bus, events)
     try:
@@ -489,11 +486,7 @@ async def test_started_is_sent_after_a_restart_and_only_once(
     bus = InProcessBus()
     await bus.start()
     events: list[Envelope] = []
-
-    async def record(envelope: Envelope) -> None:
-        events.append(envelope)
-
-    await bus.subscribe("reservations", "reservation.*", "test.recorder", record)
+    await record(bus, events, "reservations", "reservation.*")
     try:
         stop = await start_reservations(ServiceContext("reservations", settings, bus))
         await bus.emit(

@@ -28,6 +28,7 @@ from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
 from services.violations.service import start as start_violations
+from tests.support.events import record
 from tests.support.polling import until
 
 GPU = "GPU-h1-2"
@@ -127,11 +128,7 @@ async def _running(url: str, tmp_path: Path, **violations: str) -> AsyncIterator
     bus = InProcessBus()
     await bus.start()
     running = Running(bus, settings_for(url, tmp_path, **violations))
-
-    async def record(envelope: Envelope) -> None:
-        running.events.append(envelope)
-
-    await bus.subscribe("violations", "#", "test.recorder", record)
+    await record(bus, running.events, "violations")
     await running.start()
     try:
         yield running
@@ -347,11 +344,7 @@ async def test_reservations_are_loaded_from_the_reservations_service_at_start(
         await db.upgrade(engine, "violations")
         await engine.dispose()
         running = Running(bus, settings_for(vdb, tmp_path))
-
-        async def record(envelope: Envelope) -> None:
-            running.events.append(envelope)
-
-        await bus.subscribe("violations", "#", "test.recorder", record)
+        await record(bus, running.events, "violations")
         await running.start()
         try:
             # The monitor sends a snapshot every poll; the first may come before the load.

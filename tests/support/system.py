@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
@@ -33,6 +35,16 @@ from tests.support.polling import until
 
 DEADLINE_S = 30.0
 STOP_DEADLINE_S = 60.0
+# The params of a system fixture that runs once on each bus; see `bus_config`.
+BUS_KINDS = ["inproc", pytest.param("amqp", marks=pytest.mark.amqp)]
+
+
+def bus_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The [bus] section for the kind `request.param`: on "amqp" the test's own RabbitMQ
+    vhost (fixture `amqp_url`), on "inproc" nothing."""
+    if request.param == "amqp":
+        return {"amqp_url": request.getfixturevalue("amqp_url")}
+    return {}
 
 
 async def system_settings(directory: Path, served: ServedFleet, **sections: Any) -> Settings:
