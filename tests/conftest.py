@@ -4,7 +4,8 @@ RabbitMQ: each test gets its own vhost (nameko's habit), created and deleted wit
 PostgreSQL: each test gets its own database. When a server cannot be reached the test fails
 with what to do; it never skips silently (set WARDEN_TEST_AMQP_URL / WARDEN_TEST_PG_URL to
 point at servers elsewhere).
-sshd: each test gets its own OpenSSH sshd on a free loopback port (tests/sshd.py).
+sshd: each test gets its own OpenSSH sshd on a free loopback port (tests/support/sshd.py).
+unix_user: a throwaway Unix user of the test's own (tests/support/unix_user.py; needs root).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
+from tests.support.unix_user import UnixUser, throwaway_user
 
 AMQP_URL = os.environ.get("WARDEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 PG_URL = os.environ.get("WARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -80,7 +82,7 @@ async def pg_url() -> AsyncIterator[str]:
 
 @pytest.fixture
 def sshd(request: pytest.FixtureRequest) -> Iterator[Sshd]:
-    """A real sshd of this test's own on 127.0.0.1 (see tests/sshd.py), started.
+    """A real sshd of this test's own on 127.0.0.1 (see tests/support/sshd.py), started.
 
     Options of `Sshd` (user, path, env, extra_config) come through indirect parametrisation:
     `@pytest.mark.parametrize("sshd", [{"user": "alice"}], indirect=True)`.
@@ -90,15 +92,16 @@ def sshd(request: pytest.FixtureRequest) -> Iterator[Sshd]:
 
 
 @pytest.fixture
-def cheap_passwords(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def unix_user() -> Iterator[UnixUser]:
+    """A fresh unprivileged Unix user, removed with its processes afterwards."""
+    with throwaway_user() as user:
+        yield user
+
+
+@pytest.fixture
+def cheap_passwords() -> Iterator[None]:
     """Real argon2 at cheap parameters: tests that create many accounts stay fast."""
-    from argon2 import PasswordHasher
+    from tests.support import accounts
 
-    from services.reservations import passwords
-
-    monkeypatch.setattr(
-        passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    )
-    passwords._dummy_hash.cache_clear()
-    yield
-    passwords._dummy_hash.cache_clear()
+    with accounts.cheap_passwords():
+        yield

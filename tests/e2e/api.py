@@ -8,36 +8,32 @@ signs in as one of them. Deadlines are generous; nothing asserts how long anythi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import secrets
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncssh
-import pytest
-from argon2 import PasswordHasher
 
-from services.reservations import passwords
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
-from services.shared.runtime import run_services
+from services.shared.config import Settings
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
-from tests.e2e.system import DEADLINE_S, create_accounts, stopped, toml
+from tests.support.accounts import PASSWORD, cheap_passwords
+from tests.support.config import merged
+from tests.support.fleet import served_fleet
+from tests.support.polling import until
+from tests.support.ports import free_port
+from tests.support.system import (
+    DEADLINE_S,
+    Services,
+    discovered_gpu,
+    running_services,
+    system_settings,
+)
 
-PASSWORD = "pw-12345678"
 API = "/api/v1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+EVERY_SERVICE = ["monitor", "reservations", "jobs", "violations", "gateway"]
 
 
 @dataclass
@@ -119,97 +115,42 @@ class ApiSystem:
 
     async def gpu(self, host_index: int, gpu_index: int) -> dict[str, Any]:
         """A GPU of the fleet once the reservations service knows it (uuid, host, index)."""
-        host = self.fleet.hosts[host_index]
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            with contextlib.suppress(Exception):
-                for gpu in await self.bus.call("reservations", "list_gpus", {}):
-                    if gpu["host"] == host and gpu["index"] == gpu_index:
-                        return dict(gpu)
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"GPU {gpu_index} of {host} never reached the reservations service")
-            await asyncio.sleep(0.2)
+        return await discovered_gpu(self.bus, self.fleet.hosts[host_index], gpu_index)
 
     async def until(self, condition: Callable[[], Awaitable[Any]], what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            found = await condition()
-            if found:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"{what}: not within {DEADLINE_S:g}s")
-            await asyncio.sleep(0.1)
+        return await until(condition, what, DEADLINE_S, interval=0.1)
 
 
 @contextlib.asynccontextmanager
 async def running_system(
-    tmp_path: Path, *, hosts: int = 2, gpus: int = 4, extra_config: tuple[str, ...] = ()
+    tmp_path: Path, *, hosts: int = 2, gpus: int = 4, config: Mapping[str, Any] | None = None
 ) -> AsyncIterator[ApiSystem]:
-    """Every service and the gateway, in this process, against a simulated fleet."""
-    cheap = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-    saved_hasher = passwords._hasher
-    passwords._hasher = cheap
-    passwords._dummy_hash.cache_clear()
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_key"
-    key.write_private_key(str(key_file))
-    key_file.chmod(0o600)
+    """Every service and the gateway, in this process, against a simulated fleet; `config`:
+    sections merged over the config (e.g. `{"violations": {"steps": [...]}}`)."""
+    port = free_port()
+    sections = {
+        "gateway": {"port": port, "frontend_dir": str(tmp_path / "no-frontend")},
+        "monitor": {"interval_s": 0.5},
+        "jobs": {"poll_interval_s": 0.3, "int_grace_s": 1.0, "term_grace_s": 1.0},
+    }
     fleet = SimFleet(hosts, gpus, seed=5, churn=False)
-    try:
-        async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
-            known_hosts = tmp_path / "known_hosts"
-            known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-            port = free_port()
-            lines = [
-                "[storage]",
-                f"data_dir = {toml(str(tmp_path / 'data'))}",
-                "[auth]",
-                f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
-                "[gateway]",
-                f"port = {port}",
-                f"frontend_dir = {toml(str(tmp_path / 'no-frontend'))}",
-                "[ssh]",
-                f"known_hosts = {toml(str(known_hosts))}",
-                f"key_file = {toml(str(key_file))}",
-                "[monitor]",
-                "interval_s = 0.5",
-                'local_nvml = "off"',
-                "[jobs]",
-                "poll_interval_s = 0.3",
-                "int_grace_s = 1.0",
-                "term_grace_s = 1.0",
-                *extra_config,
-            ]
-            for host in server.hosts_config("warden", key_file):
-                lines.append("[[hosts]]")
-                lines += [f"{k} = {toml(v)}" for k, v in host.items()]
-            config = tmp_path / "warden.toml"
-            config.write_text("\n".join(lines) + "\n")
-            settings = load_settings(config, environ={"HOME": str(tmp_path)})
-            await create_accounts(settings)
+    with cheap_passwords():
+        async with served_fleet(fleet, tmp_path) as served:
+            settings = await system_settings(tmp_path, served, **merged(sections, config or {}))
             bus = InProcessBus()
-            stop = asyncio.Event()
-            services = ["monitor", "reservations", "jobs", "violations", "gateway"]
-            running = asyncio.create_task(
-                run_services(services, settings, bus_kind="inproc", bus=bus, stop=stop)
-            )
             base = f"http://127.0.0.1:{port}"
-            try:
-                async with aiohttp.ClientSession() as session:
-                    system = ApiSystem(base, settings, fleet, bus, session, {})
-                    await system.until(lambda: _answers(session, base, running), "the gateway")
-                    yield system
-            finally:
-                stop.set()
-                await stopped(running)
-    finally:
-        passwords._hasher = saved_hasher
-        passwords._dummy_hash.cache_clear()
+            async with (
+                running_services(EVERY_SERVICE, settings, "inproc", bus) as services,
+                aiohttp.ClientSession() as session,
+            ):
+                system = ApiSystem(base, settings, fleet, bus, session, {})
+                await system.until(lambda: _answers(session, base, services), "the gateway")
+                yield system
 
 
-async def _answers(session: aiohttp.ClientSession, base: str, running: asyncio.Task[None]) -> bool:
-    if running.done():
-        running.result()  # a service failed to start: its error, not a timeout
+async def _answers(session: aiohttp.ClientSession, base: str, services: Services) -> bool:
+    if services.task is not None and services.task.done():
+        services.task.result()  # a service failed to start: its error, not a timeout
     try:
         async with session.get(base + API + "/health") as response:
             return response.status == 200

@@ -29,7 +29,7 @@ STEPS = ["0s terminal offender"]
 async def system(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ApiSystem]:
     async with running_system(
         tmp_path_factory.mktemp("api-violations"),
-        extra_config=("[violations]", f"steps = {json.dumps(STEPS)}"),
+        config={"violations": {"steps": STEPS}},
     ) as system:
         yield system
 

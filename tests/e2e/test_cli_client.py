@@ -25,7 +25,8 @@ from services.client.store import CredentialStore, credentials_path
 from services.gateway.routes import hosts as host_routes
 from services.gateway.routes import jobs as job_routes
 from services.gateway.routes import violations as violation_routes
-from tests.e2e.api import PASSWORD, ApiSystem, free_port, running_system
+from tests.e2e.api import PASSWORD, ApiSystem, running_system
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from services.sim.demo import format_snapshot
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.polling import until_sync
+from tests.support.ports import free_port
 
 
 def health(port: int) -> dict | None:
@@ -61,16 +55,15 @@ def test_demo_shows_live_gpus_and_stops_cleanly(tmp_path: Path) -> None:
             env=env,
         )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def live() -> dict | None:
             answer = health(port)
-            text = log.read_text()
-            if answer and answer["status"] == "ok" and "sim-002     1" in text:
-                break
+            if answer and answer["status"] == "ok" and "sim-002     1" in log.read_text():
+                return answer
             assert demo.poll() is None, f"demo exited early:\n{log.read_text()}"
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"no live GPUs within 60 s:\n{log.read_text()}")
+            return None
+
+        answer = until_sync(live, "live GPUs", 60, interval=0.2, report=log.read_text)
         assert set(answer["services"]) == {
             "gateway",
             "monitor",

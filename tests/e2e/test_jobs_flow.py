@@ -10,19 +10,16 @@ nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 
 from services.shared.bus import Bus
-from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import Settings
 from services.shared.contracts import Envelope
 from services.shared.errors import (
     Forbidden,
@@ -30,10 +27,19 @@ from services.shared.errors import (
     ServiceUnavailable,
     StateConflict,
 )
-from services.shared.runtime import make_bus, run_services
+from services.shared.runtime import make_bus
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
-from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
+from tests.support.events import record
+from tests.support.fleet import served_fleet
+from tests.support.polling import until
+from tests.support.system import (
+    BUS_KINDS,
+    bus_config,
+    buses,
+    discovered_gpu,
+    running_services,
+    system_settings,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -59,14 +65,7 @@ class System:
         ]
 
     async def until(self, condition: Callable[[], Any], what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            found = condition()
-            if found:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"{what}: not within {DEADLINE_S:g}s; events {self.event_log()}")
-            await asyncio.sleep(0.05)
+        return await until(condition, what, DEADLINE_S, report=lambda: f"events {self.event_log()}")
 
     def event_log(self) -> list[str]:
         return [f"{e.type}:{e.data.get('status', '')}" for e in self.events]
@@ -79,112 +78,65 @@ class System:
             job: dict[str, Any] = await self.call("get_job", id=job_id, actor="admin", admin=True)
             return job if job["status"] in statuses else None
 
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while (job := await reached()) is None:
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"job {job_id} never {statuses}; events {self.event_log()}")
-            await asyncio.sleep(0.1)
-        return job
+        what = f"job {job_id} {' or '.join(statuses)}"
+        return await until(
+            reached, what, DEADLINE_S, interval=0.1, report=lambda: f"events {self.event_log()}"
+        )
 
 
-@pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
+@pytest.fixture(params=BUS_KINDS)
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
 ) -> AsyncIterator[System]:
     kind = request.param
-    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_key"
-    key.write_private_key(str(key_file))
-    key_file.chmod(0o600)
-    fleet = SimFleet(2, 4, seed=3, churn=False)
-    async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-        lines = [
-            "[storage]",
-            f"data_dir = {toml(str(tmp_path / 'data'))}",
-            "[auth]",
-            f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
-            "[ssh]",
-            f"known_hosts = {toml(str(known_hosts))}",
-            f"key_file = {toml(str(key_file))}",
-            "[monitor]",
-            "interval_s = 0.5",
-            'local_nvml = "off"',
-            "[jobs]",
-            "poll_interval_s = 0.3",
-            "int_grace_s = 1.0",
-            "term_grace_s = 1.0",
-            "queue_min_window_s = 600",
-            "preempt_lead_s = 300",
-        ]
-        if amqp_url is not None:
-            lines[0:0] = ["[bus]", f"amqp_url = {toml(amqp_url)}"]
-        for host in server.hosts_config("warden", key_file):
-            lines.append("[[hosts]]")
-            lines += [f"{k} = {toml(v)}" for k, v in host.items()]
-        config = tmp_path / "warden.toml"
-        config.write_text("\n".join(lines) + "\n")
-        settings = load_settings(config, environ={"HOME": str(tmp_path)})
-        await create_accounts(settings)
+    async with served_fleet(SimFleet(2, 4, seed=3, churn=False), tmp_path) as served:
+        settings = await system_settings(
+            tmp_path,
+            served,
+            bus=bus_config(request),
+            monitor={"interval_s": 0.5},
+            jobs={
+                "poll_interval_s": 0.3,
+                "int_grace_s": 1.0,
+                "term_grace_s": 1.0,
+                "queue_min_window_s": 600,
+                "preempt_lead_s": 300,
+            },
+        )
+        async with (
+            buses(settings, kind) as (bus, client),
+            running_services(["monitor", "reservations", "jobs"], settings, kind, bus) as services,
+        ):
+            system = System(served.fleet, client, settings)
 
-        bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
-        client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
-        stop = asyncio.Event()
+            async def restart() -> None:
+                await services.stop()
+                services.start(make_bus(settings, "amqp", name="t2"))
+                await _wait_for(client, "jobs")
 
-        def run(on: Bus) -> asyncio.Task[None]:
-            services = ["monitor", "reservations", "jobs"]
-            return asyncio.create_task(
-                run_services(services, settings, bus_kind=kind, bus=on, stop=stop)
-            )
-
-        running = run(bus)
-        system = System(fleet, client, settings)
-
-        async def restart() -> None:
-            nonlocal running
-            stop.set()
-            await stopped(running)
-            stop.clear()
-            running = run(make_bus(settings, "amqp", name="t2"))
-            await _wait_for(client, "jobs")
-
-        if kind == "amqp":
-            system.restart = restart
-        try:
-            if client is not bus:
-                await client.start()
-
-            async def record(envelope: Envelope) -> None:
-                system.events.append(envelope)
-
-            await client.subscribe("jobs", "#", "test.recorder", record)
-            await client.subscribe("monitor", "processes.observed", "test.recorder", record)
+            if kind == "amqp":
+                system.restart = restart
+            await record(client, system.events, "jobs")
+            await record(client, system.events, "monitor", "processes.observed")
             await _wait_for(client, "jobs")
             yield system
-        finally:
-            stop.set()
-            await stopped(running)
-            if client is not bus:
-                await client.close()
 
 
 async def _wait_for(bus: Bus, service: str) -> None:
     """Until the service answers (on RabbitMQ the services start after the fixture)."""
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while True:
+
+    async def answers() -> bool:
         try:
             await bus.call(service, "health", {}, timeout=1)
-            return
         except ServiceUnavailable:
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"{service} never answered")
-            await asyncio.sleep(0.2)
+            return False
+        return True
+
+    await until(answers, f"{service} answering", DEADLINE_S, interval=0.2)
 
 
 async def _gpu(system: System, host: str, index: int) -> str:
-    return await discovered_gpu(system.bus, host, index)
+    return str((await discovered_gpu(system.bus, host, index))["uuid"])
 
 
 def _sim_users(fleet: SimFleet, host: str, gpu: str) -> set[str]:

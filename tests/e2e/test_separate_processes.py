@@ -11,7 +11,6 @@ Deadlines are generous and nothing asserts how long anything took.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -24,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from services import SERVICE_NAMES, __version__
 from services.shared.db import SERVICES_WITH_DATABASE, head_revision
+from tests.support.health import Check, all_ok, health_until, only_down
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -37,14 +38,6 @@ START_DEADLINE_S = 60.0
 CHANGE_DEADLINE_S = 30.0
 EXIT_DEADLINE_S = 30.0
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
-
-Check = Callable[[int, dict[str, Any]], bool]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -103,43 +96,29 @@ class Fleet:
 
     async def wait_exit(self, label: str, deadline_s: float = EXIT_DEADLINE_S) -> int:
         process = self.processes[label]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + deadline_s
-        while (code := process.poll()) is None:
-            if loop.time() > deadline:
-                pytest.fail(f"{label} still running {deadline_s:g}s after asked\n{self.logs()}")
-            await asyncio.sleep(0.1)
-        return code
-
-    async def health(self, session: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/health"
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
-            return response.status, await response.json()
+        await until(
+            lambda: process.poll() is not None,
+            f"{label} exiting",
+            deadline_s,
+            interval=0.1,
+            report=self.logs,
+        )
+        return process.returncode
 
     async def wait_health(
         self, want: Check, what: str, *, running: tuple[str, ...], deadline_s: float
     ) -> dict[str, Any]:
         """Poll GET /api/v1/health until `want(status, body)`; fail with the logs."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + deadline_s
-        last: object = "no answer yet"
-        async with aiohttp.ClientSession() as session:
-            while True:
-                self.check_running(*running)
-                try:
-                    status, body = await self.health(session)
-                except (aiohttp.ClientError, TimeoutError) as err:
-                    last = repr(err)
-                else:
-                    if want(status, body):
-                        return body
-                    last = (status, body)
-                if loop.time() > deadline:
-                    pytest.fail(
-                        f"timed out after {deadline_s:g}s waiting for {what}; "
-                        f"last answer: {last}\n{self.logs()}"
-                    )
-                await asyncio.sleep(0.25)
+        _status, body = await health_until(
+            self.port,
+            want,
+            what,
+            deadline_s,
+            alive=lambda: self.check_running(*running),
+            interval=0.25,
+            report=self.logs,
+        )
+        return body
 
     def kill_all(self) -> None:
         for process in self.processes.values():
@@ -148,27 +127,6 @@ class Fleet:
         for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
-
-
-def all_ok(status: int, body: dict[str, Any]) -> bool:
-    return (
-        status == 200
-        and body["status"] == "ok"
-        and all(body["services"].get(n, {}).get("status") == "ok" for n in SERVICE_NAMES)
-    )
-
-
-def only_down(*down: str) -> Check:
-    def check(status: int, body: dict[str, Any]) -> bool:
-        services = body["services"]
-        return (
-            status == 503
-            and body["status"] == "degraded"
-            and all(services[n]["status"] == "unreachable" for n in down)
-            and all(services[n]["status"] == "ok" for n in SERVICE_NAMES if n not in down)
-        )
-
-    return check
 
 
 def port_is_closed(port: int) -> bool:
@@ -294,12 +252,12 @@ async def test_sigterm_while_waiting_for_rabbitmq_exits_cleanly(
     assert_migrated(fleet)
     fleet.start("run", "jobs", label="jobs")
     log_path = fleet.log_path("jobs")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_DEADLINE_S
-    while "retrying" not in log_path.read_text(errors="replace"):
+
+    def retrying() -> bool:
         fleet.check_running("jobs")
-        assert loop.time() < deadline, fleet.logs()
-        await asyncio.sleep(0.1)
+        return "retrying" in log_path.read_text(errors="replace")
+
+    await until(retrying, "jobs retrying", START_DEADLINE_S, interval=0.1, report=fleet.logs)
 
     fleet.processes["jobs"].send_signal(signal.SIGTERM)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import os
-import secrets
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -23,20 +22,27 @@ from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import Settings
 from services.shared.contracts import Envelope
-from services.shared.runtime import make_bus, run_services
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
-from tests.e2e.system import create_accounts, discovered_gpu, stopped, toml
-from tests.sshd import free_port
+from tests.support.events import record
+from tests.support.fleet import served_fleet
+from tests.support.polling import until
+from tests.support.ports import free_port
+from tests.support.system import (
+    BUS_KINDS,
+    bus_config,
+    buses,
+    discovered_gpu,
+    running_services,
+    system_settings,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,16 +80,9 @@ class System:
         return [e.data for e in self.events if e.type == event_type]
 
     async def until(self, condition: Callable[[], Any], what: str) -> Any:
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while True:
-            found = condition()
-            if found:
-                return found
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(
-                    f"{what}: not within {DEADLINE_S:g}s; events {[e.type for e in self.events]}"
-                )
-            await asyncio.sleep(0.05)
+        return await until(
+            condition, what, DEADLINE_S, report=lambda: f"events {[e.type for e in self.events]}"
+        )
 
 
 async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
@@ -99,17 +98,11 @@ async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
     return runner
 
 
-@pytest.fixture(params=["inproc", pytest.param("amqp", marks=pytest.mark.amqp)])
+@pytest.fixture(params=BUS_KINDS)
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
 ) -> AsyncIterator[System]:
     kind = request.param
-    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else None
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_key"
-    key.write_private_key(str(key_file))
-    key_file.chmod(0o600)
-    fleet = SimFleet(2, 4, seed=3, churn=False)
     received: list[dict[str, Any]] = []
     mailbox = Mailbox()
     smtp_port = free_port()
@@ -118,75 +111,42 @@ async def system(
     receiver = await _webhook_receiver(received)
     hook_port = receiver.addresses[0][1]
     try:
-        async with SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server:
-            known_hosts = tmp_path / "known_hosts"
-            known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-            lines = [
-                "[storage]",
-                f"data_dir = {toml(str(tmp_path / 'data'))}",
-                "[auth]",
-                f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
-                "[gateway]",
-                "port = 0",
-                "[ssh]",
-                f"known_hosts = {toml(str(known_hosts))}",
-                "[monitor]",
-                "interval_s = 1.0",
-                'local_nvml = "off"',
-                "[violations]",
-                f"steps = {toml(STEPS)}",
-                'smtp_host = "127.0.0.1"',
-                f"smtp_port = {smtp_port}",
-                'smtp_security = "none"',
-                "[[violations.webhooks]]",
-                f'url = "http://127.0.0.1:{hook_port}/hooks/slack"',
-                'format = "slack"',
-                'name = "lab-chat"',
-            ]
-            if amqp_url is not None:
-                lines[0:0] = ["[bus]", f"amqp_url = {toml(amqp_url)}"]
-            for host in server.hosts_config("warden", key_file):
-                lines.append("[[hosts]]")
-                lines += [f"{k} = {toml(v)}" for k, v in host.items()]
-            config = tmp_path / "warden.toml"
-            config.write_text("\n".join(lines) + "\n")
-            settings = load_settings(config, environ={"HOME": str(tmp_path)})
-            await create_accounts(settings)
-
-            bus = InProcessBus() if kind == "inproc" else make_bus(settings, "amqp", name="t")
-            client = bus if kind == "inproc" else make_bus(settings, "amqp", name="test")
-            stop = asyncio.Event()
-            running = asyncio.create_task(
-                run_services(
-                    ["monitor", "reservations", "violations", "gateway"],
-                    settings,
-                    bus_kind=kind,
-                    bus=bus,
-                    stop=stop,
-                )
+        async with served_fleet(SimFleet(2, 4, seed=3, churn=False), tmp_path) as served:
+            settings = await system_settings(
+                tmp_path,
+                served,
+                bus=bus_config(request),
+                gateway={"port": 0},
+                monitor={"interval_s": 1.0},
+                violations={
+                    "steps": STEPS,
+                    "smtp_host": "127.0.0.1",
+                    "smtp_port": smtp_port,
+                    "smtp_security": "none",
+                    "webhooks": [
+                        {
+                            "url": f"http://127.0.0.1:{hook_port}/hooks/slack",
+                            "format": "slack",
+                            "name": "lab-chat",
+                        }
+                    ],
+                },
             )
-            system = System(fleet, client, settings, received, mailbox)
-            try:
-                if client is not bus:
-                    await client.start()
-
-                async def record(envelope: Envelope) -> None:
-                    system.events.append(envelope)
-
-                await client.subscribe("violations", "#", "test.recorder", record)
+            services = ["monitor", "reservations", "violations", "gateway"]
+            async with (
+                buses(settings, kind) as (bus, client),
+                running_services(services, settings, kind, bus),
+            ):
+                system = System(served.fleet, client, settings, received, mailbox)
+                await record(client, system.events, "violations")
                 yield system
-            finally:
-                stop.set()
-                await stopped(running)
-                if client is not bus:
-                    await client.close()
     finally:
         await receiver.cleanup()
         smtp.stop()
 
 
 async def _gpu(system: System, host: str, index: int) -> str:
-    return await discovered_gpu(system.bus, host, index)
+    return str((await discovered_gpu(system.bus, host, index))["uuid"])
 
 
 async def _reserve(system: System, uuid: str) -> dict[str, Any]:

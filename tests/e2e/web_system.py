@@ -17,58 +17,21 @@ import asyncio
 import contextlib
 import json
 import os
-import secrets
 import signal
 import sys
 import tempfile
 from pathlib import Path
 
 import aiohttp
-import asyncssh
 
-from services.shared.config import load_settings
 from services.sim.control import ControlApi
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
-from tests.e2e.api import free_port
-from tests.e2e.system import create_accounts, toml
+from tests.support.fleet import served_fleet
+from tests.support.ports import free_port
+from tests.support.system import system_settings
 
 REPO = Path(__file__).resolve().parents[2]
 STARTUP_S = 90.0
-
-
-def _config(
-    data_dir: Path, server: SimServer, key_file: Path, port: int, args: argparse.Namespace
-) -> Path:
-    known_hosts = data_dir / "known_hosts"
-    known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-    lines = [
-        "[storage]",
-        f"data_dir = {toml(str(data_dir / 'data'))}",
-        "[auth]",
-        f"jwt_secret = {toml(secrets.token_urlsafe(48))}",
-        "[gateway]",
-        f"port = {port}",
-        f"frontend_dir = {toml(str(Path(args.frontend_dir).resolve()))}",
-        # The browser tests sign in many times from one address.
-        "login_failures_per_ip = 1000",
-        "[ssh]",
-        f"known_hosts = {toml(str(known_hosts))}",
-        f"key_file = {toml(str(key_file))}",
-        "[monitor]",
-        f"interval_s = {args.interval}",
-        'local_nvml = "off"',
-        "[jobs]",
-        "poll_interval_s = 0.5",
-        "[violations]",
-        'steps = ["0s terminal offender"]',
-    ]
-    for host in server.hosts_config("warden", key_file):
-        lines.append("[[hosts]]")
-        lines += [f"{k} = {toml(v)}" for k, v in host.items()]
-    config = data_dir / "warden.toml"
-    config.write_text("\n".join(lines) + "\n")
-    return config
 
 
 async def _gateway_answers(url: str, process: asyncio.subprocess.Process) -> None:
@@ -96,25 +59,32 @@ async def _until_stopped() -> None:
 
 
 async def run(args: argparse.Namespace, data_dir: Path) -> None:
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = data_dir / "warden_key"
-    key.write_private_key(str(key_file))
-    key_file.chmod(0o600)
     fleet = SimFleet(args.hosts, args.gpus, seed=7, churn=args.churn)
     async with (
-        SimServer(fleet, authorized_keys=[key.convert_to_public()]) as server,
-        ControlApi(server, port=0) as control,
+        served_fleet(fleet, data_dir) as served,
+        ControlApi(served.server, port=0) as control,
     ):
         port = args.port or free_port()
-        config = _config(data_dir, server, key_file, port, args)
-        await create_accounts(load_settings(config, environ={"HOME": str(data_dir)}))
+        settings = await system_settings(
+            data_dir,
+            served,
+            gateway={
+                "port": port,
+                "frontend_dir": args.frontend_dir,
+                # The browser tests sign in many times from one address.
+                "login_failures_per_ip": 1000,
+            },
+            monitor={"interval_s": args.interval},
+            jobs={"poll_interval_s": 0.5},
+            violations={"steps": ["0s terminal offender"]},
+        )
         log = (data_dir / "warden.log").open("wb")
         process = await asyncio.create_subprocess_exec(
             str(Path(sys.executable).with_name("warden")),
             "run",
             "all",
             "--config",
-            str(config),
+            settings.source,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -147,6 +117,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default="", help="default: a new temporary folder")
     parser.add_argument("--frontend-dir", default=str(REPO / "frontend" / "dist"))
     args = parser.parse_args()
+    args.frontend_dir = str(Path(args.frontend_dir).resolve())
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="warden-web-")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     asyncio.run(run(args, data_dir))

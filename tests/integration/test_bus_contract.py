@@ -13,7 +13,7 @@ time, and nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,6 +33,7 @@ from services.shared.errors import (
     RemoteError,
     ServiceUnavailable,
 )
+from tests.support import polling
 
 WAIT_S = 10.0
 SETTINGS = BusSettings(max_deliveries=3, prefetch=16, rpc_timeout_s=2.0)
@@ -101,21 +102,7 @@ async def bus(bus_factory: BusFactory) -> Bus:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-async def eventually(
-    condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = WAIT_S
-) -> None:
-    """Poll `condition` until it holds; fail the test with `what` after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = condition()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(0.01)
+until = functools.partial(polling.until, timeout=WAIT_S)
 
 
 async def take_dead_letters(bus: Bus, queue: str, count: int) -> list[bytes]:
@@ -126,7 +113,7 @@ async def take_dead_letters(bus: Bus, queue: str, count: int) -> list[bytes]:
         found.extend(await bus.dead_letters(queue))
         return len(found) >= count
 
-    await eventually(enough, f"{count} dead letter(s) on {queue}")
+    await until(enough, f"{count} dead letter(s) on {queue}")
     return found
 
 
@@ -245,7 +232,7 @@ async def test_topic_routing_exact_wildcards_and_non_matching(bus_factory: BusFa
         return lambda: any(e.data["host"] == "barrier" for e in recorder.handled)
 
     for name, recorder in recorders.items():
-        await eventually(saw_barrier(recorder), f"a barrier on {name}")
+        await until(saw_barrier(recorder), f"a barrier on {name}")
 
     assert real(recorders["exact"]) == ["host.unreachable"]
     assert real(recorders["star"]) == ["host.unreachable", "host.recovered"]
@@ -273,7 +260,7 @@ async def test_fan_out_every_queue_gets_every_event(bus_factory: BusFactory) -> 
         for i in range(10)
     ]
 
-    await eventually(lambda: len(first.handled) >= 10 and len(second.handled) >= 10, "fan-out")
+    await until(lambda: len(first.handled) >= 10 and len(second.handled) >= 10, "fan-out")
     assert first.ids() == sent
     assert second.ids() == sent
 
@@ -291,7 +278,7 @@ async def test_competing_consumers_share_one_queue(bus_factory: BusFactory) -> N
         for i in range(20)
     }
 
-    await eventually(lambda: len(a.handled) + len(b.handled) >= 20, "20 events handled")
+    await until(lambda: len(a.handled) + len(b.handled) >= 20, "20 events handled")
     handled = a.ids() + b.ids()
     assert sorted(handled) == sorted(sent)  # each exactly once overall
     assert a.handled, "replica a got none: consumers on one queue must compete"
@@ -307,7 +294,7 @@ async def test_failed_handler_is_retried_until_it_succeeds(bus: Bus) -> None:
 
     sent = await bus.emit("host.unreachable", unreachable(), source="monitor")
 
-    await eventually(lambda: bool(flaky.handled), "the third delivery to succeed")
+    await until(lambda: bool(flaky.handled), "the third delivery to succeed")
     assert flaky.ids() == [sent.id]
     assert flaky.attempts(sent.id) == 3
     queue = queue_name("monitor", "host.unreachable", "alerts.flaky")
@@ -327,7 +314,7 @@ async def test_poison_message_is_dead_lettered_and_consumer_goes_on(bus: Bus) ->
     assert handler.attempts(poison.id) == SETTINGS.max_deliveries
 
     later = await bus.emit("host.unreachable", unreachable("later"), source="monitor")
-    await eventually(lambda: later.id in handler.ids(), "a good message after the poison")
+    await until(lambda: later.id in handler.ids(), "a good message after the poison")
     assert handler.ids() == [good.id, later.id]
     assert handler.attempts(poison.id) == SETTINGS.max_deliveries  # no loop after dead-letter
 
@@ -354,7 +341,7 @@ async def test_invalid_messages_are_dead_lettered_without_calling_the_handler(
 
     dead = await take_dead_letters(bus, queue, len(invalid))
     assert sorted(dead) == sorted(invalid.values())
-    await eventually(lambda: bool(handler.handled), "the valid message after the invalid ones")
+    await until(lambda: bool(handler.handled), "the valid message after the invalid ones")
     assert handler.ids() == [good.id]
     assert len(handler.seen) == 1, "the handler was called with an invalid message"
 
@@ -377,14 +364,14 @@ async def test_teardown_stops_delivery_and_the_queue_keeps_messages(bus: Bus) ->
     before = Recorder()
     stop = await bus.subscribe("monitor", "host.*", "history.on_host", before)
     first = await bus.emit("host.unreachable", unreachable(), source="monitor")
-    await eventually(lambda: bool(before.handled), "delivery before teardown")
+    await until(lambda: bool(before.handled), "delivery before teardown")
 
     await stop()
     while_down = await bus.emit("host.recovered", recovered(), source="monitor")
 
     after = Recorder()
     await bus.subscribe("monitor", "host.*", "history.on_host", after)
-    await eventually(lambda: bool(after.handled), "the kept message after re-subscribing")
+    await until(lambda: bool(after.handled), "the kept message after re-subscribing")
     assert before.ids() == [first.id]
     assert after.ids() == [while_down.id]
 
@@ -430,7 +417,7 @@ async def test_event_published_while_consumer_is_down_is_delivered_later(
     back = await bus_factory()
     handler = Recorder()
     await back.subscribe("violations", "violation.*", "notify.on_violation", handler)
-    await eventually(lambda: bool(handler.handled), "the event kept while the consumer was down")
+    await until(lambda: bool(handler.handled), "the event kept while the consumer was down")
     assert handler.ids() == [opened.id]
 
 

@@ -1,6 +1,6 @@
 """`warden hosts check` (check_hosts and the CLI) against a real sshd and simulated hosts.
 
-The real sshd (tests/sshd.py) answers for the cases a real OpenSSH server decides: login,
+The real sshd (tests/support/sshd.py) answers for the cases a real OpenSSH server decides: login,
 refused key, and a working `nvidia-smi -L` (the fake one in tests/fixtures/bin). The simulated
 fleet (SimServer) answers for what a host's nvidia-smi does wrong, and for a host that hangs.
 The CLI runs in a worker thread (it calls asyncio.run) while the servers keep serving here.
@@ -9,14 +9,11 @@ The CLI runs in a worker thread (it calls asyncio.run) while the servers keep se
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
-import secrets
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,7 +23,9 @@ from services.shared.config import HostConfig
 from services.shared.ssh import SshOptions
 from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
 from services.sim.server import SimServer
-from tests.sshd import Sshd, free_port, generate_key
+from tests.support.config import write_config
+from tests.support.ports import free_port
+from tests.support.sshd import Sshd, generate_key
 
 GPUS_CSV = "".join(
     f"GPU-cccccccc-0000-4000-8000-00000000000{i}, {i}, NVIDIA H100 80GB HBM3, 10, 5, 100, "
@@ -153,28 +152,12 @@ def keep_logging() -> Iterator[None]:
         logging.getLogger(name).setLevel(old)
 
 
-def toml_value(value: Any) -> str:
-    return json.dumps(value)  # JSON strings, numbers and booleans are valid TOML
-
-
-def write_config(tmp: Path, hosts: Sequence[HostConfig], known_hosts: Path) -> Path:
-    lines = [
-        "[storage]",
-        f"data_dir = {toml_value(str(tmp / 'data'))}",
-        "[auth]",
-        f"jwt_secret = {toml_value(secrets.token_urlsafe(48))}",
-        "[ssh]",
-        f"known_hosts = {toml_value(str(known_hosts))}",
-        "[monitor]",
-        'local_nvml = "off"',
+def hosts_config(tmp: Path, hosts: Sequence[HostConfig], known_hosts: Path) -> Path:
+    entries = [
+        {key: getattr(host, key) for key in ("name", "address", "port", "user", "key_file")}
+        for host in hosts
     ]
-    for host in hosts:
-        lines.append("[[hosts]]")
-        for key in ("name", "address", "port", "user", "key_file"):
-            lines.append(f"{key} = {toml_value(getattr(host, key))}")
-    path = tmp / "warden.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_config(tmp / "warden.toml", ssh={"known_hosts": str(known_hosts)}, hosts=entries)
 
 
 async def run_cli(config: Path, *args: str) -> int:
@@ -191,7 +174,7 @@ async def test_cli_exits_0_when_every_host_is_ok(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hosts = [fleet.sshd.host_config("real"), fleet.sim_host("sim-004")]
-    config = write_config(fleet.tmp, hosts, fleet.known_hosts)
+    config = hosts_config(fleet.tmp, hosts, fleet.known_hosts)
     assert await run_cli(config) == 0
     rows = table_rows(capsys.readouterr().out)
     assert set(rows) == {"real", "sim-004"}
@@ -213,7 +196,7 @@ async def test_cli_exits_1_and_prints_one_row_per_host_when_any_fails(
         fleet.sim_host("sim-003"),
         fleet.sim_host("sim-005"),
     ]
-    config = write_config(fleet.tmp, hosts, fleet.known_hosts)
+    config = hosts_config(fleet.tmp, hosts, fleet.known_hosts)
     assert await run_cli(config, "--timeout", "2") == 1
     rows = table_rows(capsys.readouterr().out)
     assert list(rows) == [host.name for host in hosts]  # one row each, in the config's order
@@ -231,7 +214,7 @@ async def test_cli_exits_1_and_prints_one_row_per_host_when_any_fails(
 async def test_cli_without_hosts_exits_1_and_says_what_to_add(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = write_config(tmp_path, [], tmp_path / "known_hosts")
+    config = hosts_config(tmp_path, [], tmp_path / "known_hosts")
     assert await run_cli(config) == 1
     captured = capsys.readouterr()
     assert captured.out == ""

@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
-import asyncssh
 import pytest
 
 from services.jobs.runner import TaskRunner
@@ -28,12 +27,13 @@ from services.jobs.scripts import (
     Started,
 )
 from services.monitor.probe import PROBE_COMMAND, HostReading, parse_probe_output
-from services.shared.config import HostConfig, Settings, SshSettings
+from services.shared.config import HostConfig, Settings
 from services.sim.control import ControlApi
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
 from services.violations.actions.remote import SshHostShell
 from services.violations.scripts import signal_command
+from tests.support.fleet import served_fleet
 
 HOST = "sim-001"
 MANAGEMENT_USER = "warden"
@@ -78,21 +78,12 @@ class Sim:
 async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
     clock = Clock()
     fleet = SimFleet(2, 2, seed=5, churn=False, clock=clock)
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_ed25519"
-    key_file.write_bytes(key.export_private_key())
-    key_file.chmod(0o600)
-    async with SimServer(fleet, authorized_keys=[key.export_public_key().decode()]) as server:
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-        ssh = SshSettings(
-            known_hosts=str(known_hosts), connect_timeout_s=5.0, key_file=str(key_file)
-        )
-        [config] = [c for c in server.hosts_config(MANAGEMENT_USER, key_file) if c["name"] == HOST]
-        host = HostConfig(**config)
+    async with served_fleet(fleet, tmp_path) as served:
+        ssh = served.ssh_settings(connect_timeout_s=5.0)
+        host = served.host(HOST, MANAGEMENT_USER)
         runner = TaskRunner(Settings(ssh=ssh, hosts=(host,)))
         try:
-            yield Sim(fleet, server, clock, runner, SshHostShell(ssh), host)
+            yield Sim(fleet, served.server, clock, runner, SshHostShell(ssh), host)
         finally:
             await runner.close()
 

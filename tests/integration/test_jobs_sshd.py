@@ -1,4 +1,4 @@
-"""Job tasks in real screen and tmux sessions, through a real OpenSSH sshd (tests/sshd.py).
+"""Job tasks in real screen and tmux sessions, through a real OpenSSH sshd (tests/support/sshd.py).
 
 Each test creates its own unprivileged Unix user (so it needs root; the user, its processes
 and its screen/tmux sockets are removed afterwards), who logs in with the client key of the
@@ -9,13 +9,9 @@ once with tmux (a multiplexer whose binary is missing is skipped).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import pwd
 import shlex
 import shutil
-import signal
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -30,7 +26,10 @@ from services.jobs.runner import TaskRunner
 from services.jobs.scripts import Probe, Started, session_name
 from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
-from tests.sshd import Sshd
+from tests.support.polling import until
+from tests.support.processes import ps_row
+from tests.support.sshd import Sshd
+from tests.support.unix_user import UnixUser
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="creating a Unix user for the job owner needs root"
@@ -48,53 +47,6 @@ MULTIPLEXERS = [
     )
     for name in ("screen", "tmux")
 ]
-
-
-@dataclass
-class Owner:
-    name: str
-    uid: int
-    gid: int
-    home: Path
-
-
-def _user_pids(uid: int) -> list[int]:
-    rows = subprocess.run(
-        ["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    return [int(pid) for pid in rows]
-
-
-@pytest.fixture
-def owner() -> Iterator[Owner]:
-    """A fresh Unix user; afterwards its processes (each by pid), sockets and account go."""
-    if shutil.which("useradd") is None or shutil.which("userdel") is None:
-        pytest.skip("useradd/userdel not installed")
-    name = f"wj{uuid.uuid4().hex[:10]}"
-    subprocess.run(
-        # Password "*": none can be used, yet the account is not locked ("!"), which sshd
-        # (without PAM) would refuse for every kind of login.
-        ["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", name],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    entry = pwd.getpwnam(name)
-    user = Owner(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
-    try:
-        yield user
-    finally:
-        for _round in range(5):  # screen and tmux daemons, the tasks' processes
-            pids = _user_pids(user.uid)
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
-        shutil.rmtree(SCREEN_DIR / f"S-{name}", ignore_errors=True)
-        shutil.rmtree(f"/tmp/tmux-{user.uid}", ignore_errors=True)
-        subprocess.run(["userdel", "--remove", name], capture_output=True, timeout=30)
 
 
 @pytest.fixture
@@ -115,7 +67,7 @@ def screen_dir() -> Iterator[None]:
 @dataclass
 class Setup:
     sshd: Sshd
-    owner: Owner
+    owner: UnixUser
     host: HostConfig
     runner: TaskRunner
     multiplexer: str
@@ -137,14 +89,7 @@ class Setup:
         return await self.runner.poll(self.host, self.owner.name, [self.session(t) for t in tasks])
 
     async def until(self, check: Callable[[], Awaitable[T | None]], what: str) -> T:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            value = await check()
-            if value is not None and value is not False:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(f"{what} did not happen within {DEADLINE_S:g} s")
-            await asyncio.sleep(0.1)
+        return await until(check, what, DEADLINE_S, interval=0.1)
 
     async def ended(self, task: int) -> Probe:
         async def check() -> Probe | None:
@@ -170,7 +115,7 @@ class Setup:
 
 @pytest.fixture(params=MULTIPLEXERS)
 async def setup(
-    request: pytest.FixtureRequest, sshd: Sshd, owner: Owner, screen_dir: None
+    request: pytest.FixtureRequest, sshd: Sshd, unix_user: UnixUser, screen_dir: None
 ) -> AsyncIterator[Setup]:
     multiplexer = request.param
     ssh = SshSettings(
@@ -179,9 +124,11 @@ async def setup(
     jobs = JobSettings(multiplexer=multiplexer, state_dir=STATE_DIR)
     host = sshd.host_config("gpu-sshd")  # management user: the one running the tests
     runner = TaskRunner(Settings(ssh=ssh, jobs=jobs, hosts=(host,)))
-    own = fleet.SshHostShell(replace(host, user=owner.name), fleet.SshOptions.from_settings(ssh))
+    own = fleet.SshHostShell(
+        replace(host, user=unix_user.name), fleet.SshOptions.from_settings(ssh)
+    )
     try:
-        yield Setup(sshd, owner, host, runner, multiplexer, uuid.uuid4().int % 100000, own)
+        yield Setup(sshd, unix_user, host, runner, multiplexer, uuid.uuid4().int % 100000, own)
     finally:
         await runner.close()
         await own.close()
@@ -316,7 +263,7 @@ async def test_a_live_session_name_is_not_started_twice(setup: Setup) -> None:
 
 async def test_a_pid_file_naming_another_process_signals_nothing(setup: Setup) -> None:
     login, host = setup.owner.name, setup.host
-    other = spawn_as(setup.owner, "sleep", "300")
+    other = setup.owner.spawn("sleep", "300")
     try:
         start = await setup.until(
             lambda: asyncio.to_thread(process_start, other.pid, setup.owner.uid), "sleep"
@@ -343,7 +290,7 @@ def open_to_all(path: Path) -> None:
     path.chmod(0o777)
 
 
-def owned_dir(owner: Owner, path: Path) -> Path:
+def owned_dir(owner: UnixUser, path: Path) -> Path:
     """`path` made (with its parents under the owner's home), owned by `owner`."""
     path.mkdir(parents=True)
     part = path
@@ -353,26 +300,9 @@ def owned_dir(owner: Owner, path: Path) -> Path:
     return path
 
 
-def spawn_as(owner: Owner, *argv: str) -> subprocess.Popen[bytes]:
-    """`argv` as `owner`, leading its own process group."""
-    return subprocess.Popen(
-        list(argv),
-        user=owner.uid,
-        group=owner.gid,
-        extra_groups=[],
-        cwd="/",
-        start_new_session=True,
-    )
-
-
 def process_start(pid: int, uid: int) -> int | None:
     """The start of `pid` as the scripts compute it, once it runs as `uid`."""
-    row = subprocess.run(
-        ["ps", "-o", "uid=,etimes=,args=", "-p", str(pid)],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
+    row = ps_row(pid, "uid=,etimes=,args=")
     if len(row) < 3 or row[0] != str(uid) or row[2] != "sleep" or int(row[1]) > 86400:
         return None
     return int(time.time()) - int(row[1])

@@ -3,16 +3,14 @@ SSH, publishing on the in-process bus and on RabbitMQ, answering snapshot and se
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import math
-import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 
 from services.monitor.service import start as start_monitor
@@ -20,12 +18,15 @@ from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
 from services.sim.model import SimFleet
-from services.sim.server import SimServer
+from tests.support import polling
+from tests.support.config import write_config
+from tests.support.events import record
+from tests.support.fleet import served_fleet
 
 INTERVAL_S = 0.3
 
@@ -44,43 +45,16 @@ class Running:
         ]
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-def write_config(tmp_path: Path, server: SimServer, key_file: Path) -> Settings:
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-    lines = [
-        "[storage]",
-        f'data_dir = "{tmp_path / "data"}"',
-        "[auth]",
-        f'jwt_secret = "{secrets.token_urlsafe(48)}"',
-        "[ssh]",
-        f'known_hosts = "{known_hosts}"',
-        "[monitor]",
-        f"interval_s = {INTERVAL_S}",
-        'local_nvml = "off"',
-    ]
-    for host in server.hosts_config("warden", key_file):
-        lines += ["[[hosts]]", *(f"{k} = {v!r}".replace("'", '"') for k, v in host.items())]
-    path = tmp_path / "warden.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return load_settings(path, environ={})
+until = functools.partial(polling.until, timeout=20.0)
 
 
 @pytest.fixture(params=["inproc", "amqp"])
 async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Running]:
     fleet = SimFleet(3, 4, seed=7, churn=False)
-    client_key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_key"
-    client_key.write_private_key(str(key_file))
-    async with SimServer(fleet, authorized_keys=[client_key.convert_to_public()]) as server:
-        settings = write_config(tmp_path, server, key_file)
+    async with served_fleet(fleet, tmp_path) as served:
+        monitor = {"interval_s": INTERVAL_S}
+        config = write_config(tmp_path / "warden.toml", **served.config(), monitor=monitor)
+        settings = load_settings(config, environ={})
         engine = db.create_engine(settings.storage.database_url_for("monitor"))
         await db.upgrade(engine, "monitor")
         await engine.dispose()
@@ -96,11 +70,7 @@ async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         for bus in buses:
             await bus.start()
         events: list[Envelope] = []
-
-        async def record(envelope: Envelope) -> None:
-            events.append(envelope)
-
-        await buses[-1].subscribe("monitor", "#", "test.record", record)
+        await record(buses[-1], events, "monitor")
         teardown = await start_monitor(ServiceContext("monitor", settings, service_bus))
         try:
             yield Running(fleet, buses[-1], events)
@@ -199,10 +169,7 @@ async def test_series_of_a_gpu_metric_and_bad_queries(running: Running) -> None:
         ]
         return answer
 
-    deadline = asyncio.get_running_loop().time() + 20
-    while not (found := await buckets()):  # the writer flushes every second
-        assert asyncio.get_running_loop().time() < deadline, "no bucket written"
-        await asyncio.sleep(0.2)
+    found = await until(buckets, "a bucket written", interval=0.2)  # flushed every second
     assert sum(b["count"] for b in found) >= 1
     assert all(b["min"] <= b["avg"] <= b["max"] for b in found)
 

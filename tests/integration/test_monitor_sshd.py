@@ -1,4 +1,5 @@
-"""The SSH reader, shell and monitor against a real OpenSSH sshd on loopback (tests/sshd.py).
+"""The SSH reader, shell and monitor against a real OpenSSH sshd on loopback
+(tests/support/sshd.py).
 
 The probe runs for real on this machine through sshd: /proc figures are the machine's own, GPUs
 come from the fake nvidia-smi (tests/fixtures/bin) and the compute process is a real `sleep`
@@ -9,11 +10,11 @@ long anything took, only that a dead host is reported within a generous deadline
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import pwd
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from typing import Any
 import pytest
 
 from services.monitor.monitor import Monitor
-from services.monitor.probe import GpuStatus
+from services.monitor.probe import GpuStatus, HostReading
 from services.monitor.readers import SshReader
 from services.monitor.state import HostState
 from services.shared.ssh import HostUnreachable, SshHostShell, SshOptions
-from tests.sshd import Sshd, generate_key
+from tests.support import polling
+from tests.support.processes import running
+from tests.support.sshd import Sshd, generate_key
 
 GPU_A = "GPU-aaaaaaaa-1111-4000-8000-000000000001"
 GPU_B = "GPU-bbbbbbbb-2222-4000-8000-000000000002"
@@ -39,25 +42,12 @@ READ_TIMEOUT_S = 10.0
 ME = pwd.getpwuid(os.getuid()).pw_name
 
 
-def wait_for_exec(pid: int, timeout: float = 10.0) -> None:
-    """Popen may return before the child's command line is visible in /proc."""
-    deadline = time.monotonic() + timeout
-    while not Path(f"/proc/{pid}/cmdline").read_bytes():
-        assert time.monotonic() < deadline, f"process {pid} never started"
-        time.sleep(0.005)
-
-
 @pytest.fixture
 def sleeper() -> Iterator[tuple[subprocess.Popen[bytes], datetime]]:
     """A real process to report as a GPU process, and when it was started."""
     started = datetime.now(UTC)
-    process = subprocess.Popen(["sleep", "300"])
-    wait_for_exec(process.pid)
-    try:
+    with running("sleep", "300") as process:
         yield process, started
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture
@@ -78,12 +68,7 @@ def reader_for(sshd: Sshd, **options: Any) -> SshReader:
     )
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+until = functools.partial(polling.until, timeout=DEADLINE_S)
 
 
 async def test_reads_gpus_a_real_process_and_cpu_over_sshd(
@@ -130,11 +115,13 @@ async def test_one_connection_serves_every_read_and_the_second_read_gives_cpu_pe
         state.on_reading(first, datetime.now(UTC))
         assert state.last_sample is not None and state.last_sample["cpu_percent"] is None
         assert first.cpu is not None
-        second = first
-        deadline = asyncio.get_running_loop().time() + DEADLINE_S
-        while second.cpu is None or second.cpu.total <= first.cpu.total:  # the clock ticked
-            assert asyncio.get_running_loop().time() < deadline, "the CPU counters never moved"
-            second = await reader.read(READ_TIMEOUT_S)
+
+        async def ticked() -> HostReading | None:
+            reading = await reader.read(READ_TIMEOUT_S)
+            moved = reading.cpu is not None and reading.cpu.total > first.cpu.total
+            return reading if moved else None
+
+        second = await until(ticked, "the CPU counters moving", interval=0)
         state.on_reading(second, datetime.now(UTC))
         percent = state.last_sample["cpu_percent"]
         assert percent is not None and 0.0 <= percent <= 100.0

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import pika.exceptions
 import pytest
 
 from services.shared.bus.amqp import AmqpBus
+from tests.support.polling import until_sync
 
 pytestmark = pytest.mark.amqp
 
@@ -74,21 +74,22 @@ def _stop(plugin: Plugin) -> None:
 
 def _wait_for(what: str, probe: Callable[[], T | None], plugin: Plugin) -> T:
     """Poll `probe` until it returns something; fail with the plugin's log at the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        found = probe()
-        if found is not None:
-            return found
-        if plugin.process.poll() is not None and plugin.process.returncode != 0:
+
+    def found() -> T | None:
+        if (answer := probe()) is None and plugin.process.poll() not in (None, 0):
             pytest.fail(
                 f"{plugin.name} exited with {plugin.process.returncode} while waiting for "
                 f"{what}; its output:\n{plugin.log()}"
             )
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"{what}: not within {DEADLINE_S:g}s; {plugin.name} output:\n{plugin.log()}"
-            )
-        time.sleep(0.1)
+        return answer
+
+    return until_sync(
+        found,
+        what,
+        DEADLINE_S,
+        interval=0.1,
+        report=lambda: f"{plugin.name} output:\n{plugin.log()}",
+    )
 
 
 def _wait_for_consumer(amqp_url: str, queue: str, plugin: Plugin) -> None:

@@ -23,6 +23,8 @@ from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import ReservationConflict
 from services.shared.runtime import ServiceContext
+from tests.support.events import record
+from tests.support.polling import until
 
 pytestmark = pytest.mark.amqp
 
@@ -69,14 +71,10 @@ async def client(
     client_bus = AmqpBus(amqp_url, name="client")
     stops = []
     events: list[Envelope] = []
-
-    async def record(envelope: Envelope) -> None:
-        events.append(envelope)
-
     try:
         for bus in [*buses, client_bus]:
             await bus.start()
-        await client_bus.subscribe("reservations", "reservation.*", "test.recorder", record)
+        await record(client_bus, events, "reservations", "reservation.*")
         for bus in buses:
             stops.append(await start_reservations(ServiceContext("reservations", settings, bus)))
         for index, uuid in enumerate(GPUS):
@@ -91,10 +89,11 @@ async def client(
                 },
                 source="monitor",
             )
-        deadline = asyncio.get_running_loop().time() + 10
-        while len(await client_bus.call("reservations", "list_gpus", {})) < len(GPUS):
-            assert asyncio.get_running_loop().time() < deadline, "GPUs never arrived"
-            await asyncio.sleep(0.05)
+
+        async def every_gpu_known() -> bool:
+            return len(await client_bus.call("reservations", "list_gpus", {})) >= len(GPUS)
+
+        await until(every_gpu_known, "the GPUs arriving", timeout=10)
         yield client_bus, events
     finally:
         for stop in reversed(stops):
@@ -131,9 +130,10 @@ async def test_replicas_give_one_success_for_one_slot(client: tuple[Bus, list[En
         {"start": start.isoformat(), "end": (start + timedelta(hours=3)).isoformat()},
     )
     assert [r["id"] for r in listed] == [made[0]["id"]]
-    deadline = asyncio.get_running_loop().time() + 10
-    while not any(e.type == "reservation.created" for e in events):
-        assert asyncio.get_running_loop().time() < deadline, "no reservation.created"
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: any(e.type == "reservation.created" for e in events),
+        "reservation.created",
+        timeout=10,
+    )
     await asyncio.sleep(0.5)  # a second copy would have arrived by now
     assert [e.data["id"] for e in events if e.type == "reservation.created"] == [made[0]["id"]]

@@ -34,6 +34,8 @@ from services.shared.errors import (
 )
 from services.shared.http_errors import STATUS_BY_CODE
 from services.shared.runtime import ServiceContext
+from tests.support.events import record
+from tests.support.polling import until
 
 HOSTS = {"dgx1": 4, "dgx2": 4}
 
@@ -54,11 +56,7 @@ class Service:
         return [e.data for e in self.events if e.type == event_type]
 
     async def until(self, condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not condition():
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(f"timed out waiting for {what}")
-            await asyncio.sleep(0.02)
+        await until(condition, what, timeout)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -97,11 +95,7 @@ async def service(
     bus = InProcessBus()
     await bus.start()
     events: list[Envelope] = []
-
-    async def record(envelope: Envelope) -> None:
-        events.append(envelope)
-
-    await bus.subscribe("reservations", "#", "test.recorder", record)
+    await record(bus, events, "reservations")
     stop = await start_reservations(ServiceContext("reservations", settings, bus))
     running = Service(bus, events)
     try:
@@ -126,10 +120,11 @@ async def service(
                 email=f"{name}@lab.example",
                 password=f"{name}-password",
             )
-        deadline = asyncio.get_running_loop().time() + 10
-        while len(await running.call("list_gpus")) < sum(HOSTS.values()):
-            assert asyncio.get_running_loop().time() < deadline, "GPUs never arrived"
-            await asyncio.sleep(0.02)
+
+        async def every_gpu_known() -> bool:
+            return len(await running.call("list_gpus")) >= sum(HOSTS.values())
+
+        await until(every_gpu_known, "the GPUs arriving", timeout=10)
         yield running
     finally:
         await stop()
@@ -440,10 +435,10 @@ async def test_usage_statistics_follow_samples_and_freeze_at_the_end(service: Se
         usage = (await service.call("get_reservation", id=made["id"]))["usage"]
         return 0 if usage is None else int(usage["samples"])
 
-    deadline = asyncio.get_running_loop().time() + 10
-    while await live_samples() < 5:  # shown while it runs
-        assert asyncio.get_running_loop().time() < deadline, "samples never counted"
-        await asyncio.sleep(0.05)
+    async def five_counted() -> bool:
+        return await live_samples() >= 5  # shown while it runs
+
+    await until(five_counted, "the samples counted", timeout=10)
     await service.call("end_reservation", actor="alice", id=made["id"])
     await service.until(lambda: len(service.of("reservation.ended")) == 1, "ended")
     usage = service.of("reservation.ended")[0]["usage"]
@@ -491,11 +486,7 @@ async def test_started_is_sent_after_a_restart_and_only_once(
     bus = InProcessBus()
     await bus.start()
     events: list[Envelope] = []
-
-    async def record(envelope: Envelope) -> None:
-        events.append(envelope)
-
-    await bus.subscribe("reservations", "reservation.*", "test.recorder", record)
+    await record(bus, events, "reservations", "reservation.*")
     try:
         stop = await start_reservations(ServiceContext("reservations", settings, bus))
         await bus.emit(

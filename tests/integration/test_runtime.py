@@ -12,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import aio_pika
-import aiohttp
 import pytest
 from aio_pika.exceptions import ChannelNotFoundEntity
 
@@ -35,16 +32,13 @@ from services.shared.config import (
 )
 from services.shared.errors import SchemaNotMigrated
 from services.shared.runtime import run_services
+from tests.support.health import Check, Health, all_ok, health_until, only_down
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 START_DEADLINE_S = 20.0
 STOP_DEADLINE_S = 20.0
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def make_settings(tmp_path: Path, *, amqp_url: str | None = None) -> Settings:
@@ -119,59 +113,10 @@ async def runtimes() -> AsyncIterator[Callable[[Settings], Runtimes]]:
             await group.stop_all()
 
 
-async def get_health(session: aiohttp.ClientSession, port: int) -> tuple[int, dict[str, Any]]:
-    url = f"http://127.0.0.1:{port}/api/v1/health"
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
-        return response.status, await response.json()
-
-
 async def wait_for_health(
-    port: int,
-    want: Callable[[int, dict[str, Any]], bool],
-    what: str,
-    runtimes: Runtimes,
-    *,
-    deadline_s: float = START_DEADLINE_S,
-) -> tuple[int, dict[str, Any]]:
-    """Poll the health endpoint until `want(status, body)`; fail with the last answer."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + deadline_s
-    last: object = "no answer yet"
-    async with aiohttp.ClientSession() as session:
-        while True:
-            runtimes.check_alive()
-            try:
-                status, body = await get_health(session, port)
-            except (aiohttp.ClientError, TimeoutError) as err:
-                last = repr(err)
-            else:
-                if want(status, body):
-                    return status, body
-                last = (status, body)
-            if loop.time() > deadline:
-                pytest.fail(f"timed out after {deadline_s:g}s waiting for {what}; last: {last}")
-            await asyncio.sleep(0.1)
-
-
-def all_ok(status: int, body: dict[str, Any]) -> bool:
-    return (
-        status == 200
-        and body["status"] == "ok"
-        and all(body["services"].get(n, {}).get("status") == "ok" for n in SERVICE_NAMES)
-    )
-
-
-def only_down(*down: str) -> Callable[[int, dict[str, Any]], bool]:
-    def check(status: int, body: dict[str, Any]) -> bool:
-        services = body["services"]
-        return (
-            status == 503
-            and body["status"] == "degraded"
-            and all(services[n]["status"] == "unreachable" for n in down)
-            and all(services[n]["status"] == "ok" for n in SERVICE_NAMES if n not in down)
-        )
-
-    return check
+    port: int, want: Check, what: str, runtimes: Runtimes, *, deadline_s: float = START_DEADLINE_S
+) -> Health:
+    return await health_until(port, want, what, deadline_s, alive=runtimes.check_alive)
 
 
 async def port_is_closed(port: int) -> bool:
@@ -325,12 +270,14 @@ async def test_two_replicas_of_a_backend_on_rabbitmq(
     group.start("gateway", ["gateway"], "amqp")
     await wait_for_health(settings.gateway.port, all_ok, "all five services ok", group)
     group.start("jobs-replica", ["jobs"], "amqp")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_DEADLINE_S
-    while await rpc_consumers(amqp_url, "jobs") < 2:
+
+    async def two_consumers() -> bool:
         group.check_alive()
-        assert loop.time() < deadline, "the second jobs replica never consumed rpc-jobs"
-        await asyncio.sleep(0.1)
+        return await rpc_consumers(amqp_url, "jobs") >= 2
+
+    await until(
+        two_consumers, "the second jobs replica consuming rpc-jobs", START_DEADLINE_S, interval=0.1
+    )
 
     # The first runtime going away leaves jobs reachable through the replica.
     await group.stop("backends")

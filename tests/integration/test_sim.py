@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,6 +34,7 @@ from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND
 from services.sim.control import ControlApi
 from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
 from services.sim.server import SimServer
+from tests.support.ports import free_port
 
 HOSTS, GPUS = 3, 4
 USER = "warden"
@@ -635,12 +635,6 @@ WARDEN_SIM = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _warden_sim(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -657,7 +651,7 @@ async def _warden_sim(*args: str) -> tuple[int, str, str]:
 
 
 async def test_warden_sim_writes_a_working_config_and_obeys_ctl(tmp_path: Path) -> None:
-    control_port = _free_port()
+    control_port = free_port()
     config = tmp_path / "sim" / "hosts.toml"
     server = await asyncio.create_subprocess_exec(
         sys.executable,

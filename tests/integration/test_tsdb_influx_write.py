@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,8 @@ import pytest
 from services.monitor.tsdb.base import GpuPoint, HostPoint
 from services.monitor.tsdb.buckets import to_ms
 from services.monitor.tsdb.influx import InfluxMetricsStore
+from tests.support.polling import until
+from tests.support.ports import free_port
 
 VM_BINARY = os.environ.get("WARDEN_TEST_VICTORIA_METRICS") or (
     shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
@@ -37,12 +38,6 @@ VM_BINARY = os.environ.get("WARDEN_TEST_VICTORIA_METRICS") or (
 WAIT_S = 30.0
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 LOGGER = "warden.monitor.influx"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class VictoriaMetrics:
@@ -55,7 +50,7 @@ class VictoriaMetrics:
 
     async def start(self) -> None:
         with self.log.open("wb") as log_file:
-            self.process = await asyncio.create_subprocess_exec(
+            self.process = process = await asyncio.create_subprocess_exec(
                 VM_BINARY,
                 f"-storageDataPath={self.data_dir}",
                 f"-httpListenAddr=127.0.0.1:{self.port}",
@@ -64,23 +59,22 @@ class VictoriaMetrics:
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
             )
-        deadline = time.monotonic() + WAIT_S
         async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                if self.process.returncode is not None:
+
+            async def answers() -> bool:
+                if process.returncode is not None:
                     pytest.fail(
-                        f"victoria-metrics exited with {self.process.returncode}: "
+                        f"victoria-metrics exited with {process.returncode}: "
                         f"{self.log.read_text(errors='replace')[-2000:]}",
                         pytrace=False,
                     )
                 try:
                     async with session.get(f"{self.url}/health") as response:
-                        if response.status == 200:
-                            return
+                        return response.status == 200
                 except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        pytest.fail(f"victoria-metrics did not answer on {self.url} within {WAIT_S}s")
+                    return False
+
+            await until(answers, f"victoria-metrics answering on {self.url}", timeout=WAIT_S)
 
     async def stop(self) -> None:
         if self.process is None or self.process.returncode is not None:
@@ -178,14 +172,6 @@ def labels(**values: str) -> frozenset[tuple[str, str]]:
     return frozenset(values.items())
 
 
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def messages(caplog: pytest.LogCaptureFixture, fragment: str) -> list[str]:
     return [
         r.getMessage() for r in caplog.records if r.name == LOGGER and fragment in r.getMessage()
@@ -281,8 +267,10 @@ async def test_write_does_not_wait_for_a_server_that_is_down(
     assert time.monotonic() - started < 1.0  # buffering 9,000 lines, no network involved
 
     # it keeps retrying, and says so once, not once per attempt
-    await wait_for(
-        lambda: store.buffer.head == 0 and len(messages(caplog, "failed")) == 1, "a retry"
+    await until(
+        lambda: store.buffer.head == 0 and len(messages(caplog, "failed")) == 1,
+        "a retry",
+        timeout=WAIT_S,
     )
     await asyncio.sleep(0.3)  # several more attempts
     assert len(messages(caplog, "failed")) == 1
@@ -319,7 +307,9 @@ async def test_points_kept_while_the_server_is_down_arrive_when_it_is_back(
                 )
             ]
         )
-    await wait_for(lambda: bool(messages(caplog, "failed")), "the failing write to be logged")
+    await until(
+        lambda: bool(messages(caplog, "failed")), "the failing write to be logged", timeout=WAIT_S
+    )
     assert len(store.buffer) == 10
     assert store.buffer.dropped == 8
     assert len(messages(caplog, "dropping the oldest")) == 1  # one line for the whole episode

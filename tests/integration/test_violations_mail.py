@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from cryptography.x509.oid import NameOID
 from services.shared.config import SmtpSettings
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.mail import MailSender, Recipient
+from tests.support.ports import free_port
 
 PASSWORD = "s3cret-Pa55word-never-shown"
 USER = "warden"
@@ -111,13 +111,6 @@ class Recorder:
                 )
             )
         return "250 2.0.0 Ok: queued as test"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -219,7 +212,7 @@ def smtp_server() -> Iterator[StartServer]:
                 return AuthResult(success=ok, handled=False)  # the server answers 535
 
             kwargs |= {"authenticator": authenticator, "auth_required": True}
-        port = _free_port()
+        port = free_port()
         controller = Controller(
             recorder, hostname="127.0.0.1", port=port, server_hostname="smtp.test", **kwargs
         )
@@ -339,7 +332,7 @@ async def test_an_invalid_address_fails_without_touching_the_others(
 
 
 async def test_server_down_fails_every_address(caplog: pytest.LogCaptureFixture) -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     sender = MailSender(SmtpSettings(host="127.0.0.1", port=port, security="none"))
 
     with caplog.at_level(logging.WARNING, logger="services.violations.actions.mail"):

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncssh
 import pytest
 
 from services.monitor.probe import PROBE_COMMAND, parse_probe_output
-from services.shared.config import HostConfig, SshSettings, ViolationSettings
+from services.shared.config import HostConfig, ViolationSettings
 from services.sim.control import ControlApi
 from services.sim.model import SimFleet
 from services.sim.server import SimServer
@@ -38,6 +37,7 @@ from services.violations.scripts import (
     who_command,
     write_command,
 )
+from tests.support.fleet import served_fleet
 
 HOST = "sim-001"
 MANAGEMENT_USER = "warden"
@@ -70,18 +70,9 @@ class Sim:
 @pytest.fixture
 async def sim(tmp_path: Path) -> AsyncIterator[Sim]:
     fleet = SimFleet(2, 2, seed=5, churn=False)
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key_file = tmp_path / "warden_ed25519"
-    key_file.write_bytes(key.export_private_key())
-    key_file.chmod(0o600)
-    async with SimServer(fleet, authorized_keys=[key.export_public_key().decode()]) as server:
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text("\n".join(server.known_hosts_lines()) + "\n")
-        ssh = SshSettings(
-            known_hosts=str(known_hosts), connect_timeout_s=5.0, key_file=str(key_file)
-        )
-        [config] = [c for c in server.hosts_config(MANAGEMENT_USER, key_file) if c["name"] == HOST]
-        yield Sim(fleet, server, SshHostShell(ssh), HostConfig(**config))
+    async with served_fleet(fleet, tmp_path) as served:
+        ssh = served.ssh_settings(connect_timeout_s=5.0)
+        yield Sim(fleet, served.server, SshHostShell(ssh), served.host(HOST, MANAGEMENT_USER))
 
 
 def make_alert(offender: str, *processes: Process) -> Alert:

@@ -1,4 +1,4 @@
-"""The terminal, terminate and kill handlers against a real OpenSSH sshd (tests/sshd.py).
+"""The terminal, terminate and kill handlers against a real OpenSSH sshd (tests/support/sshd.py).
 
 Each test creates its own unprivileged Unix user (so it needs root; it is removed afterwards),
 who logs in with the client key of the test's sshd (its AuthorizedKeysFile is one absolute
@@ -18,13 +18,9 @@ import asyncio
 import contextlib
 import grp
 import os
-import pwd
 import shutil
-import subprocess
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,7 +34,9 @@ from services.violations.actions.remote import SshHostShell
 from services.violations.actions.signals import kill, terminate
 from services.violations.actions.terminal import notify_terminals
 from services.violations.scripts import parse_who, who_command
-from tests.sshd import Sshd
+from tests.support.polling import until
+from tests.support.sshd import Sshd
+from tests.support.unix_user import UnixUser
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="creating a Unix user for the offender needs root"
@@ -64,67 +62,6 @@ def utmp() -> Iterator[None]:
     finally:
         if created:
             UTMP.unlink(missing_ok=True)
-
-
-@dataclass
-class UnixUser:
-    name: str
-    uid: int
-    gid: int
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def start(self, *argv: str) -> tuple[subprocess.Popen[bytes], datetime]:
-        """Run `argv` as this user; returns it and its start time as the monitor computes it
-        (host clock minus `ps`'s etimes)."""
-        process = subprocess.Popen(
-            list(argv),
-            user=self.uid,
-            group=self.gid,
-            extra_groups=[],
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.processes.append(process)
-        deadline = time.monotonic() + DEADLINE_S
-        while True:  # wait for the exec (until then ps shows the fork, still root's)
-            row = subprocess.run(
-                ["ps", "-o", "user:64=,etimes=,args=", "-p", str(process.pid)],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.split()
-            # (procps can print a wrapped, huge etimes for a process forked a moment ago.)
-            if row and row[0] == self.name and row[2] != "python" and int(row[1]) < 86400:
-                break
-            assert time.monotonic() < deadline, f"{argv} did not start as {self.name}"
-            time.sleep(0.01)
-        return process, datetime.fromtimestamp(int(time.time()) - int(row[1]), UTC)
-
-
-@pytest.fixture
-def unix_user() -> Iterator[UnixUser]:
-    if shutil.which("useradd") is None or shutil.which("userdel") is None:
-        pytest.skip("useradd/userdel not installed")
-    name = f"wt{uuid.uuid4().hex[:10]}"
-    subprocess.run(
-        # Password "*": none can be used, yet the account is not locked ("!"), which sshd
-        # (without PAM) would refuse for every kind of login.
-        ["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", name],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    entry = pwd.getpwnam(name)
-    user = UnixUser(name, entry.pw_uid, entry.pw_gid)
-    try:
-        yield user
-    finally:
-        for process in user.processes:  # only what this test started, by pid
-            if process.poll() is None:
-                process.kill()
-            process.wait(DEADLINE_S)
-        subprocess.run(["userdel", "--remove", name], capture_output=True, timeout=30)
 
 
 @dataclass
@@ -201,18 +138,20 @@ async def terminal_session(setup: Setup) -> AsyncIterator[asyncssh.SSHClientProc
 
 async def wait_for_session(setup: Setup) -> str:
     """The offender's tty once `who` lists it."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        result = await setup.shell.run(setup.host, setup.user.name, who_command())
-        ttys = [s.tty for s in parse_who(result.stdout) if s.user == setup.user.name]
-        if ttys:
-            return ttys[0]
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"`who` never listed the pty session of {setup.user.name}: {result.stdout!r}; "
-                f"sshd's log:\n{setup.sshd.log()[-2000:]}"
-            )
-        await asyncio.sleep(0.05)
+    listed = ""
+
+    async def tty() -> str | None:
+        nonlocal listed
+        listed = (await setup.shell.run(setup.host, setup.user.name, who_command())).stdout
+        ttys = [s.tty for s in parse_who(listed) if s.user == setup.user.name]
+        return ttys[0] if ttys else None
+
+    return await until(
+        tty,
+        f"`who` listing the pty session of {setup.user.name}",
+        DEADLINE_S,
+        report=lambda: f"`who`: {listed!r}; sshd's log:\n{setup.sshd.log()[-2000:]}",
+    )
 
 
 @pytest.mark.parametrize("act_as", ACT_AS)

@@ -28,6 +28,8 @@ from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
 from services.violations.service import start as start_violations
+from tests.support.events import record
+from tests.support.polling import until
 
 GPU = "GPU-h1-2"
 
@@ -66,14 +68,10 @@ class Running:
     def of(self, event_type: str) -> list[dict[str, Any]]:
         return [e.data for e in self.events if e.type == event_type]
 
-    async def until(self, condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not condition():
-            if asyncio.get_running_loop().time() > deadline:
-                pytest.fail(
-                    f"timed out waiting for {what}; events: {[e.type for e in self.events]}"
-                )
-            await asyncio.sleep(0.02)
+    async def until(self, condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+        await until(
+            condition, what, timeout, report=lambda: f"events: {[e.type for e in self.events]}"
+        )
 
     async def reserve(
         self, rid: int = 7, owner: str = "alice", guests: tuple[str, ...] = (), **times: datetime
@@ -137,11 +135,7 @@ async def _running(url: str, tmp_path: Path, **violations: str) -> AsyncIterator
     # through reservation events); violations checks no process before it has answered.
     await bus.serve("reservations", {"calendar": _nothing, "list_gpus": _nothing})
     running = Running(bus, settings_for(url, tmp_path, **violations))
-
-    async def record(envelope: Envelope) -> None:
-        running.events.append(envelope)
-
-    await bus.subscribe("violations", "#", "test.recorder", record)
+    await record(bus, running.events, "violations")
     await running.start()
     try:
         yield running
@@ -357,11 +351,7 @@ async def test_reservations_are_loaded_from_the_reservations_service_at_start(
         await db.upgrade(engine, "violations")
         await engine.dispose()
         running = Running(bus, settings_for(vdb, tmp_path))
-
-        async def record(envelope: Envelope) -> None:
-            running.events.append(envelope)
-
-        await bus.subscribe("violations", "#", "test.recorder", record)
+        await record(bus, running.events, "violations")
         await running.start()
         try:
             # The monitor sends a snapshot every poll; the first may come before the load.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from services.violations.actions.base import Alert, Process
 from services.violations.actions.webhook import WebhookSender
 from services.violations.actions.webhook_payloads import encode, payload
 from services.violations.actions.webhook_signature import verify
+from tests.support.ports import free_port
 
 T0 = datetime(2026, 11, 21, 13, 5, tzinfo=UTC)
 WALL = 1_795_363_200.0
@@ -139,12 +139,6 @@ def sender(fake: FakeTime, *targets: WebhookTarget, **options: float) -> Webhook
         clock=fake.clock,
         wall_clock=lambda: WALL,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- delivery --------------------------------------------------------------------------------

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.cli import main
-
-SECRET = "s" * 48
+from tests.support.config import write_config
 
 
 @pytest.fixture(autouse=True)
@@ -36,11 +35,7 @@ def isolated(
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "warden.toml"
-    path.write_text(
-        f'[storage]\ndata_dir = "{tmp_path / "data"}"\n\n[auth]\njwt_secret = "{SECRET}"\n'
-    )
-    return path
+    return write_config(tmp_path / "warden.toml")
 
 
 @pytest.fixture

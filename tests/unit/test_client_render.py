@@ -51,7 +51,7 @@ from services.client.store import (
     normalize_server,
     server_url,
 )
-from tests.e2e.api import free_port
+from tests.support.ports import free_port
 
 CET = timezone(timedelta(hours=1))
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=CET)  # 11:00 UTC

@@ -50,6 +50,8 @@ from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
 from services.shared.errors import ConfigError
 from services.shared.ssh import CommandResult, public_key_line
+from tests.support.polling import until_sync
+from tests.support.processes import ps_row
 
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
 HOST = HostConfig(name="dgx1", address="10.0.0.1", user="warden", key_file="/keys/host")
@@ -213,18 +215,14 @@ class Tasks:
         """A process leading its own process group, and its start as the scripts see it."""
         process = subprocess.Popen(list(argv), start_new_session=True)
         self.processes.append(process)
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            row = subprocess.run(
-                ["ps", "-o", "etimes=,args=", "-p", str(process.pid)],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.split()
+
+        def start() -> int | None:
+            row = ps_row(process.pid, "etimes=,args=")
             if row and row[1] == argv[0] and int(row[0]) < 86400:
-                return process, int(time.time()) - int(row[0])
-            assert time.monotonic() < deadline, f"{argv} did not start"
-            time.sleep(0.01)
+                return int(time.time()) - int(row[0])
+            return None
+
+        return process, until_sync(start, f"{argv} starting", DEADLINE_S, interval=0.01)
 
     def running(self, session: str, *argv: str) -> subprocess.Popen[bytes]:
         process, start = self.spawn(*argv)
@@ -342,10 +340,9 @@ def test_signal_script_signals_the_whole_group_of_the_same_process(
     result = run_as_login_shell(signal_command(state, "warden-4-0", "TERM"), shell)
     assert parse_signal(result) == "signalled", result
     assert leader.wait(DEADLINE_S) == -signal.SIGTERM
-    deadline = time.monotonic() + DEADLINE_S
-    while live_members(leader.pid):  # the children got it too
-        assert time.monotonic() < deadline, "the group's other processes survived SIGTERM"
-        time.sleep(0.05)
+    until_sync(  # the children got it too
+        lambda: not live_members(leader.pid), "the group's other processes ending", DEADLINE_S
+    )
     again = run_as_login_shell(signal_command(state, "warden-4-0", "KILL"), shell)
     assert parse_signal(again) == "gone"
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
 from typing import Any
-
-import pytest
 
 from services.monitor.monitor import Monitor
 from services.monitor.probe import CpuCounters, GpuReading, HostReading
@@ -14,6 +12,7 @@ from services.monitor.readers import FakeReader, HostReader
 from services.monitor.tsdb.memory import MemoryMetricsStore
 from services.monitor.writer import MetricsWriter
 from services.shared.ssh import HostUnreachable
+from tests.support import polling
 
 
 def healthy() -> HostReading:
@@ -42,15 +41,7 @@ class Recorder:
         return [d for t, d in self.events if t == event_type and d["host"] == host]
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll `condition` until it holds; fail with `what` after `timeout` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        if condition():
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+until = functools.partial(polling.until, timeout=10.0)
 
 
 async def test_each_host_publishes_samples_and_a_hung_host_delays_nobody() -> None:

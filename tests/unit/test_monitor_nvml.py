@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from services.monitor.nvml import FakeGpu, FakeNvml, FakeNvmlError, ProcInfo, load_nvml, read_gpus
 from services.monitor.probe import GpuReading, GpuStatus
 from services.monitor.readers import LocalNvmlReader
+from tests.support.processes import running
 
 NO_SUCH_PID = 4194305  # above the largest pid_max Linux allows
 GIB = 2**30
@@ -37,24 +37,11 @@ def ps(pid: int, column: str) -> str:
     return done.stdout.strip()
 
 
-def wait_for_exec(pid: int, timeout: float = 10.0) -> None:
-    """Popen may return before the child's command line is visible in /proc."""
-    deadline = time.monotonic() + timeout
-    while not Path(f"/proc/{pid}/cmdline").read_bytes():
-        assert time.monotonic() < deadline, f"process {pid} never started"
-        time.sleep(0.005)
-
-
 @pytest.fixture
 def sleeper() -> Iterator[tuple[int, datetime]]:
     started = datetime.now(UTC)
-    process = subprocess.Popen(["sleep", "60"])
-    wait_for_exec(process.pid)
-    try:
+    with running("sleep", "60") as process:
         yield process.pid, started
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_figures_with_units_and_none_for_what_is_not_reported() -> None:

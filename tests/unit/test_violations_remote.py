@@ -44,6 +44,7 @@ from services.violations.scripts import (
     who_command,
     write_command,
 )
+from tests.support.polling import until_sync
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)]
@@ -167,15 +168,13 @@ def start_of(pid: int) -> datetime:
     procps (4.0.2 at least) can print a wrapped, huge etimes for a process forked a moment
     ago: read again until it makes sense.
     """
-    deadline = time.monotonic() + 10
-    while True:
-        etimes = subprocess.run(
-            ["ps", "-o", "etimes=", "-p", str(pid)], capture_output=True, text=True, check=True
-        ).stdout
-        if int(etimes) < 86400:
-            return datetime.fromtimestamp(int(time.time()) - int(etimes), UTC)
-        assert time.monotonic() < deadline, f"ps keeps printing etimes {etimes.strip()}"
-        time.sleep(0.01)
+
+    def start() -> datetime | None:
+        ps = ["ps", "-o", "etimes=", "-p", str(pid)]
+        etimes = int(subprocess.run(ps, capture_output=True, text=True, check=True).stdout)
+        return datetime.fromtimestamp(int(time.time()) - etimes, UTC) if etimes < 86400 else None
+
+    return until_sync(start, f"a sensible etimes of pid {pid} from ps", 10, interval=0.01)
 
 
 def read_available(fd: int, wait_s: float = 2.0) -> bytes:
@@ -285,15 +284,12 @@ def test_signal_script_counts_a_zombie_as_gone(
     process, started = sleeper
     command = signal_command(process.pid, ME, started, "KILL")
     assert parse_signal_result(run_as_login_shell(command).stdout) == SignalResult("signalled")
-    deadline = time.monotonic() + 5
-    while (
-        "Z"
-        not in subprocess.run(
-            ["ps", "-o", "stat=", "-p", str(process.pid)], capture_output=True, text=True
-        ).stdout
-    ):
-        assert time.monotonic() < deadline, "the killed sleep never became a zombie"
-        time.sleep(0.02)
+
+    def zombie() -> bool:
+        stat = ["ps", "-o", "stat=", "-p", str(process.pid)]
+        return "Z" in subprocess.run(stat, capture_output=True, text=True).stdout
+
+    until_sync(zombie, "the killed sleep becoming a zombie", 5, interval=0.02)
     # Not reaped yet (Popen has not waited): a zombie, which no signal can end.
     assert parse_signal_result(run_as_login_shell(command).stdout) == SignalResult("gone")
 

@@ -32,7 +32,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -44,19 +43,13 @@ from typing import Any
 import pytest
 
 from services.shared.config import HostConfig
+from tests.support.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = "ssh-keygen"
-FAKE_BIN = Path(__file__).resolve().parent / "fixtures" / "bin"
+FAKE_BIN = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (another process may take it later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def generate_key(path: Path, comment: str = "warden-test") -> str:
