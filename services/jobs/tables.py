@@ -50,6 +50,7 @@ jobs = Table(
     Column("updated_at_ms", BigInteger, nullable=False),
     Index("jobs_jobs_owner", "owner", "id"),
     Index("jobs_jobs_status", "status"),
+    sqlite_autoincrement=True,  # a deleted job's id is never given to another
 )
 
 tasks = Table(

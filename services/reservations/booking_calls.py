@@ -8,9 +8,11 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from services.reservations import api
+from services.reservations.booking import START_GRACE
 from services.reservations.commands import Commands
 from services.reservations.domain import AccessRule, Limits, WeeklyWindow
 from services.reservations.queries import Queries
+from services.shared.errors import InvalidRequest
 
 
 def weekly_window(raw: dict[str, Any]) -> WeeklyWindow:
@@ -25,12 +27,19 @@ def weekly_window(raw: dict[str, Any]) -> WeeklyWindow:
     return WeeklyWindow(days=days, start=parse(raw["start"]), end=parse(raw["end"]))
 
 
+def default_valid_from(now: datetime) -> datetime:
+    """A rule given no start starts at the whole minute a booking's grace reaches back to:
+    a booking that starts "now" (up to START_GRACE ago) is covered, not refused for the
+    seconds between the minute and the rule's creation."""
+    return (now - START_GRACE).replace(second=0, microsecond=0)
+
+
 def access_rule(args: dict[str, Any], now: datetime) -> AccessRule:
     max_duration = args["max_duration_s"]
     return AccessRule(
         id=args.get("id", 0),
         name=args["name"].strip(),
-        valid_from=args["valid_from"] or now,
+        valid_from=args["valid_from"] or default_valid_from(now),
         valid_until=args["valid_until"],
         users=frozenset(args["users"]),
         groups=frozenset(args["groups"]),
@@ -137,10 +146,19 @@ class BookingCalls:
         )
 
     async def find_slot(self, args: dict[str, Any]) -> dict[str, Any]:
+        duration = timedelta(minutes=args["duration_minutes"])
+        bounds = self.commands.bounds
+        if not bounds.shortest <= duration <= bounds.longest:
+            # A slot nobody could book: refused, not offered.
+            raise InvalidRequest(
+                f"duration_minutes must be from {bounds.shortest / timedelta(minutes=1):g} to "
+                f"{bounds.longest / timedelta(minutes=1):g} (the shortest and longest reservation)",
+                {"field": "duration_minutes"},
+            )
         return await self.queries.find_slot(
             args["actor"],
             count=args["count"],
-            duration=timedelta(minutes=args["duration_minutes"]),
+            duration=duration,
             not_before=args["not_before"] or _next_minute(self.commands.clock()),
             host=args["host"],
             gpu_model=args["gpu_model"],

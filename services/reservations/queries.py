@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts, repository
+from services.reservations import accounts, api, repository
 from services.reservations.access import (
     allowed_by_gpu,
     period_text,
@@ -24,8 +24,7 @@ from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, from_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
 
-MAX_OVERVIEW = timedelta(weeks=8)
-MAX_CALENDAR = timedelta(weeks=8)
+MAX_OVERVIEW = MAX_CALENDAR = api.MAX_RANGE
 SLOT_SEARCH_HORIZON = timedelta(weeks=8)
 SLOT_SEARCH_STEPS = (timedelta(days=2), timedelta(weeks=2), SLOT_SEARCH_HORIZON)
 

@@ -114,6 +114,7 @@ access_rules = Table(
     Column("created_by", String(32), nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
+    sqlite_autoincrement=True,  # a deleted rule's id is never given to another
 )
 
 reservations = Table(

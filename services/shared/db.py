@@ -101,9 +101,26 @@ def _upgrade(connection: Connection, service: str, revision: str) -> None:
 
 
 async def upgrade(engine: AsyncEngine, service: str, revision: str = "head") -> str | None:
-    """Apply the service's migrations up to `revision`; returns the revision now current."""
-    async with engine.begin() as conn:
-        await conn.run_sync(_upgrade, service, revision)
+    """Apply the service's migrations up to `revision`; returns the revision now current.
+
+    On SQLite, foreign keys are off while they run (a pragma that only takes effect outside
+    a transaction): a migration that rebuilds a table drops the old one, and with them on
+    that drop would delete its children by cascade. They are checked afterwards.
+    """
+    sqlite = engine.dialect.name == "sqlite"
+    async with engine.connect() as conn:
+        if sqlite:
+            await conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        try:
+            await conn.run_sync(_upgrade, service, revision)
+            await conn.commit()
+            if sqlite:
+                broken = (await conn.exec_driver_sql("PRAGMA foreign_key_check")).all()
+                if broken:
+                    raise RuntimeError(f"{service} migration broke foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                await conn.exec_driver_sql("PRAGMA foreign_keys=ON")
     async with engine.connect() as conn:
         return await conn.run_sync(_current_revision, service)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sshd import free_port
+from tests.support.ports import free_port
 
 WARDEN = [sys.executable, "-m", "services.cli"]
 

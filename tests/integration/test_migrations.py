@@ -210,3 +210,68 @@ def test_cli_db_upgrade_then_current(
     out = capsys.readouterr().out
     for name in SERVICES:
         assert f"{name}: at {db.head_revision(name)} (up to date)" in out
+
+
+async def test_a_deleted_rule_or_job_never_gives_its_id_to_the_next_one(
+    engines: dict[str, AsyncEngine],
+) -> None:
+    """On SQLite too (AUTOINCREMENT, jobs_0003 and reservations_0005 rebuild the tables with
+    it); a job's tasks survive the rebuild of their parent table."""
+    from services.jobs import tables as jobs
+    from services.reservations import tables as reservations
+
+    engine = engines["jobs"]
+    await db.upgrade(engine, "jobs", "jobs_0002")
+    job = {"owner": "alice", "name": "train", "spec": "{}", "status": "created"}
+    times = {"created_at_ms": 1, "updated_at_ms": 1}
+    async with engine.begin() as conn:
+        first = (
+            await conn.execute(
+                sa.insert(jobs.jobs).values(**job, **times).returning(jobs.jobs.c.id)
+            )
+        ).scalar_one()
+        await conn.execute(
+            sa.insert(jobs.tasks).values(job_id=first, task_index=0, status="created")
+        )
+    await db.upgrade(engine, "jobs")
+    async with engine.begin() as conn:
+        assert (
+            await conn.execute(sa.select(sa.func.count()).select_from(jobs.tasks))
+        ).scalar() == 1
+        newest = (
+            await conn.execute(
+                sa.insert(jobs.jobs).values(**job, **times).returning(jobs.jobs.c.id)
+            )
+        ).scalar_one()
+        await conn.execute(sa.delete(jobs.jobs).where(jobs.jobs.c.id == newest))
+        after = (
+            await conn.execute(
+                sa.insert(jobs.jobs).values(**job, **times).returning(jobs.jobs.c.id)
+            )
+        ).scalar_one()
+    assert after > newest > first
+
+    rules = engines["reservations"]
+    await db.upgrade(rules, "reservations")
+    rule = {
+        "name": "r",
+        "users": [],
+        "groups": [],
+        "hosts": [],
+        "gpus": [],
+        "windows": [],
+        "valid_from_ms": 0,
+        "created_by": "admin",
+        "created_at_ms": 1,
+        "updated_at_ms": 1,
+    }
+    table = reservations.access_rules
+    async with rules.begin() as conn:
+        newest = (
+            await conn.execute(sa.insert(table).values(**rule).returning(table.c.id))
+        ).scalar_one()
+        await conn.execute(sa.delete(table).where(table.c.id == newest))
+        after = (
+            await conn.execute(sa.insert(table).values(**rule).returning(table.c.id))
+        ).scalar_one()
+    assert after > newest

@@ -467,7 +467,7 @@ export interface paths {
         put?: never;
         /**
          * Create an access rule
-         * @description Windows are `{days, start, end}` in the rule's `timezone` (days `mon`..`sun` or 0..6, 0 = Monday; `HH:MM`, end `24:00` allowed). Future reservations are re-checked: those no longer allowed are cancelled, and ones an earlier change cancelled that are allowed and free again are restored.
+         * @description Windows are `{days, start, end}` in the rule's `timezone` (days `mon`..`sun` or 0..6, 0 = Monday; `HH:MM`, end `24:00` allowed). Future reservations are re-checked: those no longer allowed are cancelled, and ones an earlier change cancelled that are allowed and free again are restored (`cancelled` and `restored` list them).
          */
         post: operations["create_rule"];
         delete?: never;
@@ -486,7 +486,7 @@ export interface paths {
         get?: never;
         /**
          * Replace an access rule (every field; what is left out takes its default)
-         * @description Future reservations are re-checked: those no longer allowed are cancelled, and ones an earlier change cancelled that are allowed and free again are restored.
+         * @description Future reservations are re-checked: those no longer allowed are cancelled, and ones an earlier change cancelled that are allowed and free again are restored (`cancelled` and `restored` list them).
          */
         put: operations["replace_rule"];
         post?: never;
@@ -1309,6 +1309,34 @@ export interface components {
              */
             valid_until: string | null;
             windows?: components["schemas"]["WindowArgs"][];
+        };
+        RuleChanged: {
+            all_gpus: boolean;
+            cancelled: number[];
+            /** Format: date-time */
+            created_at?: string;
+            created_by?: string;
+            description: string;
+            gpus: string[];
+            groups: string[];
+            hosts: string[];
+            id: number;
+            max_duration_s: number | null;
+            max_gpu_hours_per_week: number | null;
+            max_gpus: number | null;
+            name: string;
+            restored: number[];
+            timezone: string;
+            /** Format: date-time */
+            updated_at?: string;
+            users: string[];
+            /** Format: date-time */
+            valid_from: string;
+            /** Format: date-time */
+            valid_until: string | null;
+            windows: components["schemas"]["RuleWindow"][];
+        } & {
+            [key: string]: unknown;
         };
         RuleDeleted: {
             cancelled: number[];
@@ -2589,7 +2617,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Rule"];
+                    "application/json": components["schemas"]["RuleChanged"];
                 };
             };
             /** @description an error (see `error` for the code) */
@@ -2624,7 +2652,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Rule"];
+                    "application/json": components["schemas"]["RuleChanged"];
                 };
             };
             /** @description an error (see `error` for the code) */

@@ -130,6 +130,10 @@ def _range(query: dict[str, Any]) -> tuple[datetime, datetime]:
     end = query.get("end") or start + DEFAULT_RANGE
     if end <= start:
         raise InvalidRequest("end must be after start", {"field": "end"})
+    if end - start > api.MAX_RANGE:
+        raise InvalidRequest(
+            f"the range may be at most {api.MAX_RANGE.days // 7} weeks", {"field": "end"}
+        )
     return start, end
 
 

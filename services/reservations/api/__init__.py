@@ -87,6 +87,8 @@ from services.shared.errors import (
 from services.shared.rpc import Method
 
 SERVICE = "reservations"
+# The longest range a calendar or overview read may ask for.
+MAX_RANGE = timedelta(weeks=8)
 
 
 # --- methods ------------------------------------------------------------------------------------
@@ -393,6 +395,7 @@ __all__ = [
     "LIST_USERS",
     "LOGIN",
     "LOGOUT",
+    "MAX_RANGE",
     "METHODS",
     "OVERVIEW",
     "REFRESH_SESSION",

@@ -1,0 +1,124 @@
+"""What the README and the OpenAPI document promise, checked through the API: an ended
+reservation reads `ended`, rule changes answer what they cancelled, a rule made "now" covers a
+booking made "now", ids are never reused, ranges and slots stay within their documented
+bounds. One embedded system (SQLite: where ids used to be reused)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.e2e.api import ApiSystem, running_system
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def system(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ApiSystem]:
+    async with running_system(tmp_path_factory.mktemp("api-promises")) as system:
+        yield system
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+async def book(system: ApiSystem, username: str, gpu: int, start: datetime) -> dict[str, Any]:
+    client = await system.as_user(username)
+    target = await system.gpu(1, gpu)
+    created = await client.post(
+        "/reservations",
+        {
+            "gpus": [target["uuid"]],
+            "start": start.isoformat(),
+            "duration_minutes": 60,
+            "title": f"{username} on {gpu}",
+        },
+    )
+    assert created.status == 201, created.body
+    return dict(created.body)
+
+
+async def test_a_reservation_ended_early_reads_ended(system: ApiSystem) -> None:
+    alice = await system.as_user("alice")
+    running = await book(system, "alice", 0, now())
+    assert running["status"] == "active"
+    ended = await alice.post(f"/reservations/{running['id']}/end")
+    assert ended.status == 200, ended.body
+    assert ended.body["status"] == "ended"
+    again = await alice.get(f"/reservations/{running['id']}")
+    assert again.body["status"] == "ended"
+    listed = await alice.get("/reservations", start=(now() - timedelta(hours=1)).isoformat())
+    assert {r["id"]: r["status"] for r in listed.body["items"]}[running["id"]] == "ended"
+
+
+async def test_a_rule_change_answers_what_it_cancelled_and_restored(system: ApiSystem) -> None:
+    admin = await system.as_user("admin")
+    booked = await book(system, "bob", 1, now() + timedelta(days=2))
+    # Only rule of bob: the default one through the `users` group; take bob out of it and give
+    # him a rule that excludes host 1, then widen it again.
+    out = await admin.delete("/groups/users/members/bob")
+    assert out.status == 200 and booked["id"] in out.body["cancelled"], out.body
+    narrow = {"name": "bob elsewhere", "users": ["bob"], "hosts": [system.fleet.hosts[0]]}
+    created = await admin.post("/rules", narrow)
+    assert created.status == 201, created.body
+    assert created.body["cancelled"] == [] and created.body["restored"] == []
+    wide = await admin.put(f"/rules/{created.body['id']}", {**narrow, "all_gpus": True})
+    assert wide.status == 200, wide.body
+    assert wide.body["restored"] == [booked["id"]]
+    assert wide.body["all_gpus"] is True  # the rule itself is still answered whole
+
+
+async def test_a_rule_made_now_covers_a_booking_made_now(system: ApiSystem) -> None:
+    admin = await system.as_user("admin")
+    created = await admin.post(
+        "/users", {"username": "dora", "email": "dora@lab.example", "password": "dora-pw-12345"}
+    )
+    assert created.status == 201, created.body
+    out = await admin.delete("/groups/users/members/dora")
+    assert out.status == 200
+    rule = await admin.post("/rules", {"name": "dora now", "users": ["dora"], "all_gpus": True})
+    assert rule.status == 201, rule.body
+    assert datetime.fromisoformat(rule.body["valid_from"]) <= now() - timedelta(seconds=59)
+    dora = await system.anonymous().post(
+        "/session", {"username": "dora", "password": "dora-pw-12345"}
+    )
+    system.tokens["dora"] = dora.body["access_token"]
+    await book(system, "dora", 2, now().replace(second=0))
+
+
+async def test_a_deleted_rules_id_is_never_given_to_another(system: ApiSystem) -> None:
+    admin = await system.as_user("admin")
+    body = {"name": "short-lived", "users": ["alice"], "all_gpus": True}
+    first = await admin.post("/rules", body)
+    assert first.status == 201
+    assert (await admin.delete(f"/rules/{first.body['id']}")).status == 200
+    second = await admin.post("/rules", body)
+    assert second.status == 201
+    assert second.body["id"] > first.body["id"]
+
+
+async def test_ranges_and_slots_stay_within_their_documented_bounds(system: ApiSystem) -> None:
+    alice = await system.as_user("alice")
+    start = now()
+    too_long = await alice.get(
+        "/reservations", start=start.isoformat(), end=(start + timedelta(weeks=9)).isoformat()
+    )
+    assert too_long.status == 400, too_long.body
+    assert too_long.body["details"]["field"] == "end"
+    eight = await alice.get(
+        "/reservations", start=start.isoformat(), end=(start + timedelta(weeks=8)).isoformat()
+    )
+    assert eight.status == 200
+    short = await alice.get("/reservations/slot", count=1, duration_minutes=10)
+    assert short.status == 400, short.body
+    assert short.body["details"]["field"] == "duration_minutes"
+    fine = await alice.get("/reservations/slot", count=1, duration_minutes=30)
+    assert fine.status == 200, fine.body
+    assert datetime.fromisoformat(fine.body["end"]) - datetime.fromisoformat(
+        fine.body["start"]
+    ) >= timedelta(minutes=30)
