@@ -97,6 +97,16 @@ class Responders:
             except Exception as err:  # recorded on the incident; the event is not retried
                 log.exception("violation handler %s failed", name)
                 outcomes = [ActionOutcome(name, False, f"failed: {type(err).__name__}")]
+        for outcome in outcomes:  # what went out, where (never a message body or a secret)
+            log.info(
+                "incident %s step %d: %s %s %s",
+                alert.incident_id,
+                alert.step_index,
+                name,
+                "reached" if outcome.ok else "did not reach",
+                outcome.target,
+                extra={"fields": {"detail": outcome.detail[:200]}},
+            )
         if outcomes:
             await api.RECORD_ACTIONS.call(
                 self.bus,

@@ -12,6 +12,7 @@ violation. Deadlines are generous and nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
+import logging
 import csv
 import os
 import sys
@@ -169,7 +170,10 @@ def _alive(fleet: SimFleet, host: str, pid: int) -> bool:
     return any(p["pid"] == pid for p in fleet.snapshot(host)["hosts"][0]["processes"])
 
 
-async def test_a_violation_is_told_everywhere_stopped_and_resolved(system: System) -> None:
+async def test_a_violation_is_told_everywhere_stopped_and_resolved(
+    system: System, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="warden.violations")
     fleet, host = system.fleet, system.fleet.hosts[0]
     uuid = await _gpu(system, host, 2)
     reservation = await _reserve(system, uuid)
@@ -211,6 +215,13 @@ async def test_a_violation_is_told_everywhere_stopped_and_resolved(system: Syste
     done = {(e["handler"], e["ok"]) for e in incident["timeline"] if e["kind"] == "action"}
     assert {("terminal", True), ("webhook", True), ("email", True), ("kill", True)} <= done
     assert incident["status"] == "resolved"
+    # Operators see it at INFO: the incident opening, and each notice and e-mail going out.
+    said = [r.getMessage() for r in caplog.records if r.name == "warden.violations"]
+    incident_id = opened["incident_id"]
+    assert any(line.startswith(f"incident {incident_id} opened: bob on {host}") for line in said)
+    for handler, target in (("terminal", f"{host}:"), ("email", "bob@lab.example")):
+        assert any(f"{handler} reached {target}" in line for line in said), (handler, said)
+    assert not any("steal_gpu" in line for line in said)  # no message bodies
 
 
 @pytest.mark.amqp
