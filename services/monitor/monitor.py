@@ -155,7 +155,13 @@ class Monitor:
         except HostUnreachable as err:
             self.stats.failures += 1
             reason = str(err.details.get("reason") or err.message)
-            events = state.on_failure(reason, at, time.monotonic(), self.interval_s)
+            events = state.on_failure(
+                reason,
+                at,
+                time.monotonic(),
+                self.interval_s,
+                back_off=bool(err.details.get("needs_a_person")),
+            )
             if events:  # a transition: one log line per outage, not per tick
                 log.warning("%s is unreachable: %s", reader.name, reason)
         except Exception:

@@ -151,10 +151,17 @@ class HostState:
             )
         return events
 
-    def on_failure(self, reason: str, at: datetime, now: float, interval_s: float) -> list[Event]:
-        """A poll failed at `at` (monotonic `now`); returns `host.unreachable` once per outage."""
+    def on_failure(
+        self, reason: str, at: datetime, now: float, interval_s: float, *, back_off: bool = False
+    ) -> list[Event]:
+        """A poll failed at `at` (monotonic `now`); returns `host.unreachable` once per outage.
+
+        A host that is down, hung or restarting is tried again every interval, so it is
+        fresh within one interval of answering again; only a failure that needs a person
+        (`back_off`: a refused key, say) waits longer and longer (up to a minute) between tries.
+        """
         self.failures += 1
-        self.retry_at = now + backoff_s(self.failures, interval_s)
+        self.retry_at = now + backoff_s(self.failures, interval_s) if back_off else 0.0
         self.cpu = None  # a delta across an outage would be meaningless
         if self.reachable is False:
             return []

@@ -115,6 +115,18 @@ def describe_ssh_error(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
+def needs_a_person(err: BaseException) -> bool:
+    """A failure that retrying will not mend (a refused key, an unknown host key, an unreadable
+    key file), unlike a host that is down, hung or restarting."""
+    return isinstance(
+        err,
+        asyncssh.PermissionDenied
+        | asyncssh.HostKeyNotVerifiable
+        | asyncssh.KeyImportError
+        | FileNotFoundError,
+    )
+
+
 PREFERRED_CIPHERS = (
     "aes128-gcm@openssh.com",
     "aes256-gcm@openssh.com",
@@ -222,7 +234,11 @@ class SshHostShell(HostShell):
             await self.close()
             raise HostUnreachable(
                 f"{self.name}: {describe_ssh_error(err)}",
-                {"host": self.name, "reason": describe_ssh_error(err)},
+                {
+                    "host": self.name,
+                    "reason": describe_ssh_error(err),
+                    "needs_a_person": needs_a_person(err),
+                },
             ) from err
         return CommandResult(done.exit_status, _text(done.stdout), _text(done.stderr))
 

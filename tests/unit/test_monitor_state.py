@@ -163,3 +163,16 @@ def test_backoff_grows_is_capped_and_jittered(failures: int, interval: float, se
     delay = backoff_s(failures, interval, cap_s=60.0, rng=random.Random(seed))
     base = min(60.0, interval * 2 ** (failures - 1))
     assert base * 0.5 <= delay <= base
+
+
+def test_a_host_down_or_hung_is_tried_every_interval_one_needing_a_person_backs_off() -> None:
+    down = HostState("h1")
+    for i in range(5):
+        down.on_failure("timed out", T0 + timedelta(seconds=5 * i), now=5.0 * i, interval_s=5)
+    assert down.retry_at == 0.0  # the next tick polls it: fresh within one interval of answering
+    refused = HostState("h2")
+    for i in range(5):
+        refused.on_failure(
+            "authentication refused", T0, now=5.0 * i, interval_s=5, back_off=True
+        )
+    assert refused.retry_at > 20.0 + 5  # waits longer than an interval before the next try
