@@ -35,8 +35,8 @@ from services.shared.rpc import Method
 
 log = logging.getLogger("warden.gateway")
 
-# The monitor's figures are served this old at most, and asked for again in the background once
-# they are REFRESH_AFTER_S old while callers keep asking (so they rarely wait for them).
+# The monitor's figures are served this old at most: they are asked for again by the first
+# caller that finds them REFRESH_AFTER_S old (one RPC of a few milliseconds, shared).
 MAX_AGE_S = 1.0
 REFRESH_AFTER_S = 0.6
 NEXT_WITHIN = timedelta(days=7)  # `next_reservation`: the next one starting within this
@@ -279,9 +279,9 @@ class Rpc(Protocol):
 class FleetBoard:
     """The app's current Composition, kept up to date with few RPCs.
 
-    - The monitor's snapshot is asked for again once the composition is REFRESH_AFTER_S old
-      (in the background while callers get the current one) and never served older than
-      MAX_AGE_S: a caller waits for a fresh one then.
+    - The monitor's snapshot is asked for again once the composition is REFRESH_AFTER_S old,
+      by the first caller after that; the others that come meanwhile wait for that one
+      update (milliseconds) and get its answer, so none is served older than MAX_AGE_S.
     - Reservations are read from the calendar copy, which tells the board which GPUs'
       reservations changed: a composition is served only while no change came after it, and
       the next one puts only those GPUs together again, without an RPC. Until the copy covers
@@ -305,11 +305,11 @@ class FleetBoard:
         while True:
             latest = self.latest
             if latest is not None and latest.changes >= target:
-                age = self.clock() - latest.built_at
-                if age < MAX_AGE_S:
-                    if age >= REFRESH_AFTER_S:
-                        self._update(rpc)  # ready before this one is too old
+                if self.clock() - latest.built_at < REFRESH_AFTER_S:
                     return latest
+            # Callers wait for the one update under way rather than get the figures it
+            # replaces: served in the background, a refresh a caller started went only to
+            # the next one (a caller polling once a second always got 1 s old figures).
             await asyncio.shield(self._update(rpc))
 
     def on_change(self, gpus: frozenset[str]) -> None:

@@ -151,3 +151,19 @@ async def test_private_fields_are_hidden_from_outsiders_only() -> None:
     assert carol["GPU-1"]["next_reservation"]["description"] == ""
     admin = await gpus_for(board, rpc, ADMIN)
     assert admin["GPU-1"]["next_reservation"]["description"] == "the secret plan"
+
+
+async def test_a_caller_gets_the_figures_its_own_request_asked_for() -> None:
+    """Polling once a second must not always get the figures of the second before (a refresh
+    started for one caller used to be served only to the next)."""
+    clock = [0.0]
+    board = FleetBoard(loaded(), clock=lambda: clock[0])
+    rpc = FakeRpc()
+    first = await board.composition(rpc)
+    assert rpc.names() == ["snapshot"]
+    clock[0] = 0.5  # young enough: served as it is, no RPC
+    assert await board.composition(rpc) is first
+    clock[0] = 0.99  # one poll later: this caller gets a composition made for it now
+    fresh = await board.composition(rpc)
+    assert rpc.names() == ["snapshot", "snapshot"]
+    assert fresh is not first and fresh.built_at == 0.99
