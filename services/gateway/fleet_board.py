@@ -304,9 +304,12 @@ class FleetBoard:
         target = self.changes
         while True:
             latest = self.latest
-            if latest is not None and latest.changes >= target:
-                if self.clock() - latest.built_at < REFRESH_AFTER_S:
-                    return latest
+            if (
+                latest is not None
+                and latest.changes >= target
+                and self.clock() - latest.built_at < REFRESH_AFTER_S
+            ):
+                return latest
             # Callers wait for the one update under way rather than get the figures it
             # replaces: served in the background, a refresh a caller started went only to
             # the next one (a caller polling once a second always got 1 s old figures).

@@ -36,6 +36,7 @@ from services.jobs.supervisor import TaskSupervisor
 from services.jobs.working_state import WorkingState
 from services.shared.bus import Bus
 from services.shared.errors import WardenError
+from services.shared.failures import Retrying
 
 log = logging.getLogger("warden.jobs")
 
@@ -69,12 +70,17 @@ class Engine:
                 await self._loop
 
     async def _run(self) -> None:
+        retrying = Retrying(log, "the jobs tick")
+        wait_s = self.working.settings.poll_interval_s
         while True:
-            await self.working.wait_for_kick(self.working.settings.poll_interval_s)
+            await self.working.wait_for_kick(wait_s)
             try:
                 await self.tick()
-            except Exception:
-                log.exception("a jobs tick failed; retrying")
+            except Exception as err:
+                wait_s = max(self.working.settings.poll_interval_s, retrying.failed(err))
+            else:
+                retrying.succeeded()
+                wait_s = self.working.settings.poll_interval_s
 
     # -- events -----------------------------------------------------------------------------
 

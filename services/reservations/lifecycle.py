@@ -23,6 +23,7 @@ from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.reservations.usage import UsageTotals, add_samples, from_row, summary, to_row
 from services.shared.contracts import Envelope
+from services.shared.failures import Retrying
 
 log = logging.getLogger("warden.reservations")
 
@@ -263,14 +264,19 @@ class Lifecycle:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         flushed_at = loop.time()
+        retrying = Retrying(log, "the reservation lifecycle (started/ended events, usage)")
+        wait_s = TICK_S
         while True:
             try:
                 await self.tick()
                 if loop.time() - flushed_at >= self.flush_every_s:
                     await self.usage.flush()
                     flushed_at = loop.time()
-            except Exception:
-                log.exception("reservation lifecycle tick failed; retrying")
+            except Exception as err:
+                wait_s = retrying.failed(err)
+            else:
+                retrying.succeeded()
+                wait_s = TICK_S
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_S)
+                await asyncio.wait_for(self._wake.wait(), wait_s)
             self._wake.clear()

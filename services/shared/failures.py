@@ -75,3 +75,75 @@ def log_rpc_failure(
     else:
         log.error("RPC %s.%s failed", service, method, exc_info=err)
     return rpc_error(service, method, err)
+
+
+class Retrying:
+    """A loop that keeps trying something (a tick, a flush): one log line when it starts to
+    fail and one when it works again, not one per turn, and a growing wait in between so a
+    dead database is no busy loop. A failure that is not an outage (a bug) is logged with
+    its traceback, once.
+
+        retrying = Retrying(log, "publishing the outbox", first_wait_s=0.5)
+        while True:
+            try:
+                await work()
+            except Exception as err:
+                await asyncio.sleep(retrying.failed(err))
+                continue
+            retrying.succeeded()
+    """
+
+    def __init__(
+        self, log: logging.Logger, what: str, first_wait_s: float = 0.5, max_wait_s: float = 30.0
+    ) -> None:
+        self.log = log
+        self.what = what
+        self.first_wait_s = first_wait_s
+        self.max_wait_s = max_wait_s
+        self.failing_since: float | None = None
+        self._wait_s = 0.0
+
+    @property
+    def failing(self) -> bool:
+        return self.failing_since is not None
+
+    def failed(self, err: BaseException) -> float:
+        """Note a failure; returns how long to wait before the next try."""
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            self._wait_s = self.first_wait_s
+            self.log.warning(
+                "%s failed (%s); retrying with back-off",
+                self.what,
+                describe_failure(err),
+                exc_info=None if database_unreachable(err) else err,
+            )
+        else:
+            self._wait_s = min(self._wait_s * 2, self.max_wait_s)
+        return self._wait_s
+
+    def succeeded(self) -> None:
+        if self.failing_since is not None:
+            down_s = time.monotonic() - self.failing_since
+            self.log.info("%s works again (after %.0fs)", self.what, down_s)
+            self.failing_since = None
+
+
+class ConsumerOutages:
+    """`Retrying` per queue, for event handlers whose database is down: the message waits and
+    goes again; one log line per queue when it starts and one when it works again."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self._queues: dict[str, Retrying] = {}
+
+    def failed(self, queue: str, err: BaseException) -> float:
+        retrying = self._queues.get(queue)
+        if retrying is None:
+            retrying = self._queues[queue] = Retrying(self.log, f"handling events of {queue}")
+        return retrying.failed(err)
+
+    def succeeded(self, queue: str) -> None:
+        retrying = self._queues.pop(queue, None)
+        if retrying is not None:
+            retrying.succeeded()

@@ -55,5 +55,12 @@ def configure_logging(settings: LogSettings) -> None:
     root.handlers[:] = [handler]
     root.setLevel(settings.level.upper())
     # Libraries log every connection detail at INFO; keep their noise to warnings.
-    for noisy in ("aiormq", "aio_pika", "asyncssh", "aiohttp.access", "alembic"):
+    for noisy in ("asyncssh", "aiohttp.access", "alembic"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # A lost broker connection makes aio-pika and aiormq log an error per channel, with a
+    # traceback; the bus says it once ("lost the connection ...", "reconnected ..."). Their
+    # words still show at debug level.
+    for noisy in ("aiormq", "aio_pika"):
+        logging.getLogger(noisy).setLevel(
+            root.level if root.level <= logging.DEBUG else logging.CRITICAL
+        )

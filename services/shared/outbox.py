@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.bus import Bus
 from services.shared.contracts import make_envelope, parse_envelope
+from services.shared.failures import Retrying
 from services.shared.store import Store, now_ms
 
 log = logging.getLogger("warden.outbox")
@@ -104,13 +105,18 @@ class Relay:
                 sent += len(rows)
 
     async def _run(self) -> None:
+        retrying = Retrying(log, f"publishing {self.table.name}")
+        wait_s = self.interval_s
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                await asyncio.wait_for(self._wake.wait(), wait_s)
             self._wake.clear()
             try:
                 await self.flush()
-            except Exception:
-                log.exception("publishing %s failed; retrying", self.table.name)
+            except Exception as err:
+                wait_s = retrying.failed(err)
+            else:
+                retrying.succeeded()
+                wait_s = self.interval_s
             if self._stopping:
                 return

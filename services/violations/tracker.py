@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.config import ViolationSettings
-from services.shared.failures import describe_failure
+from services.shared.failures import Retrying
 from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
 from services.shared.store import Store
@@ -38,7 +38,6 @@ log = logging.getLogger("warden.violations")
 
 SOURCE = "violations"
 Clock = Callable[[], datetime]
-MAX_BACKOFF_S = 30.0
 
 
 def _utc_now() -> datetime:
@@ -241,16 +240,16 @@ class Tracker:
         self._wake.set()
 
     async def _run(self, interval_s: float) -> None:
-        failing_since: datetime | None = None
-        backoff_s = interval_s
+        retrying = Retrying(log, "escalating incidents", first_wait_s=1.0)
+        backoff_s = 0.0
         while True:
             wake = self.next_wake()
             wait_s = interval_s
             if wake is not None:
                 wait_s = min(interval_s, max(0.0, (wake - self.clock()).total_seconds()))
-            if failing_since is not None:
+            if retrying.failing:
                 # An overdue step would make the wait 0: without this a dead database turns
-                # the loop into a busy one (and a traceback per turn).
+                # the loop into a busy one.
                 wait_s = backoff_s
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_s)
@@ -258,20 +257,9 @@ class Tracker:
             try:
                 await self.tick()
             except Exception as err:
-                if failing_since is None:
-                    failing_since = self.clock()
-                    log.warning(
-                        "escalating incidents failed (%s); retrying with back-off",
-                        describe_failure(err),
-                    )
-                backoff_s = min(max(backoff_s * 2, 1.0), MAX_BACKOFF_S)
-                continue
-            if failing_since is not None:
-                log.info(
-                    "escalating incidents works again (failing since %s); due steps taken",
-                    failing_since.isoformat(timespec="seconds"),
-                )
-                failing_since, backoff_s = None, interval_s
+                backoff_s = retrying.failed(err)
+            else:
+                retrying.succeeded()  # the due steps were taken in this tick
 
     # -- handlers' results ------------------------------------------------------------------
 

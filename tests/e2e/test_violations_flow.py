@@ -12,8 +12,8 @@ violation. Deadlines are generous and nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
-import logging
 import csv
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Callable

@@ -76,3 +76,20 @@ async def test_a_caller_gets_a_503_when_the_service_cannot_reach_its_database(
     assert "cannot reach its database" in caught.value.message
     assert "5433" not in caught.value.message
     assert not any(record.exc_info for record in caplog.records)  # no traceback for it
+
+
+def test_a_request_past_its_callers_deadline_is_dropped_by_the_service() -> None:
+    import time
+    from types import SimpleNamespace
+
+    from services.shared.bus.amqp import DEADLINE_HEADER, _expired
+
+    def request(**headers: Any) -> Any:
+        return SimpleNamespace(headers=headers)
+
+    now_ms = int(time.time() * 1000)
+    assert _expired(request(**{DEADLINE_HEADER: now_ms - 1}))
+    assert not _expired(request(**{DEADLINE_HEADER: now_ms + 60_000}))
+    assert not _expired(request())  # an older caller's request: no deadline said, none applied
+    # A float would travel as single precision (128 s apart today): never trusted.
+    assert not _expired(request(**{DEADLINE_HEADER: float(now_ms - 1)}))

@@ -172,7 +172,5 @@ def test_a_host_down_or_hung_is_tried_every_interval_one_needing_a_person_backs_
     assert down.retry_at == 0.0  # the next tick polls it: fresh within one interval of answering
     refused = HostState("h2")
     for i in range(5):
-        refused.on_failure(
-            "authentication refused", T0, now=5.0 * i, interval_s=5, back_off=True
-        )
+        refused.on_failure("authentication refused", T0, now=5.0 * i, interval_s=5, back_off=True)
     assert refused.retry_at > 20.0 + 5  # waits longer than an interval before the next try

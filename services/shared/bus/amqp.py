@@ -59,7 +59,12 @@ from services.shared.errors import (
     WardenError,
     error_from_dict,
 )
-from services.shared.failures import Unreachable, log_rpc_failure
+from services.shared.failures import (
+    ConsumerOutages,
+    Unreachable,
+    database_unreachable,
+    log_rpc_failure,
+)
 
 log = logging.getLogger("warden.bus")
 
@@ -68,9 +73,11 @@ RPC_EXCHANGE = "warden.rpc"
 DELIVERIES_HEADER = "x-warden-deliveries"
 # One attempt to connect: a broker that accepts TCP but never answers gives up after this.
 CONNECT_TIMEOUT_S = 10.0
-# An RPC request's absolute deadline (Unix time, the caller's clock): the queue TTL counts from
-# the request's arrival, so one held up in a frozen broker would still be delivered after it.
-DEADLINE_HEADER = "x-warden-deadline"
+# An RPC request's absolute deadline (Unix time in integer milliseconds, the caller's clock):
+# the queue TTL counts from the request's arrival, so one held up in a frozen broker would
+# still be delivered after it. Integer: AMQP carries a Python float as single precision,
+# 128 s apart at today's Unix times.
+DEADLINE_HEADER = "x-warden-deadline-ms"
 PERSISTENT = int(aio_pika.DeliveryMode.PERSISTENT)
 JSON = "application/json"
 
@@ -80,8 +87,8 @@ def rpc_queue_name(service: str) -> str:
 
 
 def _expired(message: AbstractIncomingMessage) -> bool:
-    deadline = (message.headers or {}).get(DEADLINE_HEADER)
-    return isinstance(deadline, int | float) and time.time() > deadline
+    deadline_ms = (message.headers or {}).get(DEADLINE_HEADER)
+    return isinstance(deadline_ms, int) and time.time() * 1000 > deadline_ms
 
 
 class AmqpBus(Bus):
@@ -101,6 +108,8 @@ class AmqpBus(Bus):
         self._pending: dict[str, asyncio.Future[bytes]] = {}
         self._lock = asyncio.Lock()
         self._unreachable = Unreachable(log)
+        self._outages = ConsumerOutages(log)
+        self._lost = False  # the connection is lost and being restored
 
     # --- connection -------------------------------------------------------------------------
 
@@ -136,7 +145,9 @@ class AmqpBus(Bus):
         return self._connection is not None and self._connection.connected.is_set()
 
     def _on_connection_lost(self, _connection: Any, reason: BaseException | None = None) -> None:
-        if self._connection is not None:  # not our own close()
+        # Not our own close(), and once per outage (a failed reconnect attempt calls it too).
+        if self._connection is not None and not self._lost:
+            self._lost = True
             log.warning(
                 "lost the connection to RabbitMQ at %s (%s); reconnecting",
                 _redact(self.url),
@@ -144,6 +155,7 @@ class AmqpBus(Bus):
             )
 
     def _on_reconnected(self, _connection: Any) -> None:
+        self._lost = False
         log.info("reconnected to RabbitMQ at %s", _redact(self.url))
 
     async def close(self) -> None:
@@ -320,6 +332,12 @@ class AmqpBus(Bus):
             await _quietly(message.nack(requeue=True))
             raise
         except Exception as err:
+            if database_unreachable(err):
+                # Nothing wrong with the message: it waits (back-off) and goes again, not
+                # counted towards dead-lettering; one log line per outage, per queue.
+                await asyncio.sleep(self._outages.failed(queue, err))
+                await self._retry(queue, message, deliveries - 1)
+                return
             if deliveries >= self.settings.max_deliveries:
                 log.warning(
                     "dead-lettered %s %s on %s after %d deliveries: handler failed: %r",
@@ -334,6 +352,7 @@ class AmqpBus(Bus):
             log.debug("handler of %s failed (%r); delivery %d", queue, err, deliveries)
             await self._retry(queue, message, deliveries)
             return
+        self._outages.succeeded(queue)
         acks.handled(message)
 
     async def _retry(self, queue: str, message: AbstractIncomingMessage, deliveries: int) -> None:
@@ -480,6 +499,8 @@ class AmqpBus(Bus):
         timeout: float | None = None,
     ) -> Any:
         deadline = self.settings.rpc_timeout_s if timeout is None else timeout
+        # When this caller gives up, told to the service (integer ms: see DEADLINE_HEADER).
+        expires_at_ms = int((time.time() + deadline) * 1000)
         where = {"service": service, "method": method}
         try:
             async with asyncio.timeout(deadline):
@@ -495,7 +516,7 @@ class AmqpBus(Bus):
                             correlation_id=correlation_id,
                             reply_to=reply_queue.name,
                             expiration=deadline,
-                            headers={DEADLINE_HEADER: time.time() + deadline},
+                            headers={DEADLINE_HEADER: expires_at_ms},
                         ),
                         routing_key=f"{service}.{method}",
                         mandatory=True,

@@ -37,7 +37,12 @@ from services.shared.errors import (
     WardenError,
     error_from_dict,
 )
-from services.shared.failures import Unreachable, log_rpc_failure
+from services.shared.failures import (
+    ConsumerOutages,
+    Unreachable,
+    database_unreachable,
+    log_rpc_failure,
+)
 
 log = logging.getLogger("warden.bus")
 
@@ -60,6 +65,7 @@ class InProcessBus(Bus):
     def __init__(self, settings: BusSettings | None = None) -> None:
         self.settings = settings or BusSettings()
         self._unreachable = Unreachable(log)
+        self._outages = ConsumerOutages(log)
         self._queues: dict[str, _Queue] = {}
         # exchange -> [(pattern, queue name)]
         self._bindings: dict[str, list[tuple[str, str]]] = {}
@@ -146,11 +152,18 @@ class InProcessBus(Bus):
                 queue.messages.put_nowait(message)
                 raise
             except Exception as err:
-                if message.deliveries >= self.settings.max_deliveries:
+                if database_unreachable(err):
+                    # Nothing wrong with the message: it waits and goes again, uncounted.
+                    message.deliveries -= 1
+                    await asyncio.sleep(self._outages.failed(queue.name, err))
+                    queue.messages.put_nowait(message)
+                elif message.deliveries >= self.settings.max_deliveries:
                     self._dead_letter(queue, message, f"handler failed: {err!r}")
                 else:
                     log.debug("handler of %s failed (%r); redelivering", queue.name, err)
                     queue.messages.put_nowait(message)
+            else:
+                self._outages.succeeded(queue.name)
 
     def _dead_letter(self, queue: _Queue, message: _Message, reason: str) -> None:
         body = message.envelope.to_json() if message.envelope else (message.body or b"")
