@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -118,3 +121,57 @@ def test_the_document_describes_every_operation_with_its_access_level() -> None:
             assert ("security" in operation) == (operation["x-access"] != "public"), where
             assert "default" in operation["responses"], where
     assert PASSWORD not in json.dumps(document)
+
+
+# What no field may hold, written as raw JSON text (a lone surrogate cannot be a Python str
+# that json.dumps would write): NUL, a lone surrogate, an escape sequence, a bell.
+HOSTILE_JSON = ['"a\\u0000b"', '"x\\ud800"', '"\\u001b[2J\\u001b[31mPWNED"', '"\\u0007"']
+HOSTILE_URL = ["%00", "a%00b", "%1B%5B2J", "%ED%A0%80"]
+DEEP = "[" * 1000 + "]" * 1000
+
+
+def _send(target: Target, method: str, path: str, body: bytes | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(
+        target.base + path,
+        data=body,
+        method=method,
+        headers={"Authorization": f"Bearer {target.token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.headers.get_content_type()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers.get_content_type()
+
+
+def _path(route: Any, value: str = "1") -> str:
+    return API + re.sub(r"\{[a-z_]+\}", value, route.path)
+
+
+def _hostile_requests() -> Iterator[tuple[str, str, bytes | None]]:
+    for route in ROUTES:
+        if route.produces == "text/event-stream":
+            continue
+        if route.body is not None:
+            yield route.method, _path(route), ('{"x": ' + DEEP + "}").encode()
+            for name in route.body().fields:
+                for value in HOSTILE_JSON:
+                    yield route.method, _path(route), ("{" + f'"{name}": {value}' + "}").encode()
+        if route.params is not None:
+            for value in HOSTILE_URL:
+                yield route.method, _path(route, value), None
+        if route.query is not None:
+            for name in route.query().fields:
+                for value in HOSTILE_URL:
+                    yield route.method, f"{_path(route)}?{name}={value}", None
+
+
+def test_nesting_nul_surrogates_and_control_characters_never_give_a_5xx(target: Target) -> None:
+    """Every route with a body, path parameters or a query, each hostile value in each field:
+    the cases the generator above rarely draws."""
+    broken = []
+    for method, path, body in _hostile_requests():
+        status, content_type = _send(target, method, path, body)
+        if status >= 500 or content_type != "application/json":
+            broken.append((method, path[:80], (body or b"")[:60], status, content_type))
+    assert broken == []
