@@ -127,15 +127,17 @@ async def running_system(
 ) -> AsyncIterator[ApiSystem]:
     """Every service and the gateway, in this process, against a simulated fleet; `config`:
     sections merged over the config (e.g. `{"violations": {"steps": [...]}}`)."""
-    port = free_port()
-    sections = {
-        "gateway": {"port": port, "frontend_dir": str(tmp_path / "no-frontend")},
-        "monitor": {"interval_s": 0.5},
-        "jobs": {"poll_interval_s": 0.3, "int_grace_s": 1.0, "term_grace_s": 1.0},
-    }
     fleet = SimFleet(hosts, gpus, seed=5, churn=False)
     with cheap_passwords():
         async with served_fleet(fleet, tmp_path) as served:
+            # Picked once the simulated hosts hold their ports (bound to port 0, they could
+            # be given the very port picked before).
+            port = free_port()
+            sections = {
+                "gateway": {"port": port, "frontend_dir": str(tmp_path / "no-frontend")},
+                "monitor": {"interval_s": 0.5},
+                "jobs": {"poll_interval_s": 0.3, "int_grace_s": 1.0, "term_grace_s": 1.0},
+            }
             settings = await system_settings(tmp_path, served, **merged(sections, config or {}))
             bus = InProcessBus()
             base = f"http://127.0.0.1:{port}"

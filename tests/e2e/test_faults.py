@@ -189,8 +189,8 @@ async def squatted_system(
     """Warden as two processes (the violations service alone), alice's reservation of GPU 0
     from now, and bob's process on it: an incident whose steps are webhooks to `hooks`."""
     fleet = SimFleet(1, 2, seed=5, churn=False)
-    port = free_port()
     async with served_fleet(fleet, tmp_path) as served, hooks() as received:
+        port = free_port()  # once the simulated hosts and the receiver hold their ports
         settings = await system_settings(
             tmp_path,
             served,
@@ -238,6 +238,14 @@ async def test_a_violations_service_killed_mid_incident_continues_it_exactly(
     ):
         await until(lambda: hooks_.steps(), "step 0 delivered", DEADLINE_S, report=processes.logs)
         [(incident, _step)] = hooks_.steps()
+
+        async def step_0_recorded() -> bool:
+            status, body = await api.call("GET", f"/violations/{incident}")
+            return status == 200 and any(e["kind"] == "action" for e in body["timeline"])
+
+        # Mid-incident, between its steps (a kill in the instant between a webhook's answer
+        # and its record would send that step once more: at-least-once, see the README).
+        await until(step_0_recorded, "step 0 recorded", DEADLINE_S, interval=0.2)
         processes.kill("violations")  # SIGKILL: nothing is flushed, nothing said goodbye
         await asyncio.sleep(3)
         processes.start("violations", "violations")

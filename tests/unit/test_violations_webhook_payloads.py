@@ -405,7 +405,11 @@ alerts = st.builds(
     gpu_uuid=st.text(max_size=100),
     gpu_index=st.none() | st.integers(0, 15),
     incident_id=st.text(min_size=1, max_size=100),
-    step=st.text(max_size=100),
+    # A step as the config can hold it (parse_step checks it at start-up): not free text.
+    step=st.from_regex(
+        r"[0-9]{1,5}(ms|s|m|h) [a-z][a-z0-9_-]{0,30}( (offender|owner|admins)(\+admins)?)?",
+        fullmatch=True,
+    ),
     recipients=st.lists(st.sampled_from(["offender", "owner", "admins"]), max_size=3).map(tuple),
     processes=st.builds(
         lambda base, times: tuple(base) * times,
