@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from services.reservations.domain import Gpu, Refusal
+from services.shared.errors import (
+    Forbidden,
+    InvalidRequest,
+    NotAllowed,
+    ReservationConflict,
+    WardenError,
+)
 
 MAX_TITLE = 100
 MAX_DESCRIPTION = 4000
@@ -213,3 +220,23 @@ def end_now_refusals(actor: Actor, current: Current, now: datetime) -> list[Refu
     if not current.start <= now < current.end:
         return _forbidden("only a reservation that is running can be ended now")
     return []
+
+
+MAX_REASONS_IN_MESSAGE = 3
+
+
+def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
+    """One error for a list of reasons: the most fundamental kind decides the class."""
+    codes = {r.code for r in refusals}
+    messages = [r.message for r in refusals]
+    message = "; ".join(messages[:MAX_REASONS_IN_MESSAGE])
+    if len(messages) > MAX_REASONS_IN_MESSAGE:
+        message += f" (and {len(messages) - MAX_REASONS_IN_MESSAGE} more)"
+    details = {"reasons": [r.to_dict() for r in refusals]}
+    if "forbidden" in codes:
+        return Forbidden(message, details)
+    if "invalid" in codes:
+        return InvalidRequest(message, details)
+    if codes == {"conflict"}:
+        return ReservationConflict(message, details)
+    return NotAllowed(message, details)

@@ -24,6 +24,7 @@ from services.reservations.booking import (
     end_now_refusals,
     guest_refusals,
     interval_refusals,
+    refusal_error,
     text_refusals,
 )
 from services.reservations.domain import AccessRule, Booking, Gpu, Member, Refusal
@@ -34,7 +35,6 @@ from services.reservations.tables import access_rules, reservations
 from services.shared.errors import (
     Forbidden,
     InvalidRequest,
-    NotAllowed,
     NotFound,
     ReservationConflict,
     WardenError,
@@ -43,24 +43,6 @@ from services.shared.errors import (
 # Quota weeks start on a Monday in the rule's zone: look this far around a request for the
 # owner's other reservations that count against the same weeks.
 QUOTA_MARGIN = timedelta(days=8)
-MAX_REASONS_IN_MESSAGE = 3
-
-
-def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
-    """One error for a list of reasons: the most fundamental kind decides the class."""
-    codes = {r.code for r in refusals}
-    messages = [r.message for r in refusals]
-    message = "; ".join(messages[:MAX_REASONS_IN_MESSAGE])
-    if len(messages) > MAX_REASONS_IN_MESSAGE:
-        message += f" (and {len(messages) - MAX_REASONS_IN_MESSAGE} more)"
-    details = {"reasons": [r.to_dict() for r in refusals]}
-    if "forbidden" in codes:
-        return Forbidden(message, details)
-    if "invalid" in codes:
-        return InvalidRequest(message, details)
-    if codes == {"conflict"}:
-        return ReservationConflict(message, details)
-    return NotAllowed(message, details)
 
 
 @dataclass

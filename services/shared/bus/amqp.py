@@ -39,6 +39,7 @@ from aio_pika.abc import (
 from aio_pika.exceptions import AMQPError, ChannelNotFoundEntity, DeliveryError
 from aiormq import spec
 
+from services.shared.bus.acks import AckBatcher, quietly
 from services.shared.bus.base import (
     Bus,
     BusSettings,
@@ -101,7 +102,7 @@ class AmqpBus(Bus):
         self._exchanges: dict[str, AbstractExchange] = {}
         self._consumer_channels: set[AbstractChannel] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
-        self._ack_batchers: dict[AbstractChannel, _AckBatcher] = {}
+        self._ack_batchers: dict[AbstractChannel, AckBatcher] = {}
         self._rpc_channel: AbstractChannel | None = None
         self._rpc_exchange: AbstractExchange | None = None
         self._reply_queue: AbstractQueue | None = None
@@ -167,8 +168,8 @@ class AmqpBus(Bus):
         for channel in list(self._consumer_channels):
             batcher = self._ack_batchers.pop(channel, None)
             if batcher is not None:
-                await _quietly(batcher.flush())
-            await _quietly(channel.close())
+                await quietly(batcher.flush())
+            await quietly(channel.close())
         self._consumer_channels.clear()
         if self._in_flight:
             await asyncio.wait(self._in_flight, timeout=10)
@@ -178,7 +179,7 @@ class AmqpBus(Bus):
         self._exchanges.clear()
         self._rpc_channel = self._rpc_exchange = self._reply_queue = None
         self._publish_channel = None
-        await _quietly(connection.close())
+        await quietly(connection.close())
 
     def _require_connection(self) -> AbstractRobustConnection:
         if self._connection is None:
@@ -280,7 +281,7 @@ class AmqpBus(Bus):
         else:
             queue = await self._declare_consumer_queue(channel, source, pattern, name)
         gate = asyncio.Semaphore(max(1, concurrency))
-        acks = _AckBatcher(every=max(1, self.settings.prefetch // 4))
+        acks = AckBatcher(every=max(1, self.settings.prefetch // 4))
 
         async def on_message(message: AbstractIncomingMessage) -> None:
             task = asyncio.current_task()
@@ -303,9 +304,9 @@ class AmqpBus(Bus):
             self._consumer_channels.discard(channel)
             self._ack_batchers.pop(channel, None)
             if not channel.is_closed:
-                await _quietly(queue.cancel(tag))
-                await _quietly(acks.flush())
-                await _quietly(channel.close())
+                await quietly(queue.cancel(tag))
+                await quietly(acks.flush())
+                await quietly(channel.close())
 
         return teardown
 
@@ -314,7 +315,7 @@ class AmqpBus(Bus):
         queue: str,
         message: AbstractIncomingMessage,
         handler: EventHandler,
-        acks: _AckBatcher,
+        acks: AckBatcher,
     ) -> None:
         previous = (message.headers or {}).get(DELIVERIES_HEADER, 0)
         deliveries = (previous if isinstance(previous, int) else 0) + 1
@@ -329,7 +330,7 @@ class AmqpBus(Bus):
         try:
             await handler(envelope)
         except asyncio.CancelledError:
-            await _quietly(message.nack(requeue=True))
+            await quietly(message.nack(requeue=True))
             raise
         except Exception as err:
             if database_unreachable(err):
@@ -381,7 +382,7 @@ class AmqpBus(Bus):
                 bodies.append(message.body)
             return bodies
         finally:
-            await _quietly(channel.close())
+            await quietly(channel.close())
 
     # --- RPC --------------------------------------------------------------------------------
 
@@ -402,7 +403,7 @@ class AmqpBus(Bus):
             except ChannelNotFoundEntity:
                 # The last other replica left while we declared, and the broker auto-deleted
                 # the queue under us: declare it again on a fresh channel.
-                await _quietly(channel.close())
+                await quietly(channel.close())
                 if attempt == 3:
                     raise
         self._consumer_channels.add(channel)
@@ -410,8 +411,8 @@ class AmqpBus(Bus):
         async def teardown() -> None:
             self._consumer_channels.discard(channel)
             if not channel.is_closed:
-                await _quietly(queue.cancel(tag))
-                await _quietly(channel.close())
+                await quietly(queue.cancel(tag))
+                await quietly(channel.close())
 
         return teardown
 
@@ -540,76 +541,6 @@ class AmqpBus(Bus):
         if not reply.get("ok"):
             raise error_from_dict(reply.get("error") or {})
         return reply.get("result")
-
-
-class _AckBatcher:
-    """Acks a consumer channel's handled deliveries with one `basic.ack(multiple=True)`.
-
-    Only the oldest run of settled deliveries is acked, so a multiple ack never covers a
-    message another handler still holds. A batch goes out when `every` are waiting or
-    `delay` seconds after the first one, whichever comes first.
-    """
-
-    def __init__(self, every: int, delay: float = 0.005) -> None:
-        self.every, self.delay = every, delay
-        # delivery tag -> None while handled, True when handled OK, False when settled alone
-        self._open: dict[int, bool | None] = {}
-        self._last_ok: AbstractIncomingMessage | None = None
-        self._waiting = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._messages: dict[int, AbstractIncomingMessage] = {}
-        self._tasks: set[asyncio.Future[None]] = set()
-
-    def received(self, message: AbstractIncomingMessage) -> None:
-        if message.delivery_tag is not None:
-            self._open[message.delivery_tag] = None
-
-    def handled(self, message: AbstractIncomingMessage) -> None:
-        if message.delivery_tag is not None:
-            self._open[message.delivery_tag] = True
-            self._messages[message.delivery_tag] = message
-            self._advance()
-
-    def settled(self, message: AbstractIncomingMessage) -> None:
-        """Acked, rejected or requeued on its own (or not at all: the channel closed)."""
-        tag = message.delivery_tag
-        if tag is not None and tag in self._open and self._open[tag] is None:
-            self._open[tag] = False
-            self._advance()
-
-    def _advance(self) -> None:
-        while self._open:
-            tag, state = next(iter(self._open.items()))
-            if state is None:
-                break
-            del self._open[tag]
-            if state:
-                self._last_ok = self._messages.pop(tag)
-                self._waiting += 1
-        if self._waiting >= self.every:
-            self._flush_soon()
-        elif self._waiting and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.delay, self._flush_soon)
-
-    def _flush_soon(self) -> None:
-        task = asyncio.ensure_future(_quietly(self.flush()))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        last, self._last_ok, self._waiting = self._last_ok, None, 0
-        if last is not None:
-            await last.ack(multiple=True)
-
-
-async def _quietly(awaitable: Any) -> None:
-    try:
-        await awaitable
-    except Exception as err:  # closing something that is already gone
-        log.debug("ignored while closing: %r", err)
 
 
 def _redact(url: str) -> str:
