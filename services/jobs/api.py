@@ -22,7 +22,7 @@ from services.shared.errors import (
     ReservationConflict,
     StateConflict,
 )
-from services.shared.rpc import Answer, Method
+from services.shared.rpc import Answer, methods_of
 from services.shared.ssh import HostUnreachable
 
 SERVICE = "jobs"
@@ -296,8 +296,7 @@ _ON_A_JOB = (InvalidRequest, NotFound, Forbidden)
 _RUNNING = (*_ON_A_JOB, StateConflict, ReservationConflict, NotAllowed, HostUnreachable)
 
 
-def _method(name: str, summary: str, args: type[Schema], **more: Any) -> Method:
-    return Method(SERVICE, name, summary, args, **more)
+_method = methods_of(SERVICE)
 
 
 CREATE_JOB = _method(

@@ -7,9 +7,10 @@ from __future__ import annotations
 from marshmallow import Schema, fields, validate
 
 from services.shared.errors import InvalidRequest, NotFound
-from services.shared.rpc import Answer, Method
+from services.shared.rpc import Answer, methods_of
 
 SERVICE = "monitor"
+_method = methods_of(SERVICE)
 
 # A series may not ask for more buckets than this (range / step).
 MAX_BUCKETS = 10_000
@@ -77,23 +78,20 @@ class SeriesSchema(Answer):
 
 # --- methods ------------------------------------------------------------------------------------
 
-SNAPSHOT = Method(
-    SERVICE,
+SNAPSHOT = _method(
     "snapshot",
     "Latest state of every host (or `host`): figures, GPUs, processes, reachability",
     SnapshotArgs,
     raises=(InvalidRequest, NotFound),
 )
-SERIES = Method(
-    SERVICE,
+SERIES = _method(
     "series",
     "Buckets (min/avg/max/count) of one metric of a host or GPU over a time range",
     SeriesArgs,
     answer=SeriesSchema,
     raises=(InvalidRequest,),
 )
-STATS = Method(
-    SERVICE,
+STATS = _method(
     "stats",
     "Polls, failures, missed ticks and sample age (tick to published event)",
     StatsArgs,

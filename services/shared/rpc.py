@@ -14,7 +14,8 @@ failing a caller later.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,12 @@ class Method:
     ) -> Any:
         deadline = timeout if timeout is not None else self.timeout_s
         return await bus.call(self.service, self.name, dict(args or {}), timeout=deadline)
+
+
+def methods_of(service: str) -> Callable[..., Method]:
+    """Declares a service's methods: `method = methods_of("jobs")`, then
+    `method("start_job", "Start ...", JobArgs, raises=...)`."""
+    return functools.partial(Method, service)
 
 
 def served(

@@ -10,9 +10,10 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from services.shared.errors import InvalidRequest, NotFound
-from services.shared.rpc import Answer, Method
+from services.shared.rpc import Answer, methods_of
 
 SERVICE = "violations"
+_method = methods_of(SERVICE)
 
 _Str = fields.String
 _Time = fields.AwareDateTime
@@ -122,24 +123,21 @@ class IncidentPageSchema(Answer):
 
 # --- methods ------------------------------------------------------------------------------------
 
-LIST_INCIDENTS = Method(
-    SERVICE,
+LIST_INCIDENTS = _method(
     "list_incidents",
     "Incidents, newest first, with the total that match",
     ListArgs,
     answer=IncidentPageSchema,
     raises=(InvalidRequest,),
 )
-GET_INCIDENT = Method(
-    SERVICE,
+GET_INCIDENT = _method(
     "get_incident",
     "One incident with its timeline",
     GetArgs,
     answer=IncidentDetailSchema,
     raises=(InvalidRequest, NotFound),
 )
-RECORD_ACTIONS = Method(
-    SERVICE,
+RECORD_ACTIONS = _method(
     "record_actions",
     "A handler's outcomes for one step of an incident (recorded once per handler and step)",
     RecordArgs,

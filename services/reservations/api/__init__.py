@@ -15,8 +15,6 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from marshmallow import Schema
-
 from services.reservations.api.answers import (
     AccessChangeSchema,
     AccountSchema,
@@ -84,7 +82,7 @@ from services.shared.errors import (
     ReservationConflict,
     ServiceUnavailable,
 )
-from services.shared.rpc import Method
+from services.shared.rpc import methods_of
 
 SERVICE = "reservations"
 # The longest range a calendar or overview read may ask for.
@@ -99,8 +97,7 @@ _RULE_CHANGE = (*_ACTING, NotFound)
 _BOOKING = (*_ACTING, NotFound, ReservationConflict, NotAllowed)
 
 
-def _method(name: str, summary: str, args: type[Schema] | None = None, **more: Any) -> Method:
-    return Method(SERVICE, name, summary, args, **more)
+_method = methods_of(SERVICE)
 
 
 # Accounts and sessions
