@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from services.shared.errors import InvalidRequest, NotFound
+from services.shared.contracts import HostRecord
+from services.shared.errors import AlreadyExists, InvalidRequest, NotFound
 from services.shared.rpc import Answer, methods_of
 
 SERVICE = "monitor"
@@ -57,6 +58,59 @@ class StatsArgs(Schema):
     )
 
 
+HOST_NAME = validate.Regexp(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+    error="letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit",
+)
+
+
+class HostFields(Schema):
+    """What an admin sets on a host (as a [[hosts]] table says it)."""
+
+    address = _Str(
+        validate=validate.Length(max=255),
+        metadata={"description": 'name or address; required when probe is "ssh"'},
+    )
+    port = fields.Integer(validate=validate.Range(min=1, max=65535))
+    user = _Str(
+        validate=validate.Length(max=64),
+        metadata={"description": 'the user Warden logs in as; required when probe is "ssh"'},
+    )
+    key_file = _Str(
+        validate=validate.Length(max=4096),
+        metadata={"description": "private key on the head node; empty: agent and default keys"},
+    )
+    probe = _Str(validate=validate.OneOf(("ssh", "nvml")))
+    labels = fields.List(_Str(validate=HOST_NAME), validate=validate.Length(max=32))
+    host_key = _Str(
+        allow_none=True,
+        validate=validate.Length(max=16_384),
+        metadata={
+            "description": "the host's public key to trust (`ssh-ed25519 AAAA...`, as `check` "
+            "shows it); null or absent: [ssh] known_hosts decides"
+        },
+    )
+
+
+class HostNameArgs(Schema):
+    name = _Str(required=True, validate=HOST_NAME)
+
+
+class AddHostArgs(HostFields, HostNameArgs):
+    pass
+
+
+class UpdateHostArgs(HostFields, HostNameArgs):
+    """`name` and only the fields that change."""
+
+
+class CheckHostArgs(HostFields):
+    """A host of the inventory by `name` (fields given override its own), or a candidate
+    described by the fields alone."""
+
+    name = _Str(validate=HOST_NAME)
+
+
 # --- answers ------------------------------------------------------------------------------------
 
 
@@ -74,6 +128,37 @@ class SeriesSchema(Answer):
     metric = _Str(required=True)
     step_s = _Num(required=True)
     buckets = fields.List(fields.Nested(SeriesBucketSchema), required=True)
+
+
+class HostsSchema(Answer):
+    hosts = fields.List(fields.Nested(HostRecord), required=True)
+
+
+class HostKeySchema(Answer):
+    line = _Str(required=True, metadata={"description": "as known_hosts holds it"})
+    fingerprint = _Str(required=True, metadata={"description": "SHA256:..., as ssh shows it"})
+    status = _Str(
+        required=True,
+        validate=validate.OneOf(("trusted", "new", "changed")),
+        metadata={
+            "description": "trusted: known_hosts or the host's accepted key has it; new: not "
+            "known yet (accept it by sending `line` as host_key); changed: another key is "
+            "trusted for this host (refused)"
+        },
+    )
+
+
+class FoundGpuSchema(Answer):
+    index = fields.Integer(required=True)
+    name = _Str(required=True)
+    uuid = _Str(required=True)
+
+
+class HostCheckSchema(Answer):
+    ok = fields.Boolean(required=True)
+    detail = _Str(required=True, metadata={"description": "ok, or why not, in words"})
+    host_key = fields.Nested(HostKeySchema, required=True, allow_none=True)
+    gpus = fields.List(fields.Nested(FoundGpuSchema), required=True)
 
 
 # --- methods ------------------------------------------------------------------------------------
@@ -98,4 +183,37 @@ STATS = _method(
     raises=(InvalidRequest,),
 )
 
+LIST_HOSTS = _method("list_hosts", "Every host of the inventory, by name", answer=HostsSchema)
+ADD_HOST = _method(
+    "add_host",
+    "Add a host to the inventory; it is polled within one interval (event host.added)",
+    AddHostArgs,
+    answer=HostRecord,
+    raises=(InvalidRequest, AlreadyExists),
+)
+UPDATE_HOST = _method(
+    "update_host",
+    "Change a host's fields (event host.updated); polled with them from the next interval",
+    UpdateHostArgs,
+    answer=HostRecord,
+    raises=(InvalidRequest, NotFound),
+)
+REMOVE_HOST = _method(
+    "remove_host",
+    "Stop watching a host (event host.removed); its reservations and history stay",
+    HostNameArgs,
+    answer=HostRecord,
+    raises=(InvalidRequest, NotFound),
+)
+CHECK_HOST = _method(
+    "check_host",
+    "Log in to a host (of the inventory or a candidate): its host key and the GPUs found",
+    CheckHostArgs,
+    answer=HostCheckSchema,
+    raises=(InvalidRequest, NotFound),
+    timeout_s=40.0,
+)
+
+HOST_METHODS = (LIST_HOSTS, ADD_HOST, UPDATE_HOST, REMOVE_HOST, CHECK_HOST)
+# TODO(hosts live): HOST_METHODS join METHODS once the monitor serves them.
 METHODS = (SNAPSHOT, SERIES, STATS)

@@ -492,6 +492,18 @@ class HostConfig:
         "ssh: polled over SSH, one command per interval; nvml: this machine, through NVML.",
         choices=("ssh", "nvml"),
     )
+    labels: tuple[str, ...] = option(
+        (),
+        "Groups this host belongs to: a filter on the dashboard, and [[violations.overrides]] "
+        "may match them.",
+        check=validate.Regexp(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", error=HOST_NAME),
+        example=("a100", "lab-b"),
+    )
+    host_key: str = option(
+        "",
+        "The host's public key as in known_hosts (`ssh-ed25519 AAAA...`), trusted for this "
+        "host; empty: checked against [ssh] known_hosts.",
+    )
 
 
 @dataclass(frozen=True)

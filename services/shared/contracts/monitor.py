@@ -87,6 +87,34 @@ class HostRecovered(HostRef):
     down_since = fields.AwareDateTime(allow_none=True, load_default=None)
 
 
+HOST_SOURCES = ("config", "api", "local")
+
+
+class HostRecord(Strict):
+    """A host Warden watches, as the monitor's inventory holds it (no secret in it: `key_file`
+    is a path on the head node, `host_key` the host's public key)."""
+
+    name = Str(required=True, validate=NonEmpty)
+    address = Str(required=True)
+    port = Integer(required=True, validate=validate.Range(min=1, max=65535))
+    user = Str(required=True)
+    key_file = Str(required=True)
+    probe = Str(required=True, validate=validate.OneOf(("ssh", "nvml")))
+    labels = fields.List(Str(validate=NonEmpty), required=True)
+    # The accepted host key as in known_hosts ("ssh-ed25519 AAAA..."); null: [ssh] known_hosts.
+    host_key = Str(required=True, allow_none=True)
+    # config: seeded from [[hosts]]; api: added or edited through the API; local: this machine.
+    source = Str(required=True, validate=validate.OneOf(HOST_SOURCES))
+
+
+class HostChanged(Strict):
+    host = fields.Nested(HostRecord, required=True)
+
+
+class HostRemoved(HostRef):
+    pass
+
+
 EVENTS: tuple[EventType, ...] = (
     EventType(
         "gpu.discovered",
@@ -129,5 +157,26 @@ EVENTS: tuple[EventType, ...] = (
         "monitor",
         HostRecovered,
         "A host that was unreachable answers again (sent once per outage).",
+    ),
+    EventType(
+        "host.added",
+        1,
+        "monitor",
+        HostChanged,
+        "A host joined the inventory (API, CLI, UI or a [[hosts]] seed); it is polled from now.",
+    ),
+    EventType(
+        "host.updated",
+        1,
+        "monitor",
+        HostChanged,
+        "A host's address, login, labels or accepted host key changed.",
+    ),
+    EventType(
+        "host.removed",
+        1,
+        "monitor",
+        HostRemoved,
+        "A host left the inventory: it is no longer polled (its reservations and history stay).",
     ),
 )
