@@ -70,6 +70,17 @@ _USER = {"username": "alice", "email": "alice@lab.example", "roles": ["user"], "
 
 # One valid example per declared type: a new type without an example fails
 # test_every_type_has_an_example, so every type gets the checks below.
+_HOST_RECORD = {
+    "name": "gpu-01",
+    "address": "gpu-01.lab.example",
+    "port": 22,
+    "user": "warden",
+    "key_file": "",
+    "probe": "ssh",
+    "labels": ["a100"],
+    "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+    "source": "api",
+}
 EXAMPLES: dict[str, dict[str, Any]] = {
     "gpu.discovered": {
         "host": "gpu-01",
@@ -116,6 +127,9 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "gpu.disappeared": {"host": "gpu-01", "uuid": "GPU-0000", "index": 0, "at": NOW},
     "host.unreachable": {"host": "gpu-01", "since": NOW, "reason": "ssh timed out"},
     "host.recovered": {"host": "gpu-01", "at": NOW, "down_since": NOW},
+    "host.added": {"host": dict(_HOST_RECORD)},
+    "host.updated": {"host": {**_HOST_RECORD, "labels": ["a100", "lab-b"]}},
+    "host.removed": {"host": "gpu-01"},
     "violation.opened": dict(_VIOLATION),
     "reservation.created": dict(_RESERVATION),
     "reservation.updated": {**_RESERVATION, "changed": ["title"], "actor": "alice"},
