@@ -1,18 +1,10 @@
 // Starts a whole Warden for the browser tests: `warden run all` serving frontend/dist, against
-// a simulated fleet over SSH (tests/e2e/web_system.py), and stops it afterwards.
-import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { createInterface } from 'node:readline'
+// a simulated fleet over SSH (tests/e2e/web_system.py) of 2 hosts x 4 GPUs and one spare host
+// to add through the UI, and stops it afterwards.
 import type { TestProject } from 'vitest/node'
+import { startSystem, type Running, type System } from './start'
 
-export interface System {
-  url: string
-  control: string
-  data_dir: string
-  hosts: string[]
-}
+export type { System }
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -20,37 +12,13 @@ declare module 'vitest' {
   }
 }
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
-let child: ChildProcess | undefined
+let running: Running | undefined
 
 export async function setup(project: TestProject): Promise<void> {
-  if (!existsSync(join(repo, 'frontend', 'dist', 'index.html'))) {
-    throw new Error('no build in frontend/dist: run `make frontend` first')
-  }
-  const python = join(repo, '.venv', 'bin', 'python')
-  child = spawn(python, ['-m', 'tests.e2e.web_system', '--hosts', '2', '--gpus', '4'], {
-    cwd: repo,
-    stdio: ['pipe', 'pipe', 'inherit'],
-  })
-  const lines = createInterface({ input: child.stdout! })
-  const system = await new Promise<System>((resolve, reject) => {
-    child!.once('exit', (code) => reject(new Error(`tests.e2e.web_system exited with ${code}`)))
-    lines.once('line', (line) => resolve(JSON.parse(line) as System))
-  })
-  project.provide('system', system)
+  running = await startSystem(['--hosts', '2', '--gpus', '4', '--spare-hosts', '1'])
+  project.provide('system', running.system)
 }
 
 export async function teardown(): Promise<void> {
-  if (!child) return
-  if (child.exitCode === null) {
-    const exited = new Promise((resolve) => child!.once('exit', resolve))
-    child.kill('SIGTERM')
-    let timer: ReturnType<typeof setTimeout> | undefined
-    await Promise.race([exited, new Promise((resolve) => (timer = setTimeout(resolve, 40_000)))])
-    clearTimeout(timer)
-    if (child.exitCode === null) child.kill('SIGKILL')
-  }
-  // Its pipes would keep this process alive.
-  child.stdin?.destroy()
-  child.stdout?.destroy()
+  await running?.stop()
 }
