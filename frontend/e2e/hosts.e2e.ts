@@ -64,7 +64,7 @@ describe('hosts managed from the web UI', () => {
     await dialog.waitFor({ state: 'detached' })
 
     const row = admin.locator(`[data-testid="host-row"][data-host="${spare.name}"]`)
-    await expect.poll(() => row.textContent()).toMatch(/added here/)
+    await expect.poll(() => row.textContent()).toMatch(/added or edited here/)
     expect(await row.textContent()).toMatch(/pinned\s*SHA256:/)
     await expect.poll(() => row.getByTestId('host-gpus').textContent(), { timeout: 30_000 }).toMatch(/^4 × /)
     await expect.poll(() => row.textContent()).toMatch(/reachable/)
@@ -93,10 +93,9 @@ describe('hosts managed from the web UI', () => {
     await expect.poll(() => dashboard.getByLabel('Label').locator('option').allTextContents()).toContain('lab-10 (1)')
   })
 
-  it('does not offer to edit or remove a host of the config file, only to check it', async () => {
+  it('checks a host of the config file, whose key known_hosts trusts', async () => {
     const row = admin.locator('[data-testid="host-row"][data-host="sim-001"]')
     expect(await row.textContent()).toMatch(/config file/)
-    expect(await row.getByRole('button', { name: /Remove|Edit/ }).count()).toBe(0)
     await row.getByRole('button', { name: 'Check sim-001' }).click()
     const dialog = admin.getByRole('dialog', { name: 'Check sim-001' })
     await expect.poll(() => dialog.getByTestId('host-key-status').textContent(), { timeout: 30_000 }).toBe('trusted')

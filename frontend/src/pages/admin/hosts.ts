@@ -36,14 +36,16 @@ export function target(h: Pick<HostRecord, 'user' | 'address' | 'port'>): string
   return `${h.user ? `${h.user}@` : ''}${address}:${h.port}`
 }
 
-/** Who may change a row: hosts from the config file are edited there; "local" is this machine. */
+/** Whether a row can be edited or removed: not "local", this machine ([monitor] local_nvml), nor
+ *  a host the monitor reports that the inventory does not list. A host of the config file can:
+ *  it then stops following its [[hosts]] entry. */
 export function editable(record: HostRecord | null): boolean {
   return record != null && record.source !== 'local'
 }
 
 export function sourceText(record: HostRecord | null): string {
   if (!record) return 'not in the inventory'
-  return { config: 'config file', api: 'added here', local: 'this machine' }[record.source] ?? record.source
+  return { config: 'config file', api: 'added or edited here', local: 'this machine' }[record.source] ?? record.source
 }
 
 /** What the dialog offers after a check. */
