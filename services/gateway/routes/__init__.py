@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.gateway.routes import (
     accounts,
     hosts,
+    inventory,
     jobs,
     meta,
     reservations,
@@ -18,6 +19,7 @@ ROUTES: tuple[Route, ...] = (
     *session.ROUTES,
     *accounts.ROUTES,
     *hosts.ROUTES,
+    *inventory.ROUTES,
     *reservations.ROUTES,
     *jobs.ROUTES,
     *violations.ROUTES,
