@@ -101,14 +101,24 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"any of {', '.join(db.SERVICES_WITH_DATABASE)} (default: all)",
         )
 
-    hosts = commands.add_parser("hosts", parents=[common], help="the monitored hosts")
+    from services.client.hosts import add_parsers as add_host_parsers
+
+    hosts = commands.add_parser(
+        "hosts", parents=[common], help="the monitored hosts: list, add, edit, remove, check"
+    )
     host_commands = hosts.add_subparsers(dest="hosts_command", required=True, metavar="ACTION")
-    check = host_commands.add_parser(
-        "check", parents=[common], help="log in to every host and look for nvidia-smi and GPUs"
-    )
-    check.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
-    )
+
+    def local_check(check: argparse.ArgumentParser) -> None:
+        check.add_argument(
+            "--local",
+            action="store_true",
+            help="check the config file's [[hosts]] from here, without a server",
+        )
+        check.add_argument(
+            "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
+        )
+
+    add_host_parsers(host_commands, [common], local_check)
 
     commands.add_parser(
         "key",
@@ -204,8 +214,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     asyncio.run(prepare())
     gateway = settings.gateway
     print(
-        f"next: list your GPU hosts in {path} ([[hosts]] tables) and `warden hosts check` them,\n"
-        f"      then `warden run all` (or `make run`) and open http://{gateway.host}:{gateway.port}\n"
+        f"next: `warden run all` (or `make run`), open http://{gateway.host}:{gateway.port}, and\n"
+        "      add your GPU hosts: `warden hosts add NAME --address ADDR --user USER` (after\n"
+        "      `warden login`), on the Hosts page, or as [[hosts]] tables in the config\n"
         "after installing a new version of Warden, run `warden db upgrade`"
     )
     return 0
@@ -454,6 +465,17 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
+    """The inventory through the server (`services/client/hosts.py`), or, for `check --local`
+    or `check --config FILE`, the config file's hosts checked from here."""
+    if args.hosts_command == "check" and (args.local or "config" in args):
+        return _check_config_hosts(args)
+    from services.client.commands import guarded
+    from services.client.hosts import run
+
+    return guarded(run)(args)
+
+
+def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
     from services.monitor.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
@@ -462,6 +484,8 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     settings = _settings(args)
     configure_logging(settings.log)
     hosts = monitored_hosts(settings, local_has_nvml=load_nvml() is not None)
+    if args.names:
+        hosts = [host for host in hosts if host.name in args.names]
     if not hosts:
         raise WardenError(
             f"no hosts to check in {settings.source}: add [[hosts]] tables "
