@@ -9,6 +9,7 @@ from services.gateway.routes import (
     meta,
     reservations,
     session,
+    setup,
     violations,
 )
 from services.gateway.routing import Route
@@ -16,6 +17,7 @@ from services.gateway.routing import Route
 ROUTES: tuple[Route, ...] = (
     *meta.ROUTES,
     *session.ROUTES,
+    *setup.ROUTES,
     *accounts.ROUTES,
     *hosts.ROUTES,
     *reservations.ROUTES,
