@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_client_commands(commands)  # no --config: they talk to a server, not its config
 
+    commands.add_parser(
+        "setup-link",
+        parents=[common],
+        help="print a new one-time link that creates the first admin in the browser "
+        "(while there is none)",
+    )
     commands.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -243,7 +249,10 @@ async def _first_admin(settings: Settings, args: argparse.Namespace) -> None:
     """Create the first admin unless there is one; without a password say how to do it later."""
     from services.reservations import accounts
 
-    hint = "no admin yet: run `warden user add NAME --email E --admin`"
+    hint = (
+        "no admin yet: `warden run all` prints a one-time set-up link that creates one in "
+        "the browser (or: `warden user add NAME --email E --admin`)"
+    )
     async with _reservations_store(settings) as store:
         async with store.read() as conn:
             if await accounts.count_admins(conn):
@@ -261,9 +270,14 @@ async def _first_admin(settings: Settings, args: argparse.Namespace) -> None:
                 f"{err.message} (choose the first admin with --admin-user / --admin-email)",
                 err.details,
             ) from err
-        password = _new_password("WARDEN_ADMIN_PASSWORD", f"the admin {username}")
-        if password is None:
-            print(f"{hint} (or set WARDEN_ADMIN_PASSWORD and run `warden init` again)")
+        # Asked only on a terminal, where an empty answer leaves it to the set-up link.
+        password = _new_password(
+            "WARDEN_ADMIN_PASSWORD",
+            f"the admin {username} (empty: create the admin later in the browser)",
+            allow_empty=True,
+        )
+        if not password:
+            print(hint)
             return
         async with store.write() as conn:
             user = await accounts.create_user(
@@ -293,8 +307,9 @@ async def _reservations_store(settings: Settings) -> AsyncIterator[Store]:
         await engine.dispose()
 
 
-def _new_password(variable: str, whose: str) -> str | None:
-    """A new password from $variable, else asked twice on a terminal; None when neither."""
+def _new_password(variable: str, whose: str, *, allow_empty: bool = False) -> str | None:
+    """A new password from $variable, else asked twice on a terminal; None when neither
+    (and, with `allow_empty`, when the answer on the terminal is empty)."""
     from services.reservations.passwords import password_problem
 
     given = os.environ.get(variable)
@@ -303,6 +318,8 @@ def _new_password(variable: str, whose: str) -> str | None:
     if not sys.stdin.isatty():
         return None
     first = getpass.getpass(f"new password for {whose}: ")
+    if allow_empty and not first:
+        return None
     problem = password_problem(first)
     if problem:
         raise InvalidRequest(f"the password {problem}; nothing changed", {"password": problem})
@@ -497,6 +514,26 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
     return 0 if all(result.ok for result in results) else 1
 
 
+def cmd_setup_link(args: argparse.Namespace) -> int:
+    """A fresh set-up token in a link, written to the reservations database directly: it works
+    whichever process runs the gateway (the gateway's own banner has another, also valid)."""
+    from services.gateway.setup_link import setup_url
+    from services.reservations import setup
+
+    settings = _settings(args)
+
+    async def issue() -> str | None:
+        async with _reservations_store(settings) as store, store.write() as conn:
+            return await setup.issue_token(conn)
+
+    token = asyncio.run(issue())
+    if token is None:
+        raise WardenError("an admin exists already: sign in (`warden user list` shows accounts)")
+    print(setup_url(settings.gateway.host, settings.gateway.port, token))
+    print("# open it in a browser to create the first admin; it works once", file=sys.stderr)
+    return 0
+
+
 def cmd_key(args: argparse.Namespace) -> int:
     from services.shared.ssh import public_key_line
 
@@ -540,6 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sim": cmd_sim,
         "demo": cmd_demo,
         "user": cmd_user,
+        "setup-link": cmd_setup_link,
         **CLIENT_COMMANDS,
     }
     if args.command == "version":

@@ -643,6 +643,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/setup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Whether the first administrator is still to be created */
+        get: operations["setup_state"];
+        put?: never;
+        /**
+         * Create the first administrator with the one-time set-up token; signs them in
+         * @description Only while no administrator exists (409 after) and with a token of a set-up link (403 otherwise; failed attempts are limited per address, 429 with Retry-After). Every set-up token stops working once it succeeds.
+         */
+        post: operations["create_first_admin"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/ssh-key": {
         parameters: {
             query?: never;
@@ -1581,6 +1602,18 @@ export interface components {
             /** @description ok, unreachable or error (its database: see detail) */
             status: string;
             version: string | null;
+        };
+        SetupBody: {
+            /** @description default: USERNAME@localhost */
+            email?: string;
+            password: string;
+            /** @description the token of the set-up link the gateway printed */
+            token: string;
+            username: string;
+        };
+        SetupState: {
+            /** @description no administrator exists yet */
+            needed: boolean;
         };
         Slot: {
             /** Format: date-time */
@@ -3198,6 +3231,68 @@ export interface operations {
         responses: {
             /** @description success */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tokens"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    setup_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SetupState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    create_first_admin: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetupBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -10,6 +10,7 @@ from services.gateway.routes import (
     meta,
     reservations,
     session,
+    setup,
     violations,
 )
 from services.gateway.routing import Route
@@ -17,6 +18,7 @@ from services.gateway.routing import Route
 ROUTES: tuple[Route, ...] = (
     *meta.ROUTES,
     *session.ROUTES,
+    *setup.ROUTES,
     *accounts.ROUTES,
     *hosts.ROUTES,
     *inventory.ROUTES,
