@@ -26,6 +26,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from services.shared.bus import Bus, Teardown
@@ -79,6 +80,7 @@ class HostDirectory(Mapping[str, HostConfig]):
         # Called after each change, with the names that changed (e.g. to wake a scheduler).
         self.listeners: list[Callable[[frozenset[str]], None]] = []
         self._touched: set[str] = set()  # by events while a list call is under way
+        self._event_times: dict[str, datetime] = {}  # by host: when its last event happened
         self._task: asyncio.Task[None] | None = None
         self._teardowns: list[Teardown] = []
 
@@ -146,8 +148,17 @@ class HostDirectory(Mapping[str, HostConfig]):
         if changed:
             self._changed(changed)
 
-    def apply(self, event_type: str, data: Mapping[str, Any]) -> None:
-        """One host.* event."""
+    def apply(self, event_type: str, data: Mapping[str, Any], at: str | None = None) -> None:
+        """One host.* event, which happened `at` (ISO time): the three event types come on
+        queues of their own, so one may overtake another; an event older than the last one
+        applied to its host changes nothing."""
+        name = data["host"] if event_type == "host.removed" else data["host"]["name"]
+        if at is not None:
+            moment = datetime.fromisoformat(at)
+            last = self._event_times.get(name)
+            if last is not None and moment < last:
+                return
+            self._event_times[name] = moment
         if event_type == "host.removed":
             self.remove(data["host"])
         elif event_type in ("host.added", "host.updated"):
@@ -161,7 +172,7 @@ class HostDirectory(Mapping[str, HostConfig]):
     # -- keeping it current ---------------------------------------------------------------------
 
     async def on_event(self, envelope: Envelope) -> None:
-        self.apply(envelope.type, envelope.data)
+        self.apply(envelope.type, envelope.data, envelope.occurred_at)
 
     async def refresh(self) -> None:
         """Ask the monitor for the whole list once (raises WardenError when it does not answer)."""
