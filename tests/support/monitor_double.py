@@ -1,7 +1,7 @@
 """A test double of the monitor's host inventory: it serves `list_hosts` (through
 `services.shared.rpc.served`, so the answer is checked against the monitor's api) and publishes
-the real `host.added`, `host.updated` and `host.removed` events, and, for a host's GPUs,
-`gpu.discovered` as the monitor does once it polled a host. Used where the monitor itself does
+the real `host.added`, `host.updated` and `host.removed` events; and, as the monitor does once
+it polled a host, `gpu.discovered` and `processes.observed`. Used where the monitor itself does
 not run, to drive the services that follow the host list (jobs, violations, reservations).
 
     double = MonitorDouble(bus)
@@ -12,6 +12,7 @@ not run, to drive the services that follow the host list (jobs, violations, rese
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.monitor import api as monitor_api
@@ -76,3 +77,20 @@ class MonitorDouble:
         await self.bus.emit(
             "gpu.discovered", {**data, "memory_total_mib": 81920.0}, source="monitor"
         )
+
+    async def observed(self, host: str, processes: list[tuple[int, str, str, str]]) -> None:
+        """processes.observed on `host`: (pid, user, GPU uuid, command) of each process."""
+        moment = datetime.now(UTC)
+        listed = [
+            {
+                "gpu_uuid": gpu,
+                "pid": pid,
+                "user": user,
+                "command": command,
+                "used_memory_mib": 1024.0,
+                "started_at": (moment - timedelta(seconds=30)).isoformat(),
+            }
+            for pid, user, gpu, command in processes
+        ]
+        data = {"host": host, "observed_at": moment.isoformat(), "processes": listed}
+        await self.bus.emit("processes.observed", data, source="monitor")
