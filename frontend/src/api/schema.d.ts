@@ -1033,6 +1033,8 @@ export interface components {
             /** @description ok, no_gpu, no_nvidia_smi or error: why gpus may be empty */
             gpu_status: string | null;
             gpus: components["schemas"]["GpuState"][];
+            /** @description the groups the host belongs to (set in the inventory) */
+            labels: string[];
             /** Format: date-time */
             last_seen: string | null;
             load_15m: number | null;
@@ -1749,6 +1751,8 @@ export interface operations {
             query?: {
                 /** @description only this host's */
                 host?: string;
+                /** @description only the GPUs of hosts that carry this label */
+                label?: string;
             };
             header?: never;
             path?: never;
@@ -2008,7 +2012,10 @@ export interface operations {
     };
     list_hosts: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description only the hosts that carry this label */
+                label?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
