@@ -189,6 +189,7 @@ def test_demo_prints_working_logins_and_seeds_a_week_once(tmp_path: Path) -> Non
         incident = week["incident"]
         assert (incident["owner"], incident["status"]) == ("alice", "open")
         first_ids = sorted(r["id"] for r in reservations)
+        [first_job] = [j["id"] for j in week["jobs"] if j["status"] == "running"]
 
     # A second start in the same data dir: new passwords, the old ones refused, nothing twice.
     with demo(tmp_path, port, second_log):
@@ -213,11 +214,27 @@ def test_demo_prints_working_logins_and_seeds_a_week_once(tmp_path: Path) -> Non
             report=second_log.read_text,
         )
         assert sorted(r["id"] for r in week["reservations"]) == first_ids
-        active = [j for j in week["jobs"] if j["status"] in ("running", "queued")]
+        # alice's job of the first start ran on the fleet before this one: it ends as after a
+        # reboot (its host says `gone`), and a new one runs; bob's waits on in the queue.
+        _, old = until_sync(
+            lambda: (
+                (answer := request(port, "GET", f"/jobs/{first_job}", token=token))[1]["status"]
+                == "failed"
+                and answer
+            ),
+            "the first start's job ended",
+            60,
+            interval=0.5,
+            report=second_log.read_text,
+        )
+        assert "host restarted" in old["tasks"][0]["reason"]
+        _, jobs = request(port, "GET", "/jobs", token=token, limit=500)
+        active = [j for j in jobs["items"] if j["status"] in ("running", "queued")]
         assert sorted((j["owner"], j["status"]) for j in active) == [
             ("alice", "running"),
             ("bob", "queued"),
         ]
+        assert first_job not in {j["id"] for j in active}
 
 
 def test_the_login_block_and_line_name_every_account() -> None:
