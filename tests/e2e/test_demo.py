@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -174,6 +175,19 @@ def test_demo_prints_working_logins_and_seeds_a_week_once(tmp_path: Path) -> Non
             assert sign_in(port, username, password + "x")[0] == 401
         _, me = request(port, "GET", "/users/admin", token=tokens["admin"])
         assert "admin" in me["roles"]
+
+        # The printed `warden user add` writes to the demo's database: the user signs in.
+        [printed] = re.findall(r"^  warden (user add NAME .*)$", text, re.MULTILINE)
+        words = shlex.split(printed.replace("NAME", "carl"))
+        added = subprocess.run(
+            [sys.executable, "-m", "services.cli", *words],
+            env={**os.environ, "WARDEN_PASSWORD": "pw-carl-12345", "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert added.returncode == 0, added.stderr
+        assert sign_in(port, "carl", "pw-carl-12345")[0] == 201
 
         week = until_sync(
             lambda: seeded(port, tokens["admin"]),
