@@ -112,7 +112,7 @@ async def _gpus(bus: Bus, want: int, wait_s: float) -> dict[str, list[dict[str, 
     return hosts
 
 
-def _uuids(booking: Booking, hosts: dict[str, list[dict[str, Any]]]) -> tuple[str, list[str]]:
+def gpus_of(booking: Booking, hosts: dict[str, list[dict[str, Any]]]) -> tuple[str, list[str]]:
     names = sorted(hosts)
     host = names[booking.host % len(names)]
     gpus = hosts[host]
@@ -134,7 +134,7 @@ async def _reserve(
     for booking in WEEK:
         start = booking.starts(at)
         end = start + booking.hours * HOUR
-        _, uuids = _uuids(booking, hosts)
+        _, uuids = gpus_of(booking, hosts)
         found = have.get((booking.owner, booking.title, start))
         if found is None:
             fields = {"owner": booking.owner, "gpu_uuids": uuids, "title": booking.title}
