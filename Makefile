@@ -57,7 +57,7 @@ run: install frontend ## write a config if there is none, migrate, start every s
 	@echo "or \`source .venv/bin/activate\` first and then plain \`warden\`."
 	$(BIN)/warden run all $(CONFIG_ARG)
 
-demo: install ## everything against a 4-host simulated fleet over SSH, live GPUs in the terminal
+demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week; prints the logins
 	$(BIN)/warden demo
 
 test: install frontend ## the whole suite: Python, then the web UI's unit and browser tests
