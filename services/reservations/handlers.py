@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from services.reservations import api
 from services.reservations.account_commands import AccountCommands
+from services.reservations.activity import ActivityBoard
 from services.reservations.booking_calls import BookingCalls
 from services.reservations.commands import Commands
 from services.reservations.gpu_inventory import GpuInventory
@@ -18,9 +19,11 @@ from services.shared.contracts import Envelope
 from services.shared.rpc import served
 
 
-def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str, RpcHandler]:
+def rpc_methods(
+    store: Store, commands: Commands, queries: Queries, activity: ActivityBoard | None = None
+) -> dict[str, RpcHandler]:
     people = AccountCommands(store, commands)
-    bookings = BookingCalls(commands, queries)
+    bookings = BookingCalls(commands, queries, activity)
     return served(
         api.METHODS,
         {
@@ -59,11 +62,24 @@ def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str,
 
 
 def event_handlers(
-    store: Store, on_host_sampled: Callable[[Envelope], Awaitable[None]]
+    store: Store,
+    on_host_sampled: Callable[[Envelope], Awaitable[None]],
+    activity: ActivityBoard | None = None,
 ) -> dict[tuple[str, str, str], EventHandler]:
     inventory = GpuInventory(store)
+
+    async def host_sampled(envelope: Envelope) -> None:
+        if activity is not None:
+            activity.on_host_sampled(envelope.data)
+        await on_host_sampled(envelope)
+
+    async def processes_observed(envelope: Envelope) -> None:
+        if activity is not None:
+            activity.on_processes_observed(envelope.data)
+
     return {
         ("monitor", "gpu.discovered", "gpu_discovered"): inventory.discovered,
         ("monitor", "gpu.disappeared", "gpu_disappeared"): inventory.disappeared,
-        ("monitor", "host.sampled", "usage"): on_host_sampled,
+        ("monitor", "host.sampled", "usage"): host_sampled,
+        ("monitor", "processes.observed", "activity"): processes_observed,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
+from services.reservations.activity import ActivityBoard
 from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.handlers import event_handlers, rpc_methods
@@ -24,6 +25,14 @@ async def start(ctx: ServiceContext) -> Teardown:
         settings = ctx.settings.reservations
         relay = Relay(store, ctx.bus, outbox)
         usage = UsageTracker(store, settings.idle_below_percent)
+        poll = timedelta(seconds=ctx.settings.monitor.interval_s)
+        activity = ActivityBoard(
+            # Three polls missed: the host's picture is no longer "now".
+            stale_after=3 * poll + timedelta(seconds=ctx.settings.monitor.poll_deadline_s),
+            # find_slot starts at the next whole minute: that is "now" too.
+            now_window=max(poll, timedelta(minutes=1)),
+            allow=ctx.settings.violations.allow,
+        )
 
         def on_commit() -> None:
             relay.kick()
@@ -46,8 +55,8 @@ async def start(ctx: ServiceContext) -> Teardown:
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, Queries(store, usage.live)),
-            event_handlers(store, usage.on_host_sampled),
+            rpc_methods(store, commands, Queries(store, usage.live, activity), activity),
+            event_handlers(store, usage.on_host_sampled, activity),
         )
     except BaseException:
         await stack.aclose()

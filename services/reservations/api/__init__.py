@@ -19,6 +19,7 @@ from services.reservations.api.answers import (
     AccessChangeSchema,
     AccountSchema,
     CalendarItemSchema,
+    CreatedReservationSchema,
     GpuRefSchema,
     GpuSchema,
     GroupDeletedSchema,
@@ -237,7 +238,7 @@ CREATE_RESERVATION = _method(
     "create_reservation",
     "Reserve GPUs (all or nothing); refusals say why in data",
     CreateReservationArgs,
-    answer=ReservationSchema,
+    answer=CreatedReservationSchema,
     raises=_BOOKING,
 )
 GET_RESERVATION = _method(
@@ -414,6 +415,7 @@ __all__ = [
     "CreateGroupArgs",
     "CreateReservationArgs",
     "CreateUserArgs",
+    "CreatedReservationSchema",
     "FindSlotArgs",
     "GetReservationArgs",
     "GpuRefSchema",
