@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
 
 from services.reservations import api
@@ -14,7 +15,7 @@ from services.reservations.commands import Commands
 from services.reservations.gpu_inventory import GpuInventory
 from services.reservations.queries import Queries
 from services.reservations.store import Store
-from services.shared.bus import EventHandler, RpcHandler
+from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
 from services.shared.contracts import Envelope
 from services.shared.rpc import served
 
@@ -62,24 +63,33 @@ def rpc_methods(
 
 
 def event_handlers(
-    store: Store,
-    on_host_sampled: Callable[[Envelope], Awaitable[None]],
-    activity: ActivityBoard | None = None,
+    store: Store, on_host_sampled: Callable[[Envelope], Awaitable[None]]
 ) -> dict[tuple[str, str, str], EventHandler]:
     inventory = GpuInventory(store)
-
-    async def host_sampled(envelope: Envelope) -> None:
-        if activity is not None:
-            activity.on_host_sampled(envelope.data)
-        await on_host_sampled(envelope)
-
-    async def processes_observed(envelope: Envelope) -> None:
-        if activity is not None:
-            activity.on_processes_observed(envelope.data)
-
     return {
         ("monitor", "gpu.discovered", "gpu_discovered"): inventory.discovered,
         ("monitor", "gpu.disappeared", "gpu_disappeared"): inventory.disappeared,
-        ("monitor", "host.sampled", "usage"): host_sampled,
-        ("monitor", "processes.observed", "activity"): processes_observed,
+        ("monitor", "host.sampled", "usage"): on_host_sampled,
     }
+
+
+async def follow_activity(bus: Bus, activity: ActivityBoard) -> list[Teardown]:
+    """What runs on the GPUs now, into `activity`: every replica needs every snapshot (it
+    answers bookings from its own memory), so each binds transient queues of its own."""
+
+    async def processes_observed(envelope: Envelope) -> None:
+        activity.on_processes_observed(envelope.data)
+
+    async def host_sampled(envelope: Envelope) -> None:
+        activity.on_host_sampled(envelope.data)
+
+    own = secrets.token_hex(4)
+    return [
+        await bus.subscribe(
+            "monitor", event, f"reservations.activity-{own}", handler, transient=True
+        )
+        for event, handler in (
+            ("processes.observed", processes_observed),
+            ("host.sampled", host_sampled),
+        )
+    ]

@@ -8,7 +8,7 @@ from datetime import timedelta
 from services.reservations.activity import ActivityBoard
 from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
-from services.reservations.handlers import event_handlers, rpc_methods
+from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
 from services.reservations.store import Store
@@ -52,11 +52,13 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
+        for teardown in await follow_activity(ctx.bus, activity):
+            stack.push_async_callback(teardown)
         return await start_service(
             ctx,
             stack,
             rpc_methods(store, commands, Queries(store, usage.live, activity), activity),
-            event_handlers(store, usage.on_host_sampled, activity),
+            event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:
         await stack.aclose()
