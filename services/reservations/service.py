@@ -6,9 +6,10 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 
 from services.monitor import api as monitor_api
+from services.reservations.activity import ActivityBoard
 from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
-from services.reservations.handlers import event_handlers, rpc_methods
+from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
 from services.reservations.store import Store
@@ -26,6 +27,14 @@ async def start(ctx: ServiceContext) -> Teardown:
         settings = ctx.settings.reservations
         relay = Relay(store, ctx.bus, outbox)
         usage = UsageTracker(store, settings.idle_below_percent)
+        poll = timedelta(seconds=ctx.settings.monitor.interval_s)
+        activity = ActivityBoard(
+            # Three polls missed: the host's picture is no longer "now".
+            stale_after=3 * poll + timedelta(seconds=ctx.settings.monitor.poll_deadline_s),
+            # find_slot starts at the next whole minute: that is "now" too.
+            now_window=max(poll, timedelta(minutes=1)),
+            allow=ctx.settings.violations.allow,
+        )
 
         def on_commit() -> None:
             relay.kick()
@@ -50,10 +59,13 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(lifecycle.stop)
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
+        for teardown in await follow_activity(ctx.bus, activity):
+            stack.push_async_callback(teardown)
+        queries = Queries(store, usage.live, host_offered=hosts.offers, activity=activity)
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, Queries(store, usage.live, hosts.offers)),
+            rpc_methods(store, commands, queries, activity),
             event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:

@@ -19,6 +19,7 @@ from services.shared.config.declare import FLAT, about, option, parsed
 from services.shared.config.escalation import (
     DEFAULT_ALLOW,
     DEFAULT_STEPS,
+    OPT_IN_STEPS,
     EscalationStep,
     parse_allow_entry,
     parse_step,
@@ -330,7 +331,7 @@ class StepOverride:
         metadata=about(
             "Escalation steps for these hosts, written as [violations] steps.",
             parse=parse_step,
-            example=("0s terminal offender", "120s kill"),
+            example=("0s terminal offender", "0s email offender+owner", "30m terminate"),
         )
     )
 
@@ -360,7 +361,14 @@ class ViolationSettings:
         parse_step,
         "Escalation, in order of delay: `<delay since the incident opened><ms|s|m|h> <action> "
         "[offender+owner+admins]`. Actions: terminal, email, webhook, terminate (SIGTERM, then "
-        "SIGKILL), kill, or the name a plugin of yours listens for (see docs/plugins.md).",
+        "SIGKILL), kill, or the name a plugin of yours listens for (see docs/plugins.md). "
+        "The default only tells people; terminate and kill are opt-in.",
+        opt_in=(
+            "Opt-in: to also stop an offender's processes (they lose unsaved work), use these "
+            "steps instead: terminate sends SIGTERM, then SIGKILL after term_grace_s; kill "
+            "sends SIGKILL.",
+            OPT_IN_STEPS,
+        ),
     )
     handlers: tuple[str, ...] = option(
         HANDLERS,
