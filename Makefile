@@ -50,7 +50,7 @@ frontend: $(UI_BUILD) ## build the web UI into frontend/dist (npm ci, type-check
 
 # `warden init` reads no terminal here (</dev/null): with no admin yet, the gateway prints a
 # one-time set-up link instead of `make run` stopping at a password prompt.
-run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080)
+run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080; with no admin yet it prints a one-time set-up link)
 	$(BIN)/warden init $(CONFIG_ARG) </dev/null
 	$(BIN)/warden db upgrade $(CONFIG_ARG)
 	@echo "The warden command of this checkout: bin/warden (e.g. \`bin/warden user list\`),"
