@@ -50,14 +50,14 @@ frontend: $(UI_BUILD) ## build the web UI into frontend/dist (npm ci, type-check
 
 # `warden init` reads no terminal here (</dev/null): with no admin yet, the gateway prints a
 # one-time set-up link instead of `make run` stopping at a password prompt.
-run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080)
+run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080; with no admin yet it prints a one-time set-up link)
 	$(BIN)/warden init $(CONFIG_ARG) </dev/null
 	$(BIN)/warden db upgrade $(CONFIG_ARG)
 	@echo "The warden command of this checkout: bin/warden (e.g. \`bin/warden user list\`),"
 	@echo "or \`source .venv/bin/activate\` first and then plain \`warden\`."
 	$(BIN)/warden run all $(CONFIG_ARG)
 
-demo: install ## everything against a 4-host simulated fleet over SSH, live GPUs in the terminal
+demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week; prints the logins
 	$(BIN)/warden demo
 
 test: install frontend ## the whole suite: Python, then the web UI's unit and browser tests

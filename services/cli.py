@@ -547,14 +547,21 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from services.sim.demo import run_demo
+    from services.reservations import seeding
+    from services.sim.demo import DEMO_PEOPLE, DemoAccess, run_demo
 
     if args.hosts < 1 or args.gpus_per_host < 0:
         raise WardenError("--hosts must be at least 1 and --gpus-per-host at least 0")
     base = load_settings(getattr(args, "config", None), dev=True)
-    asyncio.run(
-        run_demo(base, Path(args.data_dir).resolve(), args.hosts, args.gpus_per_host, args.watch)
+    # The sim may not reach into the reservations service; the CLI lends it these two.
+    access = DemoAccess(
+        accounts=lambda settings: seeding.demo_accounts(settings, DEMO_PEOPLE),
+        book_past=lambda settings: (
+            lambda booked_at, fields: seeding.book_as_of(settings, booked_at, **fields)
+        ),
     )
+    data_dir = Path(args.data_dir).resolve()
+    asyncio.run(run_demo(base, data_dir, args.hosts, args.gpus_per_host, args.watch, access))
     return 0
 
 

@@ -2,79 +2,26 @@
 // stdin not a terminal, a fresh data directory) prints a one-time set-up link; opened in
 // Chromium it creates the first administrator and lands signed in on the dashboard. The link
 // then refuses to be used again. (The system of e2e/global-setup.ts is not used here.)
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Browser } from 'playwright-core'
 import { launch, screenshot } from './browser.mjs'
+import { startFreshWarden, type FreshWarden } from './first-run'
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
-const python = join(repo, '.venv', 'bin', 'python')
-// The line of the gateway's banner that holds the link (services/gateway/setup_link.py).
-const LINK = /set-up link: (http:\/\/\S+\/setup\?token=[A-Za-z0-9_-]+)/
-
-let tmp: string
-let child: ChildProcess | undefined
-let output = ''
+let warden: FreshWarden
 let link = ''
 let browser: Browser
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as { port: number }).port
-      server.close(() => resolve(port))
-    })
-  })
-}
-
 beforeAll(async () => {
-  tmp = mkdtempSync(join(tmpdir(), 'warden-setup-e2e-'))
-  const port = await freePort()
-  const env: Record<string, string> = {}
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('WARDEN_') && value !== undefined) env[key] = value
-  Object.assign(env, {
-    HOME: tmp,
-    XDG_CONFIG_HOME: join(tmp, 'config'),
-    XDG_DATA_HOME: join(tmp, 'data'),
-    PYTHONUNBUFFERED: '1',
-    WARDEN_GATEWAY_PORT: String(port),
-    WARDEN_MONITOR_LOCAL_NVML: 'off',
-  })
-  const config = join(tmp, 'warden.toml')
-  const warden = (...args: string[]) => [python, ['-m', 'services.cli', ...args, '--config', config]] as const
-  // As `make run` does it: init (no terminal: no prompt), then every service in one process.
-  const init = spawnSync(...warden('init', '--data-dir', join(tmp, 'state')), { cwd: repo, env, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' })
-  if (init.status !== 0) throw new Error(`warden init failed: ${init.stdout}${init.stderr}`)
-  expect(init.stdout).toMatch(/no admin yet: .*set-up link/)
-  child = spawn(...warden('run', 'all'), { cwd: repo, env, stdio: ['ignore', 'pipe', 'pipe'] })
-  link = await new Promise<string>((resolve, reject) => {
-    const seen = (chunk: Buffer) => {
-      output += chunk.toString()
-      const found = LINK.exec(output)
-      if (found) resolve(found[1])
-    }
-    child!.stdout!.on('data', seen)
-    child!.stderr!.on('data', seen)
-    child!.once('exit', (code) => reject(new Error(`warden run all exited with ${code}:\n${output}`)))
-  })
+  warden = await startFreshWarden()
+  link = warden.link
+  // As under `make run`: no terminal, so no prompt; it says the link is coming.
+  expect(warden.init).toMatch(/no admin yet: .*set-up link/)
   browser = await launch()
 })
 
 afterAll(async () => {
   await browser?.close()
-  if (child && child.exitCode === null) {
-    const exited = new Promise((resolve) => child!.once('exit', resolve))
-    child.kill('SIGTERM')
-    await exited
-  }
-  if (tmp) rmSync(tmp, { recursive: true, force: true })
+  await warden?.stop()
 })
 
 describe('the first run', () => {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -105,7 +106,15 @@ def cmd_reserve(args: argparse.Namespace) -> int:
         print_json(created)
     else:
         print(f"reserved: {describe_reservation(created, now)}")
+    print_warnings(created)
     return 0
+
+
+def print_warnings(created: Mapping[str, Any]) -> None:
+    """GPUs someone else uses now (the reservation is made all the same): on stderr, so that
+    `--json` output stays one document and a script still sees them."""
+    for warning in created.get("warnings") or ():
+        print(f"warning: {warning.get('message', '')}", file=sys.stderr)
 
 
 def _has_started(reservation: Mapping[str, Any], now: datetime) -> bool:

@@ -55,8 +55,8 @@ def banner(url: str) -> str:
             "",
             f"{LINK_PREFIX}{url}",
             "",
-            "A new link at any time: `warden setup-link`. Or create the admin on the command",
-            "line: `warden user add NAME --email E --admin`.",
+            "A new link at any time: `warden setup-link` (in a checkout: bin/warden).",
+            "Or on the command line: `warden user add NAME --email E --admin`.",
             RULE,
             "",
         )

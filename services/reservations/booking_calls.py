@@ -8,6 +8,7 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from services.reservations import api
+from services.reservations.activity import ActivityBoard
 from services.reservations.booking import START_GRACE
 from services.reservations.commands import Commands
 from services.reservations.domain import AccessRule, Limits, WeeklyWindow
@@ -61,9 +62,12 @@ def _next_minute(moment: datetime) -> datetime:
 
 
 class BookingCalls:
-    def __init__(self, commands: Commands, queries: Queries) -> None:
+    def __init__(
+        self, commands: Commands, queries: Queries, activity: ActivityBoard | None = None
+    ) -> None:
         self.commands = commands
         self.queries = queries
+        self.activity = activity  # what runs on the GPUs now: the warnings of a booking
 
     # --- GPUs and access rules ------------------------------------------------------------------
 
@@ -94,7 +98,7 @@ class BookingCalls:
 
     async def create_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
         actor = await self.commands.actor(args["actor"])
-        return await self.commands.create(
+        created = await self.commands.create(
             actor,
             owner=args.get("owner") or actor.username,
             gpu_uuids=args["gpus"],
@@ -104,6 +108,10 @@ class BookingCalls:
             description=args["description"],
             guests=args["guests"],
         )
+        # Booked all the same: the GPUs are free to reserve, someone just uses them now.
+        now = self.commands.clock()
+        warnings = [] if self.activity is None else self.activity.warnings(created, now)
+        return {**created, "warnings": warnings}
 
     async def get_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
         return await self.queries.get(args["id"])
@@ -163,6 +171,7 @@ class BookingCalls:
             host=args["host"],
             gpu_model=args["gpu_model"],
             same_host=args["same_host"],
+            now=self.commands.clock(),
         )
 
     async def active_reservations(self, args: dict[str, Any]) -> list[dict[str, Any]]:

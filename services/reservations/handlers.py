@@ -4,23 +4,27 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
 
 from services.reservations import api
 from services.reservations.account_commands import AccountCommands
+from services.reservations.activity import ActivityBoard
 from services.reservations.booking_calls import BookingCalls
 from services.reservations.commands import Commands
 from services.reservations.gpu_inventory import GpuInventory
 from services.reservations.queries import Queries
 from services.reservations.store import Store
-from services.shared.bus import EventHandler, RpcHandler
+from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
 from services.shared.contracts import Envelope
 from services.shared.rpc import served
 
 
-def rpc_methods(store: Store, commands: Commands, queries: Queries) -> dict[str, RpcHandler]:
+def rpc_methods(
+    store: Store, commands: Commands, queries: Queries, activity: ActivityBoard | None = None
+) -> dict[str, RpcHandler]:
     people = AccountCommands(store, commands)
-    bookings = BookingCalls(commands, queries)
+    bookings = BookingCalls(commands, queries, activity)
     return served(
         api.METHODS,
         {
@@ -70,3 +74,25 @@ def event_handlers(
         ("monitor", "gpu.disappeared", "gpu_disappeared"): inventory.disappeared,
         ("monitor", "host.sampled", "usage"): on_host_sampled,
     }
+
+
+async def follow_activity(bus: Bus, activity: ActivityBoard) -> list[Teardown]:
+    """What runs on the GPUs now, into `activity`: every replica needs every snapshot (it
+    answers bookings from its own memory), so each binds transient queues of its own."""
+
+    async def processes_observed(envelope: Envelope) -> None:
+        activity.on_processes_observed(envelope.data)
+
+    async def host_sampled(envelope: Envelope) -> None:
+        activity.on_host_sampled(envelope.data)
+
+    own = secrets.token_hex(4)
+    return [
+        await bus.subscribe(
+            "monitor", event, f"reservations.activity-{own}", handler, transient=True
+        )
+        for event, handler in (
+            ("processes.observed", processes_observed),
+            ("host.sampled", host_sampled),
+        )
+    ]

@@ -230,6 +230,31 @@ class Slot:
         }
 
 
+@dataclass(frozen=True)
+class IdleFirst:
+    """For a slot that starts by `until` (now, give or take a poll): GPUs by `ranks` (uuid ->
+    rank, lower first: idle now, then unknown, then in use; `default` for a missing uuid).
+    Ties keep their (host, index) order."""
+
+    ranks: Mapping[str, tuple[int, float]]
+    until: datetime
+    default: tuple[int, float] = (1, 0.0)
+
+    def applies(self, start: datetime) -> bool:
+        return start <= self.until
+
+    def rank(self, uuid: str) -> tuple[int, float]:
+        return self.ranks.get(uuid, self.default)
+
+    def ordered(self, uuids: Sequence[str]) -> list[str]:
+        return sorted(uuids, key=self.rank)  # stable: equal ranks stay in (host, index) order
+
+    def load(self, uuids: Sequence[str]) -> tuple[float, ...]:
+        """How busy a choice of GPUs is: its ranks' levels, then utilisations, summed."""
+        ranks = [self.rank(uuid) for uuid in uuids]
+        return (sum(level for level, _ in ranks), sum(util for _, util in ranks))
+
+
 def earliest_slot(
     gpus: Sequence[Gpu],
     allowed: Mapping[str, Sequence[Interval]],
@@ -239,6 +264,7 @@ def earliest_slot(
     not_before: datetime,
     horizon: datetime,
     same_host: bool = False,
+    prefer: IdleFirst | None = None,
 ) -> Slot | None:
     """The earliest [t, t + duration) within [not_before, horizon) when `count` GPUs are free.
 
@@ -247,6 +273,8 @@ def earliest_slot(
     returns); a GPU missing from `allowed` is never allowed, one missing from `busy` is free.
     With `same_host` all GPUs come from one host (ties: the host first by name). The GPUs
     are the first `count` qualifying ones by (host, index). None if there is no such slot.
+    With `prefer`, a slot that starts by `prefer.until` takes the qualifying GPUs of lowest
+    rank first (idle now before in use), and among hosts with equal starts the idlest wins.
     """
     if count < 1:
         raise ValueError("count must be at least 1")
@@ -258,11 +286,22 @@ def earliest_slot(
     for group in groups if same_host else [ordered]:
         if len(group) < count:
             continue
-        latest = horizon - duration if best is None else best.start - timedelta.resolution
-        found = _earliest(group, allowed, busy, count, duration, not_before, latest)
-        if found is not None:
-            best = found  # only an earlier slot is looked for after this one
+        if best is None:
+            latest = horizon - duration
+        elif prefer is not None and prefer.applies(best.start):
+            latest = best.start  # a slot as early on an idler host is better
+        else:
+            latest = best.start - timedelta.resolution  # only an earlier one is
+        found = _earliest(group, allowed, busy, count, duration, not_before, latest, prefer)
+        if found is not None and (
+            best is None or found.start < best.start or _idler(found, best, prefer)
+        ):
+            best = found
     return best
+
+
+def _idler(found: Slot, best: Slot, prefer: IdleFirst | None) -> bool:
+    return prefer is not None and prefer.load(found.gpus) < prefer.load(best.gpus)
 
 
 def _earliest(
@@ -273,6 +312,7 @@ def _earliest(
     duration: timedelta,
     not_before: datetime,
     latest: datetime,
+    prefer: IdleFirst | None = None,
 ) -> Slot | None:
     """The earliest start in [not_before, latest] with `count` of `gpus` (ordered) fitting.
 
@@ -289,8 +329,10 @@ def _earliest(
             return None
         kth = heapq.nsmallest(count, [track.fit for track in tracks])[-1]
         if kth == t:
-            chosen = [track.gpu.uuid for track in tracks if track.fit == t][:count]
-            return Slot(t, t + duration, tuple(chosen))
+            fitting = [track.gpu.uuid for track in tracks if track.fit == t]
+            if prefer is not None and prefer.applies(t):
+                fitting = prefer.ordered(fitting)
+            return Slot(t, t + duration, tuple(fitting[:count]))
         t = kth
 
 

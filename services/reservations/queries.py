@@ -17,9 +17,10 @@ from services.reservations.access import (
     rule_applies_to,
     use_refusals,
 )
+from services.reservations.activity import ActivityBoard
 from services.reservations.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.intervals import merge
-from services.reservations.planner import Slot, earliest_slot, overview_by_gpu
+from services.reservations.planner import IdleFirst, Slot, earliest_slot, overview_by_gpu
 from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, from_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
@@ -31,10 +32,16 @@ SLOT_SEARCH_STEPS = (timedelta(days=2), timedelta(weeks=2), SLOT_SEARCH_HORIZON)
 
 class Queries:
     def __init__(
-        self, store: Store, live_usage: Callable[[int], dict[str, Any] | None] = lambda _: None
+        self,
+        store: Store,
+        live_usage: Callable[[int], dict[str, Any] | None] = lambda _: None,
+        host_offered: Callable[[str], bool] = lambda _host: True,
+        activity: ActivityBoard | None = None,
     ) -> None:
         self.store = store
         self.live_usage = live_usage  # usage of running reservations, fresher than stored
+        self.host_offered = host_offered  # a removed host's GPUs are not offered
+        self.activity = activity  # what runs on the GPUs now: idle ones first for a slot now
 
     def _present(self, found: ReservationRecord, known: dict[str, Gpu]) -> dict[str, Any]:
         shown = found.to_dict(known)
@@ -143,14 +150,20 @@ class Queries:
         host: str | None = None,
         gpu_model: str | None = None,
         same_host: bool = False,
+        now: datetime | None = None,
     ) -> dict[str, Any]:
-        """The earliest start where `username` may use `count` GPUs nobody reserved."""
+        """The earliest start where `username` may use `count` GPUs nobody reserved; for a
+        slot that starts now, GPUs idle now before those in use."""
         horizon = not_before + SLOT_SEARCH_HORIZON
         async with self.store.read() as conn:
             member = await accounts.member(conn, username)
             rules = await repository.load_rules(conn)
             known = await repository.load_gpus(conn)
-            candidates = [g for g in known.values() if _matches(g, host, gpu_model)]
+            candidates = [
+                g
+                for g in known.values()
+                if _matches(g, host, gpu_model) and self.host_offered(g.host)
+            ]
             # Rules whose own limits already forbid this request cannot make room for it.
             usable = [
                 r
@@ -159,6 +172,7 @@ class Queries:
                 and (r.limits.max_duration is None or duration <= r.limits.max_duration)
                 and (r.limits.max_gpus is None or count <= r.limits.max_gpus)
             ]
+            prefer = self._idle_first(candidates, now)
             found = None
             # Most requests fit soon: look close first, and only then read further ahead. A
             # slot found within a shorter horizon is the earliest of the longer ones too.
@@ -176,6 +190,7 @@ class Queries:
                     not_before,
                     until,
                     same_host,
+                    prefer,
                 )
         if found is None:
             where = f" on {host}" if host else ""
@@ -190,6 +205,12 @@ class Queries:
             "gpus": [repository.gpu_dict(known[uuid]) for uuid in found.gpus],
         }
 
+    def _idle_first(self, candidates: Sequence[Gpu], now: datetime | None) -> IdleFirst | None:
+        if self.activity is None or now is None:
+            return None
+        ranks = self.activity.ranks(((g.host, g.uuid) for g in candidates), now)
+        return IdleFirst(ranks, now + self.activity.now_window)
+
     @staticmethod
     async def _earliest(
         conn: AsyncConnection,
@@ -201,6 +222,7 @@ class Queries:
         not_before: datetime,
         horizon: datetime,
         same_host: bool,
+        prefer: IdleFirst | None,
     ) -> Slot | None:
         rows = await repository.slots_in_range(
             conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
@@ -220,6 +242,7 @@ class Queries:
             not_before,
             horizon,
             same_host=same_host,
+            prefer=prefer,
         )
 
     async def use_refusals(

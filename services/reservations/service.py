@@ -5,14 +5,17 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
+from services.monitor import api as monitor_api
+from services.reservations.activity import ActivityBoard
 from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
-from services.reservations.handlers import event_handlers, rpc_methods
+from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
 from services.reservations.store import Store
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
+from services.shared.host_directory import HostDirectory
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 
@@ -24,6 +27,14 @@ async def start(ctx: ServiceContext) -> Teardown:
         settings = ctx.settings.reservations
         relay = Relay(store, ctx.bus, outbox)
         usage = UsageTracker(store, settings.idle_below_percent)
+        poll = timedelta(seconds=ctx.settings.monitor.interval_s)
+        activity = ActivityBoard(
+            # Three polls missed: the host's picture is no longer "now".
+            stale_after=3 * poll + timedelta(seconds=ctx.settings.monitor.poll_deadline_s),
+            # find_slot starts at the next whole minute: that is "now" too.
+            now_window=max(poll, timedelta(minutes=1)),
+            allow=ctx.settings.violations.allow,
+        )
 
         def on_commit() -> None:
             relay.kick()
@@ -31,6 +42,8 @@ async def start(ctx: ServiceContext) -> Teardown:
             usage.invalidate()
 
         lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
+        # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
+        hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
         commands = Commands(
             store,
             DurationBounds(
@@ -38,15 +51,21 @@ async def start(ctx: ServiceContext) -> Teardown:
                 longest=timedelta(hours=settings.max_duration_h),
             ),
             on_commit=on_commit,
+            host_offered=hosts.offers,
         )
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
+        await hosts.start(ctx.name)
+        stack.push_async_callback(hosts.stop)
+        for teardown in await follow_activity(ctx.bus, activity):
+            stack.push_async_callback(teardown)
+        queries = Queries(store, usage.live, host_offered=hosts.offers, activity=activity)
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, Queries(store, usage.live)),
+            rpc_methods(store, commands, queries, activity),
             event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:

@@ -34,6 +34,7 @@ from services.sim.host import (
     NVIDIA_SMI_MODES,
     NvidiaSmiMode,
     SimHost,
+    SimTask,
     TerminalSession,
     make_host,
 )
@@ -247,6 +248,18 @@ class SimFleet:
                     f"GPU {index} of {host.name} was removed", {"host": host.name, "gpu": index}
                 )
         return tuple(sorted(set(raw)))
+
+    def task_gone(self, host: str, user: str, session: str) -> None:
+        """A job task of `user` that ran here before the simulator started again: its STATUS
+        says `gone` (as after a reboot, the state dir kept) instead of `unknown`."""
+        h = self._host(host)
+        if (user, session) in h.tasks:
+            return
+        now = self.now()
+        h.tasks[(user, session)] = SimTask(
+            user, session, "screen", "", "", {}, 0, now, (), None, None, 0, frozenset(), now
+        )
+        self._emit(host, "tasks")
 
     def start_process(
         self,

@@ -169,6 +169,22 @@ async def test_sessions_are_per_login_and_a_live_name_exists(sim: Sim) -> None:
     assert await sim.gpu_processes() == set()  # no CUDA_VISIBLE_DEVICES: no GPU
 
 
+async def test_a_task_of_before_a_restart_is_gone_not_unknown(sim: Sim) -> None:
+    """`warden demo` tells a new fleet which tasks ran on the one before it: the jobs service
+    then sees them end, as after a reboot, instead of waiting on `unknown` forever."""
+    assert await sim.state("alice", "warden-3-0") == {"warden-3-0": Probe("unknown")}
+    sim.fleet.task_gone(HOST, "alice", "warden-3-0")
+    assert await sim.state("alice", "warden-3-0") == {"warden-3-0": Probe("gone")}
+    assert await sim.state("bob", "warden-3-0") == {"warden-3-0": Probe("unknown")}
+    assert await sim.runner.signal(sim.host, "alice", "warden-3-0", "TERM") == "gone"
+    # a session that runs now is left as it is
+    started = await sim.runner.start(sim.host, "alice", "warden-4-0", "", "python a.py", {})
+    sim.fleet.task_gone(HOST, "alice", "warden-4-0")
+    assert (await sim.state("alice", "warden-4-0"))["warden-4-0"] == Probe(
+        "running", started.pid, started.started_at
+    )
+
+
 async def test_ignored_signals_then_kill_leaves_no_exit_status(sim: Sim) -> None:
     uuids = await sim.uuids()
     env = {"CUDA_VISIBLE_DEVICES": uuids[1]}

@@ -462,7 +462,7 @@ export interface paths {
         put?: never;
         /**
          * Reserve GPUs
-         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it).
+         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
          */
         post: operations["create_reservation"];
         delete?: never;
@@ -495,7 +495,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The earliest slot where you may reserve N GPUs for a duration */
+        /**
+         * The earliest slot where you may reserve N GPUs for a duration
+         * @description For a slot that starts now (by default: the next whole minute), GPUs nobody uses now come first; GPUs in use are offered only when too few are idle.
+         */
         get: operations["earliest_slot"];
         put?: never;
         post?: never;
@@ -832,6 +835,16 @@ export interface components {
             /** @description the user Warden logs in as; required when probe is "ssh" */
             user?: string;
         };
+        BookingWarning: {
+            gpu_index: number | null;
+            gpu_uuid: string;
+            host: string;
+            /** @description who and which processes, in words */
+            message: string;
+            processes: components["schemas"]["WarningProcess"][];
+        } & {
+            [key: string]: unknown;
+        };
         BusHealth: {
             detail?: string;
             /** @description ok or down */
@@ -869,6 +882,35 @@ export interface components {
             /** Format: date-time */
             start: string;
             title: string;
+        };
+        CreatedReservation: {
+            cancel_reason?: string | null;
+            /** Format: date-time */
+            cancelled_at?: string | null;
+            cancelled_by?: string | null;
+            /** Format: date-time */
+            created_at?: string;
+            created_by: string;
+            /** @description empty unless you own, share or administer it */
+            description: string;
+            /** Format: date-time */
+            end: string;
+            gpus: components["schemas"]["GpuRef"][];
+            guests: string[];
+            id: number;
+            owner: string;
+            /** Format: date-time */
+            start: string;
+            /** @description active, cancelled or ended */
+            status: string;
+            title: string;
+            /** Format: date-time */
+            updated_at?: string;
+            usage?: (Record<string, never> | null) | components["schemas"]["Usage"];
+            /** @description GPUs in use now by others (not the owner or a guest), for a reservation that starts now (within a minute or a poll interval); empty otherwise. The reservation is made all the same. */
+            warnings: components["schemas"]["BookingWarning"][];
+        } & {
+            [key: string]: unknown;
         };
         Error: {
             details: {
@@ -1033,6 +1075,8 @@ export interface components {
             /** @description ok, no_gpu, no_nvidia_smi or error: why gpus may be empty */
             gpu_status: string | null;
             gpus: components["schemas"]["GpuState"][];
+            /** @description the groups the host belongs to (set in the inventory) */
+            labels: string[];
             /** Format: date-time */
             last_seen: string | null;
             load_15m: number | null;
@@ -1730,6 +1774,14 @@ export interface components {
             /** @default null */
             password: string | null;
         };
+        WarningProcess: {
+            command: string;
+            pid: number;
+            /** @description null: unknown */
+            user: string | null;
+        } & {
+            [key: string]: unknown;
+        };
         WindowArgs: {
             days: unknown[];
             end: string;
@@ -1749,6 +1801,8 @@ export interface operations {
             query?: {
                 /** @description only this host's */
                 host?: string;
+                /** @description only the GPUs of hosts that carry this label */
+                label?: string;
             };
             header?: never;
             path?: never;
@@ -2008,7 +2062,10 @@ export interface operations {
     };
     list_hosts: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description only the hosts that carry this label */
+                label?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2808,7 +2865,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Reservation"];
+                    "application/json": components["schemas"]["CreatedReservation"];
                 };
             };
             /** @description an error (see `error` for the code) */

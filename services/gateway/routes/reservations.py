@@ -18,7 +18,12 @@ from services.gateway.context import CALENDAR
 from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
 from services.gateway.visibility import reservation_for
 from services.reservations import api
-from services.reservations.api import OverviewSchema, ReservationSchema, SlotSchema
+from services.reservations.api import (
+    CreatedReservationSchema,
+    OverviewSchema,
+    ReservationSchema,
+    SlotSchema,
+)
 from services.shared.errors import InvalidRequest
 
 _Str = fields.String
@@ -283,10 +288,12 @@ ROUTES = (
         "Reserve GPUs",
         TAG,
         body=CreateBody,
-        response=ReservationSchema,
+        response=CreatedReservationSchema,
         status=201,
         description="Refusals say why: 409 `reservation_conflict` (who holds which GPU when), "
-        "403 `not_allowed` (the access rules or quotas that do not allow it).",
+        "403 `not_allowed` (the access rules or quotas that do not allow it). A reservation "
+        "that starts now on a GPU someone else uses now is made all the same, with `warnings` "
+        "naming the GPU, the users and their processes.",
     ),
     Route(
         "GET",
@@ -305,6 +312,8 @@ ROUTES = (
         Access.USER,
         "The earliest slot where you may reserve N GPUs for a duration",
         TAG,
+        description="For a slot that starts now (by default: the next whole minute), GPUs "
+        "nobody uses now come first; GPUs in use are offered only when too few are idle.",
         query=SlotQuery,
         response=SlotSchema,
     ),

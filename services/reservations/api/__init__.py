@@ -19,6 +19,7 @@ from services.reservations.api.answers import (
     AccessChangeSchema,
     AccountSchema,
     CalendarItemSchema,
+    CreatedReservationSchema,
     GpuRefSchema,
     GpuSchema,
     GroupDeletedSchema,
@@ -252,7 +253,7 @@ CREATE_RESERVATION = _method(
     "create_reservation",
     "Reserve GPUs (all or nothing); refusals say why in data",
     CreateReservationArgs,
-    answer=ReservationSchema,
+    answer=CreatedReservationSchema,
     raises=_BOOKING,
 )
 GET_RESERVATION = _method(
@@ -435,6 +436,7 @@ __all__ = [
     "CreateGroupArgs",
     "CreateReservationArgs",
     "CreateUserArgs",
+    "CreatedReservationSchema",
     "FindSlotArgs",
     "GetReservationArgs",
     "GpuRefSchema",

@@ -129,6 +129,36 @@ class ReservationSchema(Answer):
     usage = fields.Nested(UsageSchema, allow_none=True)
 
 
+class WarningProcessSchema(Answer):
+    pid = fields.Integer(required=True)
+    user = _Str(required=True, allow_none=True, metadata={"description": "null: unknown"})
+    command = _Str(required=True)
+
+
+class BookingWarningSchema(Answer):
+    """A GPU of a reservation that starts now on which someone else runs processes now."""
+
+    gpu_uuid = _Str(required=True)
+    host = _Str(required=True)
+    gpu_index = fields.Integer(required=True, allow_none=True)
+    processes = fields.List(fields.Nested(WarningProcessSchema), required=True)
+    message = _Str(required=True, metadata={"description": "who and which processes, in words"})
+
+
+class CreatedReservationSchema(ReservationSchema):
+    """The reservation made, and what it may run into now."""
+
+    warnings = fields.List(
+        fields.Nested(BookingWarningSchema),
+        required=True,
+        metadata={
+            "description": "GPUs in use now by others (not the owner or a guest), for a "
+            "reservation that starts now (within a minute or a poll interval); empty otherwise. "
+            "The reservation is made all the same."
+        },
+    )
+
+
 class CalendarItemSchema(Answer):
     id = fields.Integer(required=True)
     owner = _Str(required=True)

@@ -50,6 +50,9 @@ class Option:
     key: str = ""  # its name in the file, when that is not the field's name
     example: Any = MISSING  # what the template shows in a commented example table
     shown: str = ""  # a computed default, in words
+    # (why, value): a value the template shows commented out after the key, to opt in to
+    # behaviour that must never be a default (stopping people's processes).
+    opt_in: tuple[str, Any] | None = None
 
 
 def about(help: str, **declared: Any) -> dict[str, Option]:

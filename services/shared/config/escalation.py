@@ -6,13 +6,20 @@ import re
 from dataclasses import dataclass
 
 ESCALATION_RECIPIENTS = ("offender", "owner", "admins")
+# Safe by default: Warden tells people, it never stops anyone's process unless a lab opts in
+# (OPT_IN_STEPS, shown commented in the file `warden init` writes). A wrongly flagged process
+# loses no work; the offender and the owner hear of it at once, the admins if it lasts.
 DEFAULT_STEPS = (
     "0s terminal offender",
-    "0s webhook owner+admins",
-    "60s email offender+admins",
-    "300s terminate",
-    "600s kill",
+    "0s email offender+owner",
+    "0s webhook offender+owner",
+    "10m email admins",
+    "10m webhook admins",
 )
+# The default steps plus the two that act on the offender's processes: terminate (SIGTERM,
+# SIGKILL after term_grace_s) and kill (SIGKILL). An example to copy, never a default.
+OPT_IN_STEPS = (*DEFAULT_STEPS, "15m terminate", "20m kill")
+STOPPING_ACTIONS = ("terminate", "kill")
 # user:command pairs (`*` for any) whose GPU processes never violate. The command is the
 # executable's base name; the user matters, so an offender cannot rename a program "Xorg".
 DEFAULT_ALLOW = (

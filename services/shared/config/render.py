@@ -108,12 +108,21 @@ def _shown(option: Option) -> Any:
     return example
 
 
+def _opt_in(key: Key) -> list[str]:
+    """The key's opt-in value, commented out: the lines to uncomment (in place of the key)."""
+    if key.option.opt_in is None:
+        return []
+    why, value = key.option.opt_in
+    return [*_comment(why), *(f"# {line}" for line in _assignment(key.name, value))]
+
+
 def _template_block(block: Block, chosen: dict[str, Any]) -> list[str]:
     if not block.table:
         lines = ["", f"[{block.name}]", *_comment(block.about)]
         for key in block.keys:
             value = chosen.get(f"{block.name}.{key.name}", key.option.default)
             lines += [*_comment(_described(key)), *_assignment(key.name, value)]
+            lines += _opt_in(key)
         return lines
     lines = ["", *_comment(f"{block.about} Each [[{block.name}]] table has:")]
     for key in block.keys:

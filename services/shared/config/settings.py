@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from services.shared.config.declare import FLAT, about, option, parsed
 from services.shared.config.escalation import (
     DEFAULT_ALLOW,
     DEFAULT_STEPS,
+    OPT_IN_STEPS,
     EscalationStep,
     parse_allow_entry,
     parse_step,
@@ -309,18 +310,28 @@ class SmtpSettings:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepOverride:
-    """Other escalation steps for the hosts whose names match one of `hosts` (fnmatch)."""
+    """Other escalation steps for the hosts whose names match one of `hosts` (fnmatch) or that
+    carry one of `labels` (at least one of the two is given)."""
 
-    hosts: tuple[str, ...] = field(
-        metadata=about("Host name patterns (fnmatch).", min_length=1, example=("dgx*",))
+    hosts: tuple[str, ...] = option(
+        (),
+        "Host name patterns (fnmatch).",
+        min_length=1,
+        example=("dgx*",),
+    )
+    labels: tuple[str, ...] = option(
+        (),
+        "Host labels ([[hosts]] labels, or set in the inventory): a host with any of them matches.",
+        min_length=1,
+        example=("a100",),
     )
     steps: tuple[EscalationStep, ...] = field(
         metadata=about(
             "Escalation steps for these hosts, written as [violations] steps.",
             parse=parse_step,
-            example=("0s terminal offender", "120s kill"),
+            example=("0s terminal offender", "0s email offender+owner", "30m terminate"),
         )
     )
 
@@ -350,7 +361,14 @@ class ViolationSettings:
         parse_step,
         "Escalation, in order of delay: `<delay since the incident opened><ms|s|m|h> <action> "
         "[offender+owner+admins]`. Actions: terminal, email, webhook, terminate (SIGTERM, then "
-        "SIGKILL), kill, or the name a plugin of yours listens for (see docs/plugins.md).",
+        "SIGKILL), kill, or the name a plugin of yours listens for (see docs/plugins.md). "
+        "The default only tells people; terminate and kill are opt-in.",
+        opt_in=(
+            "Opt-in: to also stop an offender's processes (they lose unsaved work), use these "
+            "steps instead: terminate sends SIGTERM, then SIGKILL after term_grace_s; kill "
+            "sends SIGKILL.",
+            OPT_IN_STEPS,
+        ),
     )
     handlers: tuple[str, ...] = option(
         HANDLERS,
@@ -380,12 +398,17 @@ class ViolationSettings:
         (), "Chat or HTTP endpoints told about violations."
     )
     overrides: tuple[StepOverride, ...] = option(
-        (), "Other steps for some hosts; the first override whose hosts match applies."
+        (),
+        "Other steps for some hosts; the first override whose hosts or labels match applies.",
     )
 
-    def steps_for(self, host: str) -> tuple[EscalationStep, ...]:
+    def steps_for(self, host: str, labels: Collection[str] = ()) -> tuple[EscalationStep, ...]:
+        """The steps for `host`, which carries `labels`: those of the first override that
+        matches its name or one of its labels, else `steps`."""
         for override in self.overrides:
-            if any(fnmatch.fnmatchcase(host, pattern) for pattern in override.hosts):
+            if any(fnmatch.fnmatchcase(host, pattern) for pattern in override.hosts) or any(
+                label in labels for label in override.labels
+            ):
                 return override.steps
         return self.steps
 

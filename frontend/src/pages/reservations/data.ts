@@ -4,6 +4,8 @@ import { fetchAllPages } from '../../paging'
 import { session } from '../../session'
 
 export type Reservation = Schemas['Reservation']
+/** A reservation as POST /reservations answers: with `warnings` (GPUs in use now). */
+export type CreatedReservation = Schemas['CreatedReservation']
 
 export interface GpuInfo {
   uuid: string

@@ -1,0 +1,108 @@
+"""What `warden demo` writes into the reservations database itself (the CLI calls these).
+
+- `demo_accounts`: the demo's accounts, each with a new random password at every start, so
+  the password the demo prints is always the one that works. The first admin cannot be made
+  over RPC (creating a user takes an admin), which is why this goes to the database, as
+  `warden user add` does.
+- `book_as_of`: a reservation booked at a moment in the past. The RPC method refuses a start
+  in the past, rightly; a demo's "last few days" are bookings that would have been made then.
+  They go through the same `Commands.create` (every rule, the clash check, the
+  `reservation.created` event in the outbox) with its clock set to that moment; the running
+  service's relay publishes the event and its lifecycle sends started/ended as for any other.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from services.reservations import accounts
+from services.reservations.booking import Actor, DurationBounds
+from services.reservations.commands import Commands
+from services.reservations.store import Store
+from services.shared import db
+from services.shared.config import Settings
+
+DEMO_ACTOR = "demo"
+
+
+@asynccontextmanager
+async def _store(settings: Settings) -> AsyncIterator[Store]:
+    engine = db.create_engine(settings.storage.database_url_for("reservations"))
+    try:
+        await db.ensure_migrated(engine, "reservations")
+        yield Store(engine)
+    finally:
+        await engine.dispose()
+
+
+def new_password() -> str:
+    """16 URL-safe characters: easy to copy from a terminal, never guessed."""
+    return secrets.token_urlsafe(12)
+
+
+async def demo_accounts(settings: Settings, people: Sequence[tuple[str, bool]]) -> dict[str, str]:
+    """Each (username, is_admin) exists afterwards with a new password: {username: password}."""
+    passwords: dict[str, str] = {}
+    async with _store(settings) as store:
+        for username, is_admin in people:
+            password = new_password()
+            async with store.write() as conn:
+                found = await accounts.is_admin(conn, username)
+                if found is None:
+                    await accounts.create_user(
+                        conn,
+                        username=username,
+                        email=f"{username}@localhost",
+                        password=password,
+                        is_admin=is_admin,
+                        actor=DEMO_ACTOR,
+                    )
+                else:
+                    await accounts.update_user(
+                        conn,
+                        username,
+                        password=password,
+                        is_admin=is_admin if found != is_admin else None,
+                        actor=DEMO_ACTOR,
+                    )
+            passwords[username] = password
+    return passwords
+
+
+async def book_as_of(
+    settings: Settings,
+    booked_at: datetime,
+    *,
+    owner: str,
+    gpu_uuids: Sequence[str],
+    start: datetime,
+    end: datetime,
+    title: str,
+    description: str = "",
+) -> dict[str, Any]:
+    """`owner` reserves `gpu_uuids` as they would have at `booked_at`; raises what the RPC
+    method would (a clash, an unknown GPU, a start before `booked_at`)."""
+    bounds = settings.reservations
+    async with _store(settings) as store:
+        commands = Commands(
+            store,
+            DurationBounds(
+                shortest=timedelta(minutes=bounds.min_duration_min),
+                longest=timedelta(hours=bounds.max_duration_h),
+            ),
+            clock=lambda: booked_at,
+        )
+        actor: Actor = await commands.actor(owner)
+        return await commands.create(
+            actor,
+            owner=owner,
+            gpu_uuids=gpu_uuids,
+            start=start,
+            end=end,
+            title=title,
+            description=description,
+        )
