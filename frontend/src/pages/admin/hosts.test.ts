@@ -21,6 +21,7 @@ function record(name: string, extra: Partial<HostRecord> = {}): HostRecord {
 function state(name: string, reachable: boolean | null): HostState {
   return {
     name,
+    labels: [],
     reachable,
     down_since: null,
     down_reason: null,
