@@ -106,6 +106,7 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             gpus.append(gpu)
         host = {
             "name": raw["name"],
+            "labels": raw.get("labels") or [],
             "reachable": reachable,
             "down_since": raw.get("down_since"),
             "down_reason": raw.get("down_reason"),

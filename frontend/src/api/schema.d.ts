@@ -1012,6 +1012,8 @@ export interface components {
             /** @description ok, no_gpu, no_nvidia_smi or error: why gpus may be empty */
             gpu_status: string | null;
             gpus: components["schemas"]["GpuState"][];
+            /** @description the groups it belongs to (a filter) */
+            labels?: string[];
             /** Format: date-time */
             last_seen: string | null;
             load_15m: number | null;

@@ -101,6 +101,7 @@ class HostStateSchema(Answer):
     """A host now: reachability, its latest figures (null before the first sample) and GPUs."""
 
     name = _Str(required=True)
+    labels = fields.List(_Str(), metadata={"description": "the groups it belongs to (a filter)"})
     reachable = fields.Boolean(
         required=True, allow_none=True, metadata={"description": "null: not polled yet"}
     )
