@@ -234,9 +234,9 @@ def cmd_check(args: argparse.Namespace, api: Api, ask: Ask) -> int:
                 print(line)
         key = check.get("host_key")
         if key and key["status"] == "new" and len(args.names) == 1:
-            line = accepted_key(name, check, args, ask)
-            if line is not None:
-                api.request("PATCH", _path(name), body={"host_key": line})
+            accepted = accepted_key(name, check, args, ask)
+            if accepted is not None:
+                api.request("PATCH", _path(name), body={"host_key": accepted})
                 print(f"trusted the host key of {name}: polled with it from now on")
                 continue
         failed = failed or not check.get("ok")

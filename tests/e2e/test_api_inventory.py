@@ -59,6 +59,7 @@ async def test_an_admin_removes_checks_and_adds_a_host_live(system: ApiSystem) -
     assert check.body["host_key"]["fingerprint"].startswith("SHA256:")
     assert len(check.body["gpus"]) == 2
 
+    alice = await system.as_user("alice")
     stream = await open_stream(system, "alice", topics="hosts")
     try:
         body = {
@@ -84,8 +85,15 @@ async def test_an_admin_removes_checks_and_adds_a_host_live(system: ApiSystem) -
     await system.until(live, f"{name} and its GPUs back on /hosts")
     assert (await admin.post(PATH, body)).status == 409
 
+    assert (await _hosts_now(alice))[name]["labels"] == ["lab-b"]  # the dashboard's filter
+
     edited = await admin.patch(f"{PATH}/{name}", {"labels": ["lab-c"]})
     assert edited.status == 200 and edited.body["labels"] == ["lab-c"]
+
+    async def relabeled() -> bool:
+        return bool((await _hosts_now(alice))[name]["labels"] == ["lab-c"])
+
+    await system.until(relabeled, f"{name} with its new label on /hosts")
     again = await admin.post(f"{PATH}/{name}/check", {})
     assert again.status == 200 and again.body["host_key"]["status"] == "trusted"
 

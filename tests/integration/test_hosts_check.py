@@ -9,8 +9,10 @@ The CLI runs in a worker thread (it calls asyncio.run) while the servers keep se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
+import subprocess
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ import pytest
 
 from services import cli
 from services.monitor.check import CheckResult, check_hosts
+from services.monitor.host_check import check_host
+from services.monitor.inventory import normal_key_line
 from services.shared.config import HostConfig
 from services.shared.ssh import SshOptions
 from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
@@ -219,3 +223,42 @@ async def test_cli_without_hosts_exits_1_and_says_what_to_add(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "no hosts to check" in captured.err and "[[hosts]]" in captured.err
+
+
+# -- check_host (CHECK_HOST): the host key before it is trusted ---------------------------------
+
+
+async def test_the_real_sshd_key_is_shown_as_ssh_keygen_does_new_trusted_or_changed(
+    fleet: Fleet,
+) -> None:
+    real = fleet.sshd.host_config("real")
+    empty = fleet.tmp / "empty_known_hosts"
+    empty.write_text("")
+    unknown = SshOptions(known_hosts=str(empty), connect_timeout_s=TIMEOUT_S)
+
+    new = await check_host(real, unknown, TIMEOUT_S)
+    assert new["ok"] and new["host_key"]["status"] == "new"
+    assert len(new["gpus"]) == 3 and new["gpus"][0]["uuid"].startswith("GPU-cccccccc")
+    assert new["host_key"]["line"] == normal_key_line(fleet.sshd.known_hosts_line)
+    # The fingerprint as OpenSSH prints it for the host's own public key file.
+    keygen = await asyncio.to_thread(
+        subprocess.run,
+        ["ssh-keygen", "-lf", f"{fleet.sshd.host_key}.pub"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert keygen.stdout.split()[1] == new["host_key"]["fingerprint"]
+
+    trusted = await check_host(real, fleet.options(), TIMEOUT_S)
+    assert trusted["ok"] and trusted["host_key"]["status"] == "trusted"
+    accepted = dataclasses.replace(real, host_key=new["host_key"]["line"])
+    pinned = await check_host(accepted, unknown, TIMEOUT_S)
+    assert pinned["ok"] and pinned["host_key"]["status"] == "trusted"
+
+    other = generate_key(fleet.tmp / "other_host_key")
+    wrong = dataclasses.replace(real, host_key=other)
+    changed = await check_host(wrong, unknown, TIMEOUT_S)
+    assert not changed["ok"] and changed["host_key"]["status"] == "changed"
+    assert changed["host_key"]["fingerprint"] == new["host_key"]["fingerprint"]
+    assert changed["gpus"] == [] and "not logging in" in changed["detail"]

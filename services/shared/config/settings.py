@@ -542,7 +542,10 @@ class Settings:
     violations: ViolationSettings = field(default_factory=ViolationSettings)
     jobs: JobSettings = field(default_factory=JobSettings)
     hosts: tuple[HostConfig, ...] = option(
-        (), "One table per GPU server; `warden hosts check` tests them all."
+        (),
+        "One table per GPU server: seeds the monitor's inventory at start-up (hosts are then "
+        "managed with `warden hosts`, the API or the Hosts page); `warden hosts check --local` "
+        "tests them from here.",
     )
     dev: bool = False
     source: str = "defaults"
