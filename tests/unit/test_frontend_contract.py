@@ -43,3 +43,13 @@ def test_the_web_ui_listens_for_every_streamed_event_type() -> None:
     streamed = _streamed_types()
     assert streamed  # the gateway streams something
     assert listened == streamed
+
+
+def test_every_operation_has_its_own_id() -> None:
+    # openapi-typescript types an operation by its id: two routes sharing one get one answer type.
+    ids = [
+        operation["operationId"]
+        for path in build_spec(ROUTES)["paths"].values()
+        for operation in path.values()
+    ]
+    assert sorted(ids) == sorted(set(ids))

@@ -45,9 +45,7 @@ export interface HostCheck {
 const named = (name: string) => ({ params: { path: { name } } })
 
 export const inventory = {
-  // (Through unknown: the OpenAPI document names this operation `list_hosts` like GET /hosts,
-  // and the generated types give it that one's answer.)
-  list: () => (unwrap(api.GET('/api/v1/inventory/hosts')) as Promise<unknown> as Promise<{ hosts: HostRecord[] }>).then((a) => a.hosts),
+  list: () => (unwrap(api.GET('/api/v1/inventory/hosts')) as Promise<{ hosts: HostRecord[] }>).then((a) => a.hosts),
   add: (host: NewHost) =>
     unwrap(api.POST('/api/v1/inventory/hosts', { body: { port: 22, probe: 'ssh', ...host } })) as Promise<HostRecord>,
   update: (name: string, changes: Partial<Omit<HostRecord, 'name' | 'source'>>) =>

@@ -155,13 +155,13 @@ export interface paths {
             cookie?: never;
         };
         /** Every host of the inventory, with its address, user, key file, labels and source */
-        get: operations["list_hosts"];
+        get: operations["list_inventory_hosts"];
         put?: never;
         /**
          * Add a host (check it first: POST /inventory/hosts/check)
          * @description Polled within one interval, without a restart; events `host.*` tell the other services. Defaults: port 22, probe ssh, no key_file (the agent), no labels. `host_key`: the `line` a check answered, trusted for this host; null: [ssh] known_hosts decides (an unknown key shows the host unreachable, saying how to accept it). 409 `already_exists` for a name taken.
          */
-        post: operations["add_host"];
+        post: operations["add_inventory_host"];
         delete?: never;
         options?: never;
         head?: never;
@@ -181,7 +181,7 @@ export interface paths {
          * Check a candidate host: its host key (fingerprint, trusted/new/changed) and GPUs
          * @description Logs in (trusting the key it is shown) and lists the GPUs unless the key changed: then it does not log in. `ok` false and `detail` say why a check failed.
          */
-        post: operations["check_candidate"];
+        post: operations["check_candidate_host"];
         delete?: never;
         options?: never;
         head?: never;
@@ -196,21 +196,21 @@ export interface paths {
             cookie?: never;
         };
         /** One host of the inventory */
-        get: operations["get_host"];
+        get: operations["get_inventory_host"];
         put?: never;
         post?: never;
         /**
          * Stop watching a host (its reservations and history stay)
          * @description Its poll loop stops at once. It is not seeded again from [[hosts]] at the next start; adding it again brings it back. 409 `state_conflict` for this machine (source `local`, set by [monitor] local_nvml).
          */
-        delete: operations["remove_host"];
+        delete: operations["remove_inventory_host"];
         options?: never;
         head?: never;
         /**
          * Change a host's fields (only those given)
          * @description Polled within one interval, without a restart; events `host.*` tell the other services. A host seeded from [[hosts]] no longer follows the config once edited here (source `api`). 409 `state_conflict` for this machine (source `local`, set by [monitor] local_nvml).
          */
-        patch: operations["update_host"];
+        patch: operations["update_inventory_host"];
         trace?: never;
     };
     "/api/v1/inventory/hosts/{name}/check": {
@@ -226,7 +226,7 @@ export interface paths {
          * Check a host of the inventory (fields given override its own for this check)
          * @description A `new` key is accepted by sending its `line` as `host_key` (PATCH /inventory/hosts/{name}).
          */
-        post: operations["check_host"];
+        post: operations["check_inventory_host"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2123,7 +2123,7 @@ export interface operations {
             };
         };
     };
-    list_hosts: {
+    list_inventory_hosts: {
         parameters: {
             query?: never;
             header?: never;
@@ -2152,7 +2152,7 @@ export interface operations {
             };
         };
     };
-    add_host: {
+    add_inventory_host: {
         parameters: {
             query?: never;
             header?: never;
@@ -2185,7 +2185,7 @@ export interface operations {
             };
         };
     };
-    check_candidate: {
+    check_candidate_host: {
         parameters: {
             query?: never;
             header?: never;
@@ -2218,7 +2218,7 @@ export interface operations {
             };
         };
     };
-    get_host: {
+    get_inventory_host: {
         parameters: {
             query?: never;
             header?: never;
@@ -2249,7 +2249,7 @@ export interface operations {
             };
         };
     };
-    remove_host: {
+    remove_inventory_host: {
         parameters: {
             query?: never;
             header?: never;
@@ -2280,7 +2280,7 @@ export interface operations {
             };
         };
     };
-    update_host: {
+    update_inventory_host: {
         parameters: {
             query?: never;
             header?: never;
@@ -2315,7 +2315,7 @@ export interface operations {
             };
         };
     };
-    check_host: {
+    check_inventory_host: {
         parameters: {
             query?: never;
             header?: never;

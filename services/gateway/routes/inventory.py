@@ -44,11 +44,11 @@ class OverridesBody(api.HostFields):
     """Fields that override the stored host's for this check only."""
 
 
-async def list_hosts(call: Call) -> Any:
+async def list_inventory_hosts(call: Call) -> Any:
     return await call.rpc(api.LIST_HOSTS)
 
 
-async def get_host(call: Call) -> Any:
+async def get_inventory_host(call: Call) -> Any:
     name = call.params["name"]
     found: dict[str, Any] = await call.rpc(api.LIST_HOSTS)
     for host in found["hosts"]:
@@ -57,23 +57,23 @@ async def get_host(call: Call) -> Any:
     raise NotFound(f"no host named {name!r} in the inventory", {"host": name})
 
 
-async def add_host(call: Call) -> Any:
+async def add_inventory_host(call: Call) -> Any:
     return await call.rpc(api.ADD_HOST, call.body)
 
 
-async def update_host(call: Call) -> Any:
+async def update_inventory_host(call: Call) -> Any:
     return await call.rpc(api.UPDATE_HOST, {**call.body, "name": call.params["name"]})
 
 
-async def remove_host(call: Call) -> Any:
+async def remove_inventory_host(call: Call) -> Any:
     return await call.rpc(api.REMOVE_HOST, {"name": call.params["name"]})
 
 
-async def check_candidate(call: Call) -> Any:
+async def check_candidate_host(call: Call) -> Any:
     return await call.rpc(api.CHECK_HOST, call.body)
 
 
-async def check_host(call: Call) -> Any:
+async def check_inventory_host(call: Call) -> Any:
     return await call.rpc(api.CHECK_HOST, {**call.body, "name": call.params["name"]})
 
 
@@ -84,7 +84,7 @@ ROUTES = (
     Route(
         "GET",
         "/inventory/hosts",
-        list_hosts,
+        list_inventory_hosts,
         Access.ADMIN,
         "Every host of the inventory, with its address, user, key file, labels and source",
         TAG,
@@ -93,7 +93,7 @@ ROUTES = (
     Route(
         "POST",
         "/inventory/hosts",
-        add_host,
+        add_inventory_host,
         Access.ADMIN,
         "Add a host (check it first: POST /inventory/hosts/check)",
         TAG,
@@ -108,7 +108,7 @@ ROUTES = (
     Route(
         "POST",
         "/inventory/hosts/check",
-        check_candidate,
+        check_candidate_host,
         Access.ADMIN,
         "Check a candidate host: its host key (fingerprint, trusted/new/changed) and GPUs",
         TAG,
@@ -120,7 +120,7 @@ ROUTES = (
     Route(
         "GET",
         "/inventory/hosts/{name}",
-        get_host,
+        get_inventory_host,
         Access.ADMIN,
         "One host of the inventory",
         TAG,
@@ -130,7 +130,7 @@ ROUTES = (
     Route(
         "PATCH",
         "/inventory/hosts/{name}",
-        update_host,
+        update_inventory_host,
         Access.ADMIN,
         "Change a host's fields (only those given)",
         TAG,
@@ -143,7 +143,7 @@ ROUTES = (
     Route(
         "DELETE",
         "/inventory/hosts/{name}",
-        remove_host,
+        remove_inventory_host,
         Access.ADMIN,
         "Stop watching a host (its reservations and history stay)",
         TAG,
@@ -155,7 +155,7 @@ ROUTES = (
     Route(
         "POST",
         "/inventory/hosts/{name}/check",
-        check_host,
+        check_inventory_host,
         Access.ADMIN,
         "Check a host of the inventory (fields given override its own for this check)",
         TAG,
