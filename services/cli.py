@@ -63,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a commented config file, migrate the databases, create the first admin",
     )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--compose",
+        action="store_true",
+        help="instead: write the .env of docker-compose.yml with random secrets (an existing "
+        "file keeps its values; missing ones are added)",
+    )
+    init.add_argument(
+        "--env-file", default=".env", metavar="PATH", help="with --compose: where (./.env)"
+    )
     init.add_argument("--data-dir", help="data directory to write into the config")
     init.add_argument(
         "--admin-user",
@@ -110,10 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
     )
 
-    commands.add_parser(
+    key = commands.add_parser(
         "key",
         parents=[common],
         help="print the public key users add to ~/.ssh/authorized_keys so their jobs can run",
+    )
+    key.add_argument(
+        "--generate",
+        action="store_true",
+        help="first make an ed25519 key at ssh.key_file if there is none",
     )
 
     demo = commands.add_parser(
@@ -184,6 +198,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    if args.compose:
+        return _init_compose(Path(args.env_file))
     chosen = getattr(args, "config", None) or os.environ.get("WARDEN_CONFIG")
     path = Path(chosen or default_config_path()).expanduser()
     if path.exists() and not args.force:
@@ -207,6 +223,24 @@ def cmd_init(args: argparse.Namespace) -> int:
         f"next: list your GPU hosts in {path} ([[hosts]] tables) and `warden hosts check` them,\n"
         f"      then `warden run all` (or `make run`) and open http://{gateway.host}:{gateway.port}\n"
         "after installing a new version of Warden, run `warden db upgrade`"
+    )
+    return 0
+
+
+def _init_compose(path: Path) -> int:
+    from services.shared.deploy import write_compose_env
+
+    existed = path.exists()
+    added = write_compose_env(path)
+    if not existed:
+        print(f"wrote {path} with random secrets: {', '.join(added)}")
+    elif added:
+        print(f"{path} exists; kept its values and added {', '.join(added)}")
+    else:
+        print(f"{path} exists and has every value; keeping it")
+    print(
+        "next: `docker compose up -d` (or `podman-compose up -d`), then create the first admin:\n"
+        "      docker compose run --rm gateway user add NAME --email E --admin"
     )
     return 0
 
@@ -476,7 +510,15 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 def cmd_key(args: argparse.Namespace) -> int:
     from services.shared.ssh import public_key_line
 
-    line = public_key_line(_settings(args))
+    settings = _settings(args)
+    if args.generate:
+        from services.shared.deploy import ensure_ssh_key
+
+        if not settings.ssh.key_file:
+            raise WardenError("--generate needs ssh.key_file (or WARDEN_SSH_KEY_FILE) set")
+        if ensure_ssh_key(Path(settings.ssh.key_file).expanduser()):
+            print(f"made the SSH key {settings.ssh.key_file}", file=sys.stderr)
+    line = public_key_line(settings)
     print(line)
     print(
         "# each user who runs jobs adds the line above to ~/.ssh/authorized_keys on every host",
