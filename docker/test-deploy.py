@@ -22,6 +22,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -271,16 +272,23 @@ def wait_gpus(api: Api) -> None:
 
 
 def kill_and_recover(deploy: Deployment) -> None:
-    say("podman kill the reservations container: its restart policy brings it back")
-    before = deploy.container("reservations")
-    started = run(["podman", "inspect", "--format", "{{.State.StartedAt}}", before], quiet=True)
-    run(["podman", "kill", before])
+    # SIGKILL to the container's first process, as a crash or the OOM killer would: its restart
+    # policy starts it again. (`podman kill` counts as stopped by the user: podman, like docker,
+    # then leaves it stopped.)
+    say("kill -9 the reservations container's main process: its restart policy brings it back")
+    container = deploy.container("reservations")
+    fmt = "{{.State.Pid}} {{.State.StartedAt}}"
+    before = run(["podman", "inspect", "--format", fmt, container], quiet=True).strip()
+    pid = int(before.split()[0])
+    print(f"$ kill -9 {pid}   # {container}: pid and start {before}")
+    os.kill(pid, signal.SIGKILL)
 
-    def restarted() -> bool:
-        state = run(["podman", "inspect", "--format", "{{.State.Running}} {{.State.StartedAt}}", before], quiet=True)  # fmt: skip
-        return state.startswith("true ") and state.split(" ", 1)[1] != started
+    def restarted() -> str | None:
+        state = run(["podman", "inspect", "--format", "{{.State.Running}} " + fmt, container], quiet=True)  # fmt: skip
+        running, now = state.split(" ", 1)
+        return now.strip() if running == "true" and now.strip() != before else None
 
-    until("the killed reservations container runs again", restarted, 120)
+    print(f"restarted: pid and start {until('the killed container runs again', restarted, 120)}")
     deploy.wait_healthy()
 
 

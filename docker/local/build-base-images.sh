@@ -2,7 +2,7 @@
 # Build the base images docker/compose.local.yml names, for machines that reach no image
 # registry (but do reach a Debian mirror): a Debian 12 root file system from debootstrap, then
 # python, RabbitMQ and PostgreSQL images on it from Debian packages. An image that exists
-# already is kept, so a second run takes a second; `--rebuild` builds them all again.
+# already is kept (rebuilt when its Dockerfile changed), so a second run takes a second; `--rebuild` builds them all again.
 # Needs root, podman and debootstrap.
 set -euo pipefail
 
@@ -29,11 +29,14 @@ if ! have localhost/debian:bookworm; then
     echo "    localhost/debian:bookworm imported"
 fi
 
+# Each image carries a digest of the files it is built from: a changed file rebuilds it.
 for name in python rabbitmq postgres; do
     image=localhost/warden-$name:bookworm
-    if ! have "$image"; then
+    inputs=$({ cat "docker/local/$name.Dockerfile" "docker/local/$name-entrypoint.sh" 2>/dev/null || true; } | sha256sum | cut -c1-16)
+    built=$(podman image inspect --format '{{index .Labels "warden.inputs"}}' "$image" 2>/dev/null || true)
+    if ((rebuild)) || [[ "$built" != "$inputs" ]]; then
         echo "==> building $image (docker/local/$name.Dockerfile)"
-        podman build --quiet -f "docker/local/$name.Dockerfile" -t "$image" . >/dev/null
+        podman build --quiet --label "warden.inputs=$inputs" -f "docker/local/$name.Dockerfile" -t "$image" . >/dev/null
     fi
 done
 echo "base images ready: localhost/debian, localhost/warden-{python,rabbitmq,postgres}:bookworm"

@@ -11,5 +11,7 @@ COPY docker/local/postgres-entrypoint.sh /usr/local/bin/postgres-entrypoint
 ENV PGDATA=/var/lib/postgresql/data
 EXPOSE 5432
 VOLUME ["/var/lib/postgresql/data"]
+# A fast shutdown (like the official image): SIGTERM would wait for every client to leave.
+STOPSIGNAL SIGINT
 USER postgres
 ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]
