@@ -48,9 +48,13 @@ api-types: install $(NPM_STAMP) ## regenerate the web UI's API types from the ga
 
 frontend: $(UI_BUILD) ## build the web UI into frontend/dist (npm ci, type-check, vite build)
 
+# `warden init` reads no terminal here (</dev/null): with no admin yet, the gateway prints a
+# one-time set-up link instead of `make run` stopping at a password prompt.
 run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080)
-	$(BIN)/warden init $(CONFIG_ARG)
+	$(BIN)/warden init $(CONFIG_ARG) </dev/null
 	$(BIN)/warden db upgrade $(CONFIG_ARG)
+	@echo "The warden command of this checkout: bin/warden (e.g. \`bin/warden user list\`),"
+	@echo "or \`source .venv/bin/activate\` first and then plain \`warden\`."
 	$(BIN)/warden run all $(CONFIG_ARG)
 
 demo: install ## everything against a 4-host simulated fleet over SSH, live GPUs in the terminal

@@ -110,14 +110,24 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"any of {', '.join(db.SERVICES_WITH_DATABASE)} (default: all)",
         )
 
-    hosts = commands.add_parser("hosts", parents=[common], help="the monitored hosts")
+    from services.client.hosts import add_parsers as add_host_parsers
+
+    hosts = commands.add_parser(
+        "hosts", parents=[common], help="the monitored hosts: list, add, edit, remove, check"
+    )
     host_commands = hosts.add_subparsers(dest="hosts_command", required=True, metavar="ACTION")
-    check = host_commands.add_parser(
-        "check", parents=[common], help="log in to every host and look for nvidia-smi and GPUs"
-    )
-    check.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
-    )
+
+    def local_check(check: argparse.ArgumentParser) -> None:
+        check.add_argument(
+            "--local",
+            action="store_true",
+            help="check the config file's [[hosts]] from here, without a server",
+        )
+        check.add_argument(
+            "--timeout", type=float, default=10.0, help="seconds per host and command (10)"
+        )
+
+    add_host_parsers(host_commands, [common], local_check)
 
     key = commands.add_parser(
         "key",
@@ -154,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_client_commands(commands)  # no --config: they talk to a server, not its config
 
+    commands.add_parser(
+        "setup-link",
+        parents=[common],
+        help="print a new one-time link that creates the first admin in the browser "
+        "(while there is none)",
+    )
     commands.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -220,8 +236,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     asyncio.run(prepare())
     gateway = settings.gateway
     print(
-        f"next: list your GPU hosts in {path} ([[hosts]] tables) and `warden hosts check` them,\n"
-        f"      then `warden run all` (or `make run`) and open http://{gateway.host}:{gateway.port}\n"
+        f"next: `warden run all` (or `make run`), open http://{gateway.host}:{gateway.port}, and\n"
+        "      add your GPU hosts: `warden hosts add NAME --address ADDR --user USER` (after\n"
+        "      `warden login`), on the Hosts page, or as [[hosts]] tables in the config\n"
         "after installing a new version of Warden, run `warden db upgrade`"
     )
     return 0
@@ -266,7 +283,10 @@ async def _first_admin(settings: Settings, args: argparse.Namespace) -> None:
     """Create the first admin unless there is one; without a password say how to do it later."""
     from services.reservations import accounts
 
-    hint = "no admin yet: run `warden user add NAME --email E --admin`"
+    hint = (
+        "no admin yet: `warden run all` prints a one-time set-up link that creates one in "
+        "the browser (or: `warden user add NAME --email E --admin`)"
+    )
     async with _reservations_store(settings) as store:
         async with store.read() as conn:
             if await accounts.count_admins(conn):
@@ -284,9 +304,14 @@ async def _first_admin(settings: Settings, args: argparse.Namespace) -> None:
                 f"{err.message} (choose the first admin with --admin-user / --admin-email)",
                 err.details,
             ) from err
-        password = _new_password("WARDEN_ADMIN_PASSWORD", f"the admin {username}")
-        if password is None:
-            print(f"{hint} (or set WARDEN_ADMIN_PASSWORD and run `warden init` again)")
+        # Asked only on a terminal, where an empty answer leaves it to the set-up link.
+        password = _new_password(
+            "WARDEN_ADMIN_PASSWORD",
+            f"the admin {username} (empty: create the admin later in the browser)",
+            allow_empty=True,
+        )
+        if not password:
+            print(hint)
             return
         async with store.write() as conn:
             user = await accounts.create_user(
@@ -316,8 +341,9 @@ async def _reservations_store(settings: Settings) -> AsyncIterator[Store]:
         await engine.dispose()
 
 
-def _new_password(variable: str, whose: str) -> str | None:
-    """A new password from $variable, else asked twice on a terminal; None when neither."""
+def _new_password(variable: str, whose: str, *, allow_empty: bool = False) -> str | None:
+    """A new password from $variable, else asked twice on a terminal; None when neither
+    (and, with `allow_empty`, when the answer on the terminal is empty)."""
     from services.reservations.passwords import password_problem
 
     given = os.environ.get(variable)
@@ -326,6 +352,8 @@ def _new_password(variable: str, whose: str) -> str | None:
     if not sys.stdin.isatty():
         return None
     first = getpass.getpass(f"new password for {whose}: ")
+    if allow_empty and not first:
+        return None
     problem = password_problem(first)
     if problem:
         raise InvalidRequest(f"the password {problem}; nothing changed", {"password": problem})
@@ -488,6 +516,17 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
+    """The inventory through the server (`services/client/hosts.py`), or, for `check --local`
+    or `check --config FILE`, the config file's hosts checked from here."""
+    if args.hosts_command == "check" and (args.local or "config" in args):
+        return _check_config_hosts(args)
+    from services.client.commands import guarded
+    from services.client.hosts import run
+
+    return guarded(run)(args)
+
+
+def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
     from services.monitor.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
@@ -496,6 +535,8 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     settings = _settings(args)
     configure_logging(settings.log)
     hosts = monitored_hosts(settings, local_has_nvml=load_nvml() is not None)
+    if args.names:
+        hosts = [host for host in hosts if host.name in args.names]
     if not hosts:
         raise WardenError(
             f"no hosts to check in {settings.source}: add [[hosts]] tables "
@@ -505,6 +546,26 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     results = asyncio.run(check_hosts(hosts, options, args.timeout))
     print(format_table(results))
     return 0 if all(result.ok for result in results) else 1
+
+
+def cmd_setup_link(args: argparse.Namespace) -> int:
+    """A fresh set-up token in a link, written to the reservations database directly: it works
+    whichever process runs the gateway (the gateway's own banner has another, also valid)."""
+    from services.gateway.setup_link import setup_url
+    from services.reservations import setup
+
+    settings = _settings(args)
+
+    async def issue() -> str | None:
+        async with _reservations_store(settings) as store, store.write() as conn:
+            return await setup.issue_token(conn)
+
+    token = asyncio.run(issue())
+    if token is None:
+        raise WardenError("an admin exists already: sign in (`warden user list` shows accounts)")
+    print(setup_url(settings.gateway.host, settings.gateway.port, token))
+    print("# open it in a browser to create the first admin; it works once", file=sys.stderr)
+    return 0
 
 
 def cmd_key(args: argparse.Namespace) -> int:
@@ -558,6 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sim": cmd_sim,
         "demo": cmd_demo,
         "user": cmd_user,
+        "setup-link": cmd_setup_link,
         **CLIENT_COMMANDS,
     }
     if args.command == "version":

@@ -22,7 +22,7 @@ from services.client.store import CredentialsError
 _RESOURCES = (session, status, reservations, jobs, violations)
 
 
-def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Errors as one message (and reasons) on stderr: 1 refused or failed, 2 usage."""
 
     def run(args: argparse.Namespace) -> int:
@@ -44,7 +44,7 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
 
 CLIENT_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    name: _guarded(function)
+    name: guarded(function)
     for resource in _RESOURCES
     for name, function in resource.COMMANDS.items()
 }

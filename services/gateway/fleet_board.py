@@ -106,6 +106,7 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             gpus.append(gpu)
         host = {
             "name": raw["name"],
+            "labels": list(raw.get("labels") or ()),
             "reachable": reachable,
             "down_since": raw.get("down_since"),
             "down_reason": raw.get("down_reason"),
@@ -236,7 +237,7 @@ class Composition:
     hosts: dict[str, ShownHost]
     # Owners and guests who see more of a reservation shown than outsiders do.
     participants: frozenset[str] = field(init=False)
-    _answers: dict[tuple[str, str, str | None], bytes] = field(default_factory=dict)
+    _answers: dict[tuple[str, str, str | None, str | None], bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.participants = frozenset().union(*(host.parties for host in self.hosts.values()))
@@ -247,15 +248,20 @@ class Composition:
             return "\x00admin"
         return caller.username if caller.username in self.participants else ""
 
-    def answer(self, caller: Caller, what: str, host: str | None = None) -> bytes:
-        """The JSON of `what` (hosts, host, gpus) for `caller`, made once per view."""
+    def answer(
+        self, caller: Caller, what: str, host: str | None = None, label: str | None = None
+    ) -> bytes:
+        """The JSON of `what` (hosts, host, gpus) for `caller`, made once per view; `label`:
+        only the hosts that carry it (and their GPUs)."""
         if host is not None and host not in self.hosts:
             raise NotFound(f"no host named {host!r}", {"host": host})
-        key = (what, self.view_key(caller), host)
+        key = (what, self.view_key(caller), host, label)
         found = self._answers.get(key)
         if found is not None:
             return found
         shown = list(self.hosts.values()) if host is None else [self.hosts[host]]
+        if label is not None:
+            shown = [one for one in shown if label in one.fields.get("labels", ())]
         stamp = b'"generated_at":' + _dumps(self.generated_at)
         if what == "host":
             found = shown[0].for_caller(caller)

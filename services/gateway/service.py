@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from contextlib import AsyncExitStack
 
 from aiohttp import web
 
+from services.gateway import setup_link
 from services.gateway.app import create_app
 from services.shared.bus import Teardown
 from services.shared.errors import ConfigError
@@ -31,11 +34,27 @@ async def start(ctx: ServiceContext) -> Teardown:
                 "(is another Warden or program using it? set gateway.port)",
                 {"gateway.port": err.strerror or str(err)},
             ) from err
-        log.info("gateway listening on http://%s:%d", host, _bound_port(site) or port)
+        bound = _bound_port(site) or port
+        log.info("gateway listening on http://%s:%d", host, bound)
+        # The first run: the set-up link, once the reservations service says no admin exists.
+        announcing = asyncio.create_task(setup_link.announce(ctx.bus, host, bound))
+        announcing.add_done_callback(_report_failure)
+        stack.push_async_callback(_cancel, announcing)
         return await start_service(ctx, stack, {})
     except BaseException:
         await stack.aclose()
         raise
+
+
+async def _cancel(task: asyncio.Task[bool]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+def _report_failure(task: asyncio.Task[bool]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the set-up link could not be issued", exc_info=task.exception())
 
 
 def _bound_port(site: web.TCPSite) -> int | None:

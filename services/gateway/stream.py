@@ -42,6 +42,8 @@ SUBSCRIPTIONS = (
     ("jobs", "task.*", "jobs"),
     ("violations", "violation.*", "violations"),
 )
+# Events that carry a whole HostRecord (only its name and labels go to non-admins).
+HOST_RECORD_EVENTS = frozenset({"host.added", "host.updated"})
 TOPICS = tuple(dict.fromkeys(topic for _, _, topic in SUBSCRIPTIONS))
 HEARTBEAT_S = 15.0
 CLIENT_BACKLOG = 1000
@@ -65,6 +67,10 @@ def visible_data(caller: Caller, event: Event) -> dict[str, Any] | None:
         return event.data if sees_incident(caller, event.data) else None
     if event.topic == "reservations":
         return reservation_for(caller, event.data)
+    if event.type in HOST_RECORD_EVENTS and not caller.is_admin:
+        # How a host is reached (address, user, key file, host key) is for admins.
+        host = event.data.get("host") or {}
+        return {"host": {"name": host.get("name"), "labels": host.get("labels", [])}}
     return event.data
 
 

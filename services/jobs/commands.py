@@ -119,7 +119,12 @@ class JobCommands:
             where = f"tasks[{i}]"
             if host is not None and host not in hosts:
                 known = ", ".join(sorted(hosts)) or "none configured"
-                problems[f"{where}.host"] = f"unknown host {host!r} (known: {known})"
+                problems[f"{where}.host"] = (
+                    f"{host!r} was removed from the inventory: no new work goes there "
+                    f"(hosts now: {known})"
+                    if hosts.was_removed(host)
+                    else f"unknown host {host!r} (known: {known})"
+                )
                 continue
             if raw.get("gpu_count") is not None and not queued:
                 problems[f"{where}.gpu_count"] = (
@@ -268,6 +273,9 @@ class JobCommands:
             state = self.working.owned(job_id, actor, admin)
             _refuse_active(state, "start")
             placement = fixed_placement(state)
+            gone = self.working.hosts_gone(placement)
+            if gone is not None:
+                raise StateConflict(f"job {job_id} cannot start: {gone}", {"id": job_id})
         now = self.working.clock()
         reasons = await use_refusals(
             self.bus,

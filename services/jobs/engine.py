@@ -164,6 +164,14 @@ class Engine:
         from_queue: bool,
     ) -> bool:
         """Launch after asking whether the owner may use the GPUs now; False if refused."""
+        gone = self.working.hosts_gone(placement)
+        if gone is not None:
+            async with self.working.lock:
+                if from_queue:
+                    state.waiting_reason = gone
+                elif not state.active and self.working.jobs.get(state.id) is state:
+                    await self._fail_waiting(state, f"not started: {gone}")
+            return False
         now = self.working.clock()
         until = run_until(state, now)
         if from_queue:
@@ -203,6 +211,7 @@ class Engine:
         gpus = {
             uuid: Gpu(uuid, host, index, uuid in busy)
             for uuid, (host, index) in self.working.gpus.items()
+            if host in self.working.hosts  # not a removed host's: no new work goes there
         }
         bookings = {
             uuid: [

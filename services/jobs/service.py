@@ -14,8 +14,10 @@ from services.jobs.runner import TaskRunner
 from services.jobs.supervisor import TaskSupervisor
 from services.jobs.tables import outbox
 from services.jobs.working_state import WorkingState
+from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
 from services.shared.bus import Teardown
+from services.shared.host_directory import HostDirectory
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
@@ -38,8 +40,11 @@ async def start(ctx: ServiceContext) -> Teardown:
         relay = Relay(store, ctx.bus, outbox)
         runner = TaskRunner(ctx.settings)
         stack.push_async_callback(runner.close)
+        # The hosts jobs may run on: [[hosts]] until the monitor's inventory answers, then it.
+        hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
         # One working state and its lock, shared by the engine, the commands and the supervisor.
-        working = WorkingState(store, ctx.settings, on_commit=relay.kick)
+        working = WorkingState(store, ctx.settings, on_commit=relay.kick, hosts=hosts)
+        hosts.listeners.append(lambda _names: working.kick())  # a host added: the queue may go
         supervisor = TaskSupervisor(working, runner)
         engine = Engine(working, supervisor, ctx.bus)
         commands = JobCommands(working, supervisor, ctx.bus)
@@ -57,6 +62,8 @@ async def start(ctx: ServiceContext) -> Teardown:
                 await loading
 
         stack.push_async_callback(stop_loading)
+        await hosts.start(ctx.name)
+        stack.push_async_callback(hosts.stop)
         return await start_service(ctx, stack, rpc_methods(commands), event_handlers(engine))
     except BaseException:
         await stack.aclose()

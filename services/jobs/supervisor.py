@@ -22,7 +22,7 @@ from services.jobs.scripts import Probe, Started, session_name
 from services.jobs.state import JobState, TaskRun
 from services.jobs.working_state import WorkingState
 from services.shared.config import HostConfig
-from services.shared.errors import StateConflict, WardenError
+from services.shared.errors import NotFound, StateConflict, WardenError
 
 log = logging.getLogger("warden.jobs")
 
@@ -76,6 +76,11 @@ class TaskSupervisor:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def _followed(self, host: str | None) -> bool:
+        """Whether tasks on `host` are followed: a host of the inventory, or one removed from it
+        while they ran (its last record: removing a host never abandons work on it)."""
+        return host is not None and self.working.hosts.known(host) is not None
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -163,7 +168,9 @@ class TaskSupervisor:
 
     async def _start_one(self, state: JobState, task: RenderedTask, run_number: int) -> str | None:
         """Start one task; None when it runs (applied at once), else why it did not start."""
-        host = self.working.hosts[task.host]
+        host = self.working.hosts.get(task.host)
+        if host is None:  # removed from the inventory since the job was placed
+            return f"{task.host} was removed from the inventory"
         session = session_name(state.id, task.index)
         spec = state.job.tasks[task.index]
         try:
@@ -201,7 +208,7 @@ class TaskSupervisor:
     def signal(self, state: JobState, signal: str) -> None:
         """Send `signal` to each active task of the job, in the background."""
         for index, run in enumerate(state.tasks):
-            if run.active and run.host is not None and run.host in self.working.hosts:
+            if run.active and self._followed(run.host):
                 self._spawn(
                     self._signal_one(state, index, run.run, signal),
                     f"signal {signal} job {state.id} task {index}",
@@ -209,7 +216,9 @@ class TaskSupervisor:
 
     async def _signal_one(self, state: JobState, index: int, run_number: int, signal: str) -> None:
         run = state.tasks[index]
-        host = self.working.hosts[run.host or ""]
+        host = self.working.hosts.known(run.host or "")
+        if host is None:
+            return
         try:
             answer = await self.runner.signal(
                 host, state.owner, session_name(state.id, index), signal
@@ -249,7 +258,7 @@ class TaskSupervisor:
         groups: dict[tuple[str, str], list[tuple[JobState, int, int]]] = {}
         for state in self.working.jobs.values():
             for index, run in enumerate(state.tasks):
-                if run.active and run.host in self.working.hosts:
+                if run.active and self._followed(run.host):
                     groups.setdefault((run.host or "", state.owner), []).append(
                         (state, index, run.run)
                     )
@@ -262,7 +271,10 @@ class TaskSupervisor:
         host, login = key
         sessions = [session_name(state.id, index) for state, index, _ in items]
         try:
-            probes = await self.runner.poll(self.working.hosts[host], login, sessions)
+            known = self.working.hosts.known(host)
+            if known is None:
+                return
+            probes = await self.runner.poll(known, login, sessions)
         except WardenError as err:
             await self._unreachable(items, err.message)
             return
@@ -333,8 +345,14 @@ class TaskSupervisor:
     async def log_tail(self, state: JobState, index: int, max_bytes: int) -> str:
         """The end of the output of the task's last run, read on its host."""
         run = state.tasks[index]
+        host = self.working.hosts.known(run.host or "")
+        if host is None:
+            raise NotFound(
+                f"{run.host} is not a host Warden knows (any more)",
+                {"id": state.id, "task": index, "host": run.host},
+            )
         return await self.runner.log_tail(
-            self.working.hosts[run.host or ""],
+            host,
             state.owner,
             session_name(state.id, index),
             max_bytes,

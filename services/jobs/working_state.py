@@ -21,8 +21,9 @@ from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
-from services.shared.config import HostConfig, Settings
+from services.shared.config import Settings
 from services.shared.errors import Forbidden, NotFound
+from services.shared.host_directory import HostDirectory
 from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
 from services.shared.store import Store
@@ -45,10 +46,13 @@ class WorkingState:
         *,
         on_commit: Callable[[], None] = lambda: None,
         clock: Clock = _utc_now,
+        hosts: HostDirectory | None = None,
     ) -> None:
         self.store = store
         self.settings = settings.jobs
-        self.hosts: dict[str, HostConfig] = {h.name: h for h in settings.hosts}
+        # The inventory now (new work goes only there) and the last record of removed hosts
+        # (tasks already running on one are still followed: `hosts.known`).
+        self.hosts = hosts if hosts is not None else HostDirectory(settings.hosts)
         self.on_commit = on_commit
         self.clock = clock
         self.jobs: dict[int, JobState] = {}
@@ -85,6 +89,14 @@ class WorkingState:
         """GPUs the reservations service listed; what a gpu.discovered event said stays."""
         for gpu in gpus:
             self.gpus.setdefault(gpu["uuid"], (gpu["host"], gpu.get("index")))
+
+    def hosts_gone(self, placement: Mapping[int, tuple[str, Sequence[str]]]) -> str | None:
+        """Why a placement may not start: a host of it is not in the inventory now (removed
+        since the job was defined); None when every host is there."""
+        gone = sorted({host for host, _ in placement.values() if host not in self.hosts})
+        if not gone:
+            return None
+        return f"{', '.join(gone)}: not in the inventory now (removed); no new work goes there"
 
     # -- who may ----------------------------------------------------------------------------
 

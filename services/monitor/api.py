@@ -7,7 +7,7 @@ from __future__ import annotations
 from marshmallow import Schema, fields, validate
 
 from services.shared.contracts import HostRecord
-from services.shared.errors import AlreadyExists, InvalidRequest, NotFound
+from services.shared.errors import AlreadyExists, InvalidRequest, NotFound, StateConflict
 from services.shared.rpc import Answer, methods_of
 
 SERVICE = "monitor"
@@ -196,14 +196,14 @@ UPDATE_HOST = _method(
     "Change a host's fields (event host.updated); polled with them from the next interval",
     UpdateHostArgs,
     answer=HostRecord,
-    raises=(InvalidRequest, NotFound),
+    raises=(InvalidRequest, NotFound, StateConflict),
 )
 REMOVE_HOST = _method(
     "remove_host",
     "Stop watching a host (event host.removed); its reservations and history stay",
     HostNameArgs,
     answer=HostRecord,
-    raises=(InvalidRequest, NotFound),
+    raises=(InvalidRequest, NotFound, StateConflict),
 )
 CHECK_HOST = _method(
     "check_host",
@@ -215,5 +215,4 @@ CHECK_HOST = _method(
 )
 
 HOST_METHODS = (LIST_HOSTS, ADD_HOST, UPDATE_HOST, REMOVE_HOST, CHECK_HOST)
-# TODO(hosts live): HOST_METHODS join METHODS once the monitor serves them.
-METHODS = (SNAPSHOT, SERIES, STATS)
+METHODS = (SNAPSHOT, SERIES, STATS, *HOST_METHODS)

@@ -11,7 +11,7 @@ from services.monitor.nvml import load_nvml
 from services.shared.config import HostConfig
 from services.shared.ssh import HostShell, HostUnreachable, SshHostShell, SshOptions
 
-_GPU_LINE = re.compile(r"^GPU \d+: .*\(UUID: ")
+_GPU_LINE = re.compile(r"^GPU (\d+): (.*) \(UUID: ([^)]*)\)")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class CheckResult:
     ok: bool
     gpus: int | None
     detail: str
+    # The GPUs `nvidia-smi -L` listed: {index, name, uuid} each.
+    found: tuple[dict[str, object], ...] = ()
 
 
 async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> CheckResult:
@@ -29,8 +31,8 @@ async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> Che
         login = await shell.run("echo ok", timeout)
         if login.stdout.strip() != "ok":
             return CheckResult(host.name, where, False, None, "login works but the shell is odd")
-        found = await shell.run("command -v nvidia-smi", timeout)
-        if found.exit_status != 0:
+        located = await shell.run("command -v nvidia-smi", timeout)
+        if located.exit_status != 0:
             return CheckResult(host.name, where, False, None, "no nvidia-smi on the host's PATH")
         listing = await shell.run("nvidia-smi -L", timeout)
     except HostUnreachable as err:
@@ -42,15 +44,34 @@ async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> Che
         return CheckResult(
             host.name, where, False, None, f"nvidia-smi failed: {text[0] if text else '?'}"
         )
-    gpus = sum(1 for line in listing.stdout.splitlines() if _GPU_LINE.match(line))
-    return CheckResult(host.name, where, True, gpus, "ok" if gpus else "ok, but no GPU")
+    found = tuple(
+        {"index": int(match[1]), "name": match[2], "uuid": match[3]}
+        for match in map(_GPU_LINE.match, listing.stdout.splitlines())
+        if match
+    )
+    detail = "ok" if found else "ok, but no GPU"
+    return CheckResult(host.name, where, True, len(found), detail, found)
 
 
 def check_local(name: str) -> CheckResult:
     nvml = load_nvml()
     if nvml is None:
         return CheckResult(name, "local (NVML)", False, None, "no NVML library or driver")
-    return CheckResult(name, "local (NVML)", True, nvml.nvmlDeviceGetCount(), "ok")
+    found = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        found.append(
+            {
+                "index": index,
+                "name": _text(nvml.nvmlDeviceGetName(handle)),
+                "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
+            }
+        )
+    return CheckResult(name, "local (NVML)", True, len(found), "ok", tuple(found))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def check_hosts(

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.monitor import api
+from services.monitor.hosts_admin import HostsAdmin
 from services.monitor.monitor import Monitor, MonitorStats
 from services.monitor.tsdb.base import MetricsStore
 from services.shared.bus import EventHandler, RpcHandler
@@ -15,7 +16,7 @@ from services.shared.errors import InvalidRequest, NotFound
 from services.shared.rpc import served
 
 
-def rpc_methods(monitor: Monitor, store: MetricsStore) -> dict[str, RpcHandler]:
+def rpc_methods(monitor: Monitor, store: MetricsStore, admin: HostsAdmin) -> dict[str, RpcHandler]:
     async def snapshot(args: dict[str, Any]) -> dict[str, Any]:
         host = args["host"]
         if host is not None and host not in monitor.states:
@@ -57,7 +58,34 @@ def rpc_methods(monitor: Monitor, store: MetricsStore) -> dict[str, RpcHandler]:
             monitor.stats = MonitorStats()
         return figures
 
-    return served(api.METHODS, {api.SNAPSHOT: snapshot, api.SERIES: series, api.STATS: stats})
+    async def list_hosts(args: dict[str, Any]) -> dict[str, Any]:
+        return {"hosts": admin.records()}
+
+    async def add_host(args: dict[str, Any]) -> dict[str, Any]:
+        return await admin.add(args)
+
+    async def update_host(args: dict[str, Any]) -> dict[str, Any]:
+        return await admin.update(args)
+
+    async def remove_host(args: dict[str, Any]) -> dict[str, Any]:
+        return await admin.remove(args)
+
+    async def check_host(args: dict[str, Any]) -> dict[str, Any]:
+        return await admin.check(args)
+
+    return served(
+        api.METHODS,
+        {
+            api.SNAPSHOT: snapshot,
+            api.SERIES: series,
+            api.STATS: stats,
+            api.LIST_HOSTS: list_hosts,
+            api.ADD_HOST: add_host,
+            api.UPDATE_HOST: update_host,
+            api.REMOVE_HOST: remove_host,
+            api.CHECK_HOST: check_host,
+        },
+    )
 
 
 # The monitor runs on timers; it consumes no events.

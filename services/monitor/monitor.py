@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -76,6 +76,9 @@ def host_point(sample: dict[str, Any], at: datetime) -> HostPoint:
 
 
 class Monitor:
+    """The poll loops. Hosts come and go at runtime (`add`, `remove`, `replace`): the host
+    list is the inventory's (see `hosts_admin.py`), changed without a restart."""
+
     def __init__(
         self,
         readers: Sequence[HostReader],
@@ -84,49 +87,83 @@ class Monitor:
         interval_s: float,
         poll_deadline_s: float,
         writer: MetricsWriter | None = None,
+        labels: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
-        self.readers = list(readers)
+        self.readers = {reader.name: reader for reader in readers}
         self.publish = publish
         self.interval_s = interval_s
         self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
         self.writer = writer
-        self.states = {reader.name: HostState(reader.name) for reader in self.readers}
+        self.states = {reader.name: HostState(reader.name) for reader in readers}
+        self.labels = {name: tuple(values) for name, values in (labels or {}).items()}
         self.stats = MonitorStats()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._publish_failing = False
+        self._started = False
 
     async def start(self) -> None:
         if self.writer is not None:
             self.writer.start()
+        self._started = True
         first_tick = time.monotonic()
         count = max(1, len(self.readers))
-        for i, reader in enumerate(self.readers):
-            offset = self.interval_s * i / count
-            self._tasks.append(
-                asyncio.create_task(
-                    self._poll_forever(reader, first_tick + offset), name=f"poll {reader.name}"
-                )
-            )
+        for i, reader in enumerate(self.readers.values()):
+            self._start_loop(reader, first_tick + self.interval_s * i / count)
         log.info(
             "monitoring %d host(s) every %gs",
             len(self.readers),
             self.interval_s,
-            extra={"fields": {"hosts": ",".join(r.name for r in self.readers[:20])}},
+            extra={"fields": {"hosts": ",".join(list(self.readers)[:20])}},
         )
 
+    def _start_loop(self, reader: HostReader, first_tick: float) -> None:
+        self._tasks[reader.name] = asyncio.create_task(
+            self._poll_forever(reader, first_tick), name=f"poll {reader.name}"
+        )
+
+    async def add(self, reader: HostReader, labels: Sequence[str] = ()) -> None:
+        """Watch one more host, polled at once (then every interval). One of that name is
+        replaced."""
+        if reader.name in self.readers:
+            await self.remove(reader.name)
+        self.readers[reader.name] = reader
+        self.states[reader.name] = HostState(reader.name)
+        self.labels[reader.name] = tuple(labels)
+        if self._started:
+            self._start_loop(reader, time.monotonic())
+        log.info("now monitoring %s", reader.name)
+
+    async def remove(self, name: str) -> None:
+        """Stop watching a host: its loop ends, its connection closes, its state goes."""
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        reader = self.readers.pop(name, None)
+        self.states.pop(name, None)
+        self.labels.pop(name, None)
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
+            log.info("no longer monitoring %s", name)
+
+    def relabel(self, name: str, labels: Sequence[str]) -> None:
+        if name in self.readers:
+            self.labels[name] = tuple(labels)
+
     async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for reader in self.readers:
+        for reader in self.readers.values():
             with contextlib.suppress(Exception):
                 await reader.close()
         if self.writer is not None:
             await self.writer.close()
 
     async def _poll_forever(self, reader: HostReader, first_tick: float) -> None:
-        state = self.states[reader.name]
+        state = self.states[reader.name]  # this loop's own: a replaced host gets a new one
         tick = first_tick
         while True:
             await asyncio.sleep(max(0.0, tick - time.monotonic()))
@@ -202,6 +239,7 @@ class Monitor:
             hosts.append(
                 {
                     "name": name,
+                    "labels": list(self.labels.get(name, ())),
                     "reachable": state.reachable,
                     "down_since": state.down_since.isoformat() if state.down_since else None,
                     "down_reason": state.down_reason,

@@ -1,15 +1,19 @@
-"""Composition root of the monitor: readers for every host, the poll loops, the metrics store."""
+"""Composition root of the monitor: the inventory (seeded from [[hosts]]), readers for every
+host, the poll loops, the metrics store."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.handlers import EVENT_HANDLERS, rpc_methods
-from services.monitor.inventory import monitored_hosts
+from services.monitor.host_store import HostStore
+from services.monitor.hosts_admin import HostsAdmin
+from services.monitor.inventory import active, local_host
 from services.monitor.monitor import Monitor
 from services.monitor.nvml import load_nvml
 from services.monitor.readers import HostReader, LocalNvmlReader, SshReader
@@ -18,7 +22,7 @@ from services.monitor.tsdb.influx import InfluxMetricsStore
 from services.monitor.tsdb.sqlite import SqlMetricsStore
 from services.monitor.writer import MetricsWriter
 from services.shared.bus import Teardown
-from services.shared.config import MonitorSettings, Settings
+from services.shared.config import HostConfig, MonitorSettings, Settings
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.ssh import SshHostShell, SshOptions
 
@@ -27,15 +31,15 @@ log = logging.getLogger("warden.monitor")
 PRUNE_EVERY_S = 600.0
 
 
-def build_readers(settings: Settings, nvml: Any | None) -> list[HostReader]:
+def reader_factory(settings: Settings, nvml: Any | None) -> Callable[[HostConfig], HostReader]:
     options = SshOptions.from_settings(settings.ssh)
-    readers: list[HostReader] = []
-    for host in monitored_hosts(settings, local_has_nvml=nvml is not None):
+
+    def reader_for(host: HostConfig) -> HostReader:
         if host.probe == "nvml":
-            readers.append(LocalNvmlReader(host.name, nvml))
-        else:
-            readers.append(SshReader(SshHostShell(host, options)))
-    return readers
+            return LocalNvmlReader(host.name, nvml)
+        return SshReader(SshHostShell(host, options))
+
+    return reader_for
 
 
 def build_store(monitor: MonitorSettings, engine: Any) -> MetricsStore:
@@ -71,19 +75,36 @@ async def start(ctx: ServiceContext) -> Teardown:
         async def publish(event_type: str, data: dict[str, Any]) -> None:
             await ctx.bus.emit(event_type, data, source="monitor")
 
+        # The inventory: [[hosts]] seeds the database, which then owns the list.
+        host_store = HostStore(engine)
+        stored = await host_store.seed(ctx.settings.hosts)
+        configured = [row.host for row in stored if not row.removed]
+        local = local_host(ctx.settings, configured, local_has_nvml=nvml is not None)
+        hosts = active(stored, local)
+        reader_for = reader_factory(ctx.settings, nvml)
         settings = ctx.settings.monitor
         monitor = Monitor(
-            build_readers(ctx.settings, nvml),
+            [reader_for(host.host) for host in hosts],
             publish,
             interval_s=settings.interval_s,
             poll_deadline_s=settings.poll_deadline_s,
             writer=MetricsWriter(store),
+            labels={host.name: host.host.labels for host in hosts},
+        )
+        admin = HostsAdmin(
+            host_store,
+            monitor,
+            publish,
+            reader_for,
+            SshOptions.from_settings(ctx.settings.ssh),
+            hosts,
         )
         await monitor.start()
         stack.push_async_callback(monitor.stop)  # stops polling, flushes the writer
         pruner = asyncio.create_task(_prune_forever(store), name="prune metrics")
         stack.callback(pruner.cancel)
-        return await start_service(ctx, stack, rpc_methods(monitor, store), EVENT_HANDLERS)
+        handlers = rpc_methods(monitor, store, admin)
+        return await start_service(ctx, stack, handlers, EVENT_HANDLERS)
     except BaseException:
         await stack.aclose()
         raise

@@ -15,7 +15,9 @@ cost of a write on SQLite. `time_ms` / `minute_ms` alone are indexed for rollups
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
+    DateTime,
     Float,
     Index,
     Integer,
@@ -23,6 +25,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
 )
 
 from services.monitor.tsdb.base import GPU_METRICS, HOST_METRICS
@@ -93,4 +96,23 @@ gpu_rollup_1m = Table(
     *_rollup_columns(GPU_METRICS),
     PrimaryKeyConstraint("host", "gpu_uuid", "minute_ms", name="pk_monitor_gpu_rollup_1m"),
     Index("ix_monitor_gpu_rollup_1m_minute_ms", "minute_ms"),
+)
+
+# The inventory: every host the monitor watches except this machine (see `inventory.py`).
+# `removed` rows are tombstones: a host an admin removed, never seeded again from [[hosts]].
+hosts = Table(
+    "monitor_hosts",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("address", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("user", String(64), nullable=False),
+    Column("key_file", Text, nullable=False),
+    Column("probe", String(8), nullable=False),
+    Column("labels", Text, nullable=False),  # a JSON list
+    Column("host_key", Text, nullable=False),  # empty: [ssh] known_hosts decides
+    Column("source", String(8), nullable=False),
+    Column("removed", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )

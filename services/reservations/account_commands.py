@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.reservations import accounts, sessions
+from services.reservations import accounts, sessions, setup
 from services.reservations.commands import Commands
 from services.reservations.store import Store, now_ms
 from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest
@@ -54,6 +54,31 @@ class AccountCommands:
             closed = await sessions.close_session(conn, args["refresh_token"], now_ms())
         self.commands.on_commit()
         return {"revoked": closed}
+
+    # --- the first run ----------------------------------------------------------------------------
+
+    async def setup_state(self, _args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return {"needed": await setup.needed(conn)}
+
+    async def issue_setup_token(self, _args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            return {"token": await setup.issue_token(conn)}
+
+    async def setup_admin(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.write() as conn:
+            user = await setup.create_first_admin(
+                conn,
+                token=args["token"],
+                username=args["username"],
+                email=args["email"],
+                password=args["password"],
+            )
+            token = await sessions.open_session(
+                conn, user["username"], args["ttl_s"] * 1000, now_ms()
+            )
+        self.commands.on_commit()  # user.created
+        return {"user": user, **token}
 
     # --- users ----------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ one error that lists every reason, so the UI and CLI can show all of them at onc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -153,6 +153,21 @@ def conflict_refusals(clashes: Sequence[Clash], gpus: Mapping[str, Gpu]) -> list
             },
         )
         for c in sorted(clashes, key=lambda c: (c.start, c.gpu_uuid))
+    ]
+
+
+def removed_host_refusals(gpus: Iterable[Gpu], offered: Callable[[str], bool]) -> list[Refusal]:
+    """A new booking of a GPU whose host left the monitor's inventory (`offered` says which
+    hosts are in it): refused until the host is added again; its reservations stay."""
+    return [
+        Refusal(
+            "invalid",
+            f"{gpu.host} GPU {gpu.index} is not offered: {gpu.host} was removed from the "
+            "hosts Warden watches (an admin can add it again)",
+            {"field": "gpus", "gpu": gpu.uuid, "host": gpu.host, "index": gpu.index},
+        )
+        for gpu in sorted(gpus, key=lambda g: (g.host, g.index))
+        if not offered(gpu.host)
     ]
 
 

@@ -25,6 +25,7 @@ from services.reservations.booking import (
     guest_refusals,
     interval_refusals,
     refusal_error,
+    removed_host_refusals,
     text_refusals,
 )
 from services.reservations.domain import AccessRule, Booking, Gpu, Member, Refusal
@@ -61,9 +62,12 @@ class Commands:
         *,
         on_commit: Callable[[], None] = lambda: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        host_offered: Callable[[str], bool] = lambda _host: True,
     ) -> None:
         self.store = store
         self.bounds = bounds
+        # Whether a host is in the monitor's inventory: a removed host's GPUs take no new booking.
+        self.host_offered = host_offered
         self.on_commit = on_commit  # wakes the outbox relay and the lifecycle timer
         self.clock = clock
 
@@ -180,7 +184,8 @@ class Commands:
                 gpus = await self._gpus(conn, uuids)
                 await self._check_guests(conn, guest_names)
                 found = await repository.clashes(conn, uuids, start_ms, end_ms)
-                refusals = conflict_refusals(found, gpus)
+                refusals = removed_host_refusals(gpus.values(), self.host_offered)
+                refusals += conflict_refusals(found, gpus)
                 refusals += await self._access_refusals(conn, member, gpus, start, end)
                 if refusals:
                     raise refusal_error(refusals)

@@ -31,10 +31,14 @@ SLOT_SEARCH_STEPS = (timedelta(days=2), timedelta(weeks=2), SLOT_SEARCH_HORIZON)
 
 class Queries:
     def __init__(
-        self, store: Store, live_usage: Callable[[int], dict[str, Any] | None] = lambda _: None
+        self,
+        store: Store,
+        live_usage: Callable[[int], dict[str, Any] | None] = lambda _: None,
+        host_offered: Callable[[str], bool] = lambda _host: True,
     ) -> None:
         self.store = store
         self.live_usage = live_usage  # usage of running reservations, fresher than stored
+        self.host_offered = host_offered  # a removed host's GPUs are not offered
 
     def _present(self, found: ReservationRecord, known: dict[str, Gpu]) -> dict[str, Any]:
         shown = found.to_dict(known)
@@ -150,7 +154,11 @@ class Queries:
             member = await accounts.member(conn, username)
             rules = await repository.load_rules(conn)
             known = await repository.load_gpus(conn)
-            candidates = [g for g in known.values() if _matches(g, host, gpu_model)]
+            candidates = [
+                g
+                for g in known.values()
+                if _matches(g, host, gpu_model) and self.host_offered(g.host)
+            ]
             # Rules whose own limits already forbid this request cannot make room for it.
             usable = [
                 r

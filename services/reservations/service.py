@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
+from services.monitor import api as monitor_api
 from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.handlers import event_handlers, rpc_methods
@@ -13,6 +14,7 @@ from services.reservations.queries import Queries
 from services.reservations.store import Store
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
+from services.shared.host_directory import HostDirectory
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 
@@ -31,6 +33,8 @@ async def start(ctx: ServiceContext) -> Teardown:
             usage.invalidate()
 
         lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
+        # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
+        hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
         commands = Commands(
             store,
             DurationBounds(
@@ -38,15 +42,18 @@ async def start(ctx: ServiceContext) -> Teardown:
                 longest=timedelta(hours=settings.max_duration_h),
             ),
             on_commit=on_commit,
+            host_offered=hosts.offers,
         )
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
+        await hosts.start(ctx.name)
+        stack.push_async_callback(hosts.stop)
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, Queries(store, usage.live)),
+            rpc_methods(store, commands, Queries(store, usage.live, hosts.offers)),
             event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:

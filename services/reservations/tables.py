@@ -9,7 +9,7 @@ whether it is active). The database enforces it: on PostgreSQL with an exclusion
 (btree_gist), on SQLite with triggers that abort an overlapping insert or update; the service
 also writes inside a serialised transaction on SQLite. Both are created by migration
 `reservations_0002`; `reservations_0003` adds the guests of shared bookings,
-`reservations_0004` the refresh-token sessions.
+`reservations_0004` the refresh-token sessions, `reservations_0006` the set-up tokens.
 """
 
 from sqlalchemy import (
@@ -194,6 +194,15 @@ sessions = Table(
     Column("expires_at_ms", BigInteger, nullable=False),
     Column("rotated_at_ms", BigInteger, nullable=True),
     Column("revoked_at_ms", BigInteger, nullable=True),
+)
+
+# One-time set-up tokens (the first-run link), by hash: each creates the first admin once, and
+# every one stops working when an admin exists.
+setup_tokens = Table(
+    "reservations_setup_tokens",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("created_at_ms", BigInteger, nullable=False),
 )
 
 # Events written in the same transaction as the change they describe, published after the

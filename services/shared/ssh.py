@@ -91,14 +91,16 @@ class SshOptions:
         return dataclasses.replace(host, user=login, key_file=self.key_file_for(host, login))
 
 
-def describe_ssh_error(err: BaseException) -> str:
-    """Words for why a connection or command failed, for logs, events and `hosts check`."""
+def describe_ssh_error(err: BaseException, host: str = "") -> str:
+    """Words for why a connection or command failed, for logs, events and `hosts check`;
+    `host` names the host in the advice on accepting its key."""
     if isinstance(err, asyncssh.PermissionDenied):
         return "authentication refused (is Warden's public key in authorized_keys?)"
     if isinstance(err, asyncssh.HostKeyNotVerifiable):
+        how = f"`warden hosts check {host}`" if host else "`warden hosts check NAME`"
         return (
-            "host key not verified (add the host to known_hosts, "
-            "or set ssh.accept_new_host_keys = true)"
+            f"host key not verified: check the key and accept it with {how} or on the "
+            "Hosts page (or add it to known_hosts, or set ssh.accept_new_host_keys = true)"
         )
     if isinstance(err, TimeoutError | asyncio.TimeoutError):
         return "timed out"
@@ -160,6 +162,24 @@ def _known_host_pattern(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
+def trusted_host_keys(host: HostConfig, options: SshOptions) -> list[asyncssh.SSHKey]:
+    """The keys `host` may present: its accepted `host_key` when it has one (only that),
+    else those [ssh] known_hosts holds for its address and port. KeyImportError for a
+    `host_key` that is no public key."""
+    if host.host_key:
+        return [asyncssh.import_public_key(host.host_key)]
+    known = load_known_hosts(options.known_hosts_path())
+    if known is None:
+        return []
+    trusted, *_ = known.match(host.address, "", host.port)
+    return list(trusted)
+
+
+def key_line(key: asyncssh.SSHKey) -> str:
+    """`ssh-ed25519 AAAA...`: the key as known_hosts and `host_key` hold it (no comment)."""
+    return " ".join(key.export_public_key("openssh").decode().split()[:2])
+
+
 class SshHostShell(HostShell):
     def __init__(self, host: HostConfig, options: SshOptions) -> None:
         self.name = host.name
@@ -176,7 +196,11 @@ class SshHostShell(HostShell):
         parsed = load_known_hosts(known_hosts_path)
         known_hosts: object = parsed if parsed is not None else ([], [], [])
         record_key = False
-        if self.options.accept_new_host_keys and not self._key_is_known(known_hosts_path):
+        if self.host.host_key:
+            # The key accepted for this host (through `warden hosts check` or the Hosts
+            # page) is the only one it may present; known_hosts is not consulted.
+            known_hosts = ([asyncssh.import_public_key(self.host.host_key)], [], [])
+        elif self.options.accept_new_host_keys and not self._key_is_known(known_hosts_path):
             known_hosts, record_key = None, True  # first contact: accept, then record
         connection = await asyncssh.connect(
             self.host.address,
@@ -229,14 +253,15 @@ class SshHostShell(HostShell):
                 # Bytes, decoded here: output may cut a UTF-8 character (a log's tail) or hold
                 # bytes that are no text; asyncssh's strict decoding would drop the connection.
                 done = await connection.run(command, check=False, encoding=None)
-        except (OSError, asyncssh.Error, TimeoutError) as err:
+        except (OSError, asyncssh.Error, asyncssh.KeyImportError, TimeoutError) as err:
             # A broken or hung connection is dropped; the next poll connects again.
             await self.close()
+            reason = describe_ssh_error(err, self.name)
             raise HostUnreachable(
-                f"{self.name}: {describe_ssh_error(err)}",
+                f"{self.name}: {reason}",
                 {
                     "host": self.name,
-                    "reason": describe_ssh_error(err),
+                    "reason": reason,
                     "needs_a_person": needs_a_person(err),
                 },
             ) from err

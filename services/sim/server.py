@@ -339,6 +339,10 @@ class SimServer:
 
     # -- what clients need ----------------------------------------------------------------
 
+    def open_connections(self, host: str) -> int:
+        """How many SSH connections to `host` are open now (a client still polling it)."""
+        return len(self._connections.get(host, ()))
+
     def known_hosts_lines(self) -> list[str]:
         """One known_hosts line per host: `[127.0.0.1]:PORT ssh-ed25519 AAAA...`."""
         if self.host_key is None:

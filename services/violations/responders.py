@@ -46,13 +46,17 @@ class Responders:
         shell: HostShell,
         mail: MailSender,
         webhooks: WebhookSender,
+        hosts: Mapping[str, HostConfig] | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
         self.shell = shell
         self.mail = mail
         self.webhooks = webhooks
-        self.hosts: Mapping[str, HostConfig] = {h.name: h for h in settings.hosts}
+        # The inventory now (a `HostDirectory`: hosts added at runtime get messages too).
+        self.hosts: Mapping[str, HostConfig] = (
+            hosts if hosts is not None else {h.name: h for h in settings.hosts}
+        )
 
     def consumers(self) -> dict[str, EventHandler]:
         """Handler name -> consumer, for the handlers the settings turn on."""
@@ -124,7 +128,9 @@ class Responders:
     def _host(self, alert: Alert) -> HostConfig | ActionOutcome:
         host = self.hosts.get(alert.host)
         if host is None or host.probe != "ssh":
-            return ActionOutcome(alert.host, False, f"{alert.host} is not an SSH host in [[hosts]]")
+            return ActionOutcome(
+                alert.host, False, f"{alert.host} is not an SSH host of the inventory"
+            )
         return host
 
     async def _terminal(self, alert: Alert, _reached: frozenset[str]) -> list[ActionOutcome]:

@@ -7,8 +7,10 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 
+from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
 from services.shared.bus import Bus, Teardown
+from services.shared.host_directory import HostDirectory
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
@@ -37,7 +39,9 @@ RESERVATIONS_WAIT_S = 10.0
 RESPONDER_CONCURRENCY = 16
 
 
-async def start_responders(ctx: ServiceContext, stack: AsyncExitStack) -> None:
+async def start_responders(
+    ctx: ServiceContext, stack: AsyncExitStack, hosts: HostDirectory
+) -> None:
     """One consumer per built-in handler turned on; after the RPC they call is served."""
     settings = ctx.settings.violations
     if not settings.handlers:
@@ -51,6 +55,7 @@ async def start_responders(ctx: ServiceContext, stack: AsyncExitStack) -> None:
         shell=SshHostShell(ctx.settings.ssh),
         mail=MailSender(settings.smtp),
         webhooks=webhooks,
+        hosts=hosts,
     )
     for name, consumer in responders.consumers().items():
         stack.push_async_callback(
@@ -69,7 +74,13 @@ async def start(ctx: ServiceContext) -> Teardown:
     try:
         store = Store(await open_database(ctx, stack))
         relay = Relay(store, ctx.bus, outbox)
-        tracker = Tracker(store, ctx.settings.violations, on_commit=relay.kick)
+        # The hosts and their labels: [[hosts]] until the monitor's inventory answers, then it.
+        hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
+        await hosts.start(ctx.name)
+        stack.push_async_callback(hosts.stop)
+        tracker = Tracker(
+            store, ctx.settings.violations, on_commit=relay.kick, labels_of=hosts.labels
+        )
         await tracker.load()
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the tracker: publishes its last events
@@ -89,7 +100,7 @@ async def start(ctx: ServiceContext) -> Teardown:
         teardown = await start_service(
             ctx, stack, rpc_methods(store, tracker), event_handlers(tracker)
         )
-        await start_responders(ctx, stack)
+        await start_responders(ctx, stack, hosts)
         return teardown
     except BaseException:
         await stack.aclose()

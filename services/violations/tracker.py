@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -71,9 +71,12 @@ class Tracker:
         *,
         on_commit: Callable[[], None] = lambda: None,
         clock: Clock = _utc_now,
+        labels_of: Callable[[str], Collection[str]] = lambda _host: (),
     ) -> None:
         self.store = store
         self.settings = settings
+        # A host's labels, as the inventory has them now ([[violations.overrides]] labels).
+        self.labels_of = labels_of
         self.on_commit = on_commit
         self.clock = clock
         self.book = ReservationBook()
@@ -161,7 +164,7 @@ class Tracker:
                         offence,
                         observed_at,
                         mode=self.settings.mode,
-                        steps=self.settings.steps_for(host),
+                        steps=self.settings.steps_for(host, self.labels_of(host)),
                         gpu_index=index,
                     )
                     await repository.insert_incident(conn, incident)

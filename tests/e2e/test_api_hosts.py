@@ -114,6 +114,7 @@ async def test_hosts_are_listed_with_their_figures_and_gpus(system: ApiSystem) -
     for host in answer["hosts"]:
         assert set(HOST_FIGURES) <= set(host)
         assert host["reachable"] is True
+        assert host["labels"] == []  # the fleet's [[hosts]] carry none
         assert host["down_since"] is None and host["down_reason"] is None
         assert host["last_seen"] is not None
         assert host["gpu_status"] == "ok" and host["gpu_error"] is None
@@ -143,6 +144,16 @@ async def test_unknown_hosts_are_404(system: ApiSystem) -> None:
     empty = await alice.get("/gpus", host="")
     assert empty.status == 422
     assert "host" in empty.body["details"]["errors"]
+
+
+async def test_a_label_picks_the_hosts_that_carry_it(system: ApiSystem) -> None:
+    alice = await system.as_user("alice")
+    for path, key in (("/hosts", "hosts"), ("/gpus", "gpus")):
+        none = await alice.get(path, label="no-such-label")
+        assert none.status == 200 and none.body[key] == [], none.body
+        empty = await alice.get(path, label="")
+        assert empty.status == 422
+        assert "label" in empty.body["details"]["errors"]
 
 
 async def test_anonymous_callers_get_401(system: ApiSystem) -> None:

@@ -282,7 +282,8 @@ def test_init_without_a_password_prints_how_to_add_an_admin(
     assert main(["init", "--config", str(path)]) == 0
 
     out = capsys.readouterr().out
-    assert "no admin yet: run `warden user add NAME --email E --admin`" in out
+    assert "no admin yet: `warden run all` prints a one-time set-up link" in out
+    assert "`warden user add NAME --email E --admin`" in out
     assert main(["user", "list", "--config", str(path)]) == 0
     assert "no users" in capsys.readouterr().out
 
@@ -296,6 +297,54 @@ def test_init_asks_the_admin_password_on_a_terminal(
 
     assert "created the first admin ada" in capsys.readouterr().out
     assert "ada" in asked[0]
+
+
+def test_init_on_a_terminal_leaves_the_admin_to_the_set_up_link_on_an_empty_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked = answer_prompts(monkeypatch, "")
+
+    assert main(["init", "--config", str(tmp_path / "warden.toml")]) == 0
+
+    assert "no admin yet: `warden run all` prints a one-time set-up link" in capsys.readouterr().out
+    assert len(asked) == 1
+    assert "empty: create the admin later in the browser" in asked[0]
+
+
+# --- warden setup-link ------------------------------------------------------------------------
+
+
+def test_setup_link_prints_a_new_link_each_time_until_an_admin_exists(migrated: Warden) -> None:
+    import asyncio
+
+    from services.reservations import setup
+    from services.reservations.store import Store
+    from services.shared import db
+    from services.shared.config import load_settings
+
+    first, second = migrated.ok("setup-link").strip(), migrated.ok("setup-link").strip()
+    assert first.startswith("http://127.0.0.1:8080/setup?token=")
+    assert second.startswith("http://127.0.0.1:8080/setup?token=") and second != first
+    token = first.rpartition("token=")[2]
+
+    async def use(token: str) -> None:
+        settings = load_settings(migrated.config)
+        engine = db.create_engine(settings.storage.database_url_for("reservations"))
+        try:
+            async with Store(engine).write() as conn:
+                await setup.create_first_admin(
+                    conn, token=token, username="root1", email="r@x.org", password="long enough"
+                )
+        finally:
+            await engine.dispose()
+
+    asyncio.run(use(token))  # the printed token is one the service takes
+    assert users_table(migrated.ok("user", "list"))["root1"][1] == "user,admin"
+
+    code, out, err = migrated("setup-link")
+    assert code == 1
+    assert out == ""
+    assert "an admin exists already" in err
 
 
 def test_init_with_an_invalid_admin_name_says_how_to_choose_one(

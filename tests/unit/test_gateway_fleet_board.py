@@ -167,3 +167,30 @@ async def test_a_caller_gets_the_figures_its_own_request_asked_for() -> None:
     fresh = await board.composition(rpc)
     assert rpc.names() == ["snapshot", "snapshot"]
     assert fresh is not first and fresh.built_at == 0.99
+
+
+async def test_each_host_shows_its_labels_and_a_label_picks_hosts_and_their_gpus() -> None:
+    class LabelledRpc(FakeRpc):
+        async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any:
+            if method is not monitor_api.SNAPSHOT:
+                return await super().__call__(method, args)
+            answer = snapshot()
+            h1 = {**answer["hosts"][0], "labels": ["a100", "lab-b"]}
+            h2 = {"name": "h2", "reachable": None, "sample": None, "processes": []}  # no labels
+            gpu = {"uuid": "GPU-9", "index": 0, "name": "H100"}
+            h3 = {**h2, "name": "h3", "labels": ["h100"], "sample": {"gpus": [gpu]}}
+            return {**answer, "hosts": [h1, h2, h3]}
+
+    composed = await board_on(loaded()).composition(LabelledRpc())
+    hosts = json.loads(composed.answer(ADMIN, "hosts"))["hosts"]
+    assert [(h["name"], h["labels"]) for h in hosts] == [
+        ("h1", ["a100", "lab-b"]),
+        ("h2", []),
+        ("h3", ["h100"]),
+    ]
+    labelled = json.loads(composed.answer(ADMIN, "hosts", label="lab-b"))["hosts"]
+    assert [h["name"] for h in labelled] == ["h1"]
+    gpus = json.loads(composed.answer(ADMIN, "gpus", label="h100"))["gpus"]
+    assert [g["uuid"] for g in gpus] == ["GPU-9"]
+    assert json.loads(composed.answer(ADMIN, "gpus", label="none"))["gpus"] == []
+    assert len(json.loads(composed.answer(ADMIN, "gpus"))["gpus"]) == 3

@@ -26,7 +26,7 @@ from services.violations import handlers as violations_handlers
 NOTHING: Any = None
 TABLES: list[tuple[ModuleType, dict[str, Any]]] = [
     (reservations_api, reservations_handlers.rpc_methods(NOTHING, NOTHING, NOTHING)),
-    (monitor_api, monitor_handlers.rpc_methods(NOTHING, NOTHING)),
+    (monitor_api, monitor_handlers.rpc_methods(NOTHING, NOTHING, NOTHING)),
     (jobs_api, jobs_handlers.rpc_methods(NOTHING)),
     (violations_api, violations_handlers.rpc_methods(NOTHING, NOTHING)),
 ]

@@ -31,8 +31,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
         ),
         (
             asyncssh.HostKeyNotVerifiable("Host key is not trusted"),
-            "host key not verified (add the host to known_hosts, "
-            "or set ssh.accept_new_host_keys = true)",
+            "host key not verified: check the key and accept it with `warden hosts check "
+            "NAME` or on the Hosts page (or add it to known_hosts, or set "
+            "ssh.accept_new_host_keys = true)",
         ),
         (TimeoutError(), "timed out"),
         (ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"), "connection refused"),

@@ -147,6 +147,92 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/inventory/hosts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every host of the inventory, with its address, user, key file, labels and source */
+        get: operations["list_hosts"];
+        put?: never;
+        /**
+         * Add a host (check it first: POST /inventory/hosts/check)
+         * @description Polled within one interval, without a restart; events `host.*` tell the other services. Defaults: port 22, probe ssh, no key_file (the agent), no labels. `host_key`: the `line` a check answered, trusted for this host; null: [ssh] known_hosts decides (an unknown key shows the host unreachable, saying how to accept it). 409 `already_exists` for a name taken.
+         */
+        post: operations["add_host"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/inventory/hosts/check": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Check a candidate host: its host key (fingerprint, trusted/new/changed) and GPUs
+         * @description Logs in (trusting the key it is shown) and lists the GPUs unless the key changed: then it does not log in. `ok` false and `detail` say why a check failed.
+         */
+        post: operations["check_candidate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/inventory/hosts/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One host of the inventory */
+        get: operations["get_host"];
+        put?: never;
+        post?: never;
+        /**
+         * Stop watching a host (its reservations and history stay)
+         * @description Its poll loop stops at once. It is not seeded again from [[hosts]] at the next start; adding it again brings it back. 409 `state_conflict` for this machine (source `local`, set by [monitor] local_nvml).
+         */
+        delete: operations["remove_host"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a host's fields (only those given)
+         * @description Polled within one interval, without a restart; events `host.*` tell the other services. A host seeded from [[hosts]] no longer follows the config once edited here (source `api`). 409 `state_conflict` for this machine (source `local`, set by [monitor] local_nvml).
+         */
+        patch: operations["update_host"];
+        trace?: never;
+    };
+    "/api/v1/inventory/hosts/{name}/check": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Check a host of the inventory (fields given override its own for this check)
+         * @description A `new` key is accepted by sending its `line` as `host_key` (PATCH /inventory/hosts/{name}).
+         */
+        post: operations["check_host"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/jobs": {
         parameters: {
             query?: never;
@@ -557,6 +643,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/setup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Whether the first administrator is still to be created */
+        get: operations["setup_state"];
+        put?: never;
+        /**
+         * Create the first administrator with the one-time set-up token; signs them in
+         * @description Only while no administrator exists (409 after) and with a token of a set-up link (403 otherwise; failed attempts are limited per address, 429 with Retry-After). Every set-up token stops working once it succeeds.
+         */
+        post: operations["create_first_admin"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/ssh-key": {
         parameters: {
             query?: never;
@@ -706,10 +813,44 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        AddHostBody: {
+            /** @description name or address; required when probe is "ssh" */
+            address?: string;
+            /** @description the host's public key to trust (`ssh-ed25519 AAAA...`, as `check` shows it); null or absent: [ssh] known_hosts decides */
+            host_key?: string | null;
+            /** @description private key on the head node; empty: agent and default keys */
+            key_file?: string;
+            labels?: string[];
+            name: string;
+            /** @default 22 */
+            port: number;
+            /**
+             * @default ssh
+             * @enum {string}
+             */
+            probe: "ssh" | "nvml";
+            /** @description the user Warden logs in as; required when probe is "ssh" */
+            user?: string;
+        };
         BusHealth: {
             detail?: string;
             /** @description ok or down */
             status: string;
+        };
+        CheckHostArgs: {
+            /** @description name or address; required when probe is "ssh" */
+            address?: string;
+            /** @description the host's public key to trust (`ssh-ed25519 AAAA...`, as `check` shows it); null or absent: [ssh] known_hosts decides */
+            host_key?: string | null;
+            /** @description private key on the head node; empty: agent and default keys */
+            key_file?: string;
+            labels?: string[];
+            name?: string;
+            port?: number;
+            /** @enum {string} */
+            probe?: "ssh" | "nvml";
+            /** @description the user Warden logs in as; required when probe is "ssh" */
+            user?: string;
         };
         CreateBody: {
             /** @default  */
@@ -736,6 +877,13 @@ export interface components {
             /** @description machine-readable code */
             error: string;
             message: string;
+        };
+        FoundGpu: {
+            index: number;
+            name: string;
+            uuid: string;
+        } & {
+            [key: string]: unknown;
         };
         GpuRef: {
             host: string;
@@ -827,6 +975,55 @@ export interface components {
             status: string;
             version: string;
         };
+        HostCheck: {
+            /** @description ok, or why not, in words */
+            detail: string;
+            gpus: components["schemas"]["FoundGpu"][];
+            host_key: (Record<string, never> | null) | components["schemas"]["HostKey"];
+            ok: boolean;
+        } & {
+            [key: string]: unknown;
+        };
+        HostFields: {
+            /** @description name or address; required when probe is "ssh" */
+            address?: string;
+            /** @description the host's public key to trust (`ssh-ed25519 AAAA...`, as `check` shows it); null or absent: [ssh] known_hosts decides */
+            host_key?: string | null;
+            /** @description private key on the head node; empty: agent and default keys */
+            key_file?: string;
+            labels?: string[];
+            port?: number;
+            /** @enum {string} */
+            probe?: "ssh" | "nvml";
+            /** @description the user Warden logs in as; required when probe is "ssh" */
+            user?: string;
+        };
+        HostKey: {
+            /** @description SHA256:..., as ssh shows it */
+            fingerprint: string;
+            /** @description as known_hosts holds it */
+            line: string;
+            /**
+             * @description trusted: known_hosts or the host's accepted key has it; new: not known yet (accept it by sending `line` as host_key); changed: another key is trusted for this host (refused)
+             * @enum {string}
+             */
+            status: "trusted" | "new" | "changed";
+        } & {
+            [key: string]: unknown;
+        };
+        HostRecord: {
+            address: string;
+            host_key: string | null;
+            key_file: string;
+            labels: string[];
+            name: string;
+            port: number;
+            /** @enum {string} */
+            probe: "ssh" | "nvml";
+            /** @enum {string} */
+            source: "config" | "api" | "local";
+            user: string;
+        };
         HostState: {
             cpu_percent: number | null;
             down_reason: string | null;
@@ -836,6 +1033,8 @@ export interface components {
             /** @description ok, no_gpu, no_nvidia_smi or error: why gpus may be empty */
             gpu_status: string | null;
             gpus: components["schemas"]["GpuState"][];
+            /** @description the groups the host belongs to (set in the inventory) */
+            labels: string[];
             /** Format: date-time */
             last_seen: string | null;
             load_15m: number | null;
@@ -937,6 +1136,11 @@ export interface components {
             limit: number;
             offset: number;
             total: number;
+        } & {
+            [key: string]: unknown;
+        };
+        Inventory: {
+            hosts: components["schemas"]["HostRecord"][];
         } & {
             [key: string]: unknown;
         };
@@ -1167,6 +1371,20 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        OverridesBody: {
+            /** @description name or address; required when probe is "ssh" */
+            address?: string;
+            /** @description the host's public key to trust (`ssh-ed25519 AAAA...`, as `check` shows it); null or absent: [ssh] known_hosts decides */
+            host_key?: string | null;
+            /** @description private key on the head node; empty: agent and default keys */
+            key_file?: string;
+            labels?: string[];
+            port?: number;
+            /** @enum {string} */
+            probe?: "ssh" | "nvml";
+            /** @description the user Warden logs in as; required when probe is "ssh" */
+            user?: string;
+        };
         Overview: {
             /** Format: date-time */
             end: string;
@@ -1387,6 +1605,18 @@ export interface components {
             status: string;
             version: string | null;
         };
+        SetupBody: {
+            /** @description default: USERNAME@localhost */
+            email?: string;
+            password: string;
+            /** @description the token of the set-up link the gateway printed */
+            token: string;
+            username: string;
+        };
+        SetupState: {
+            /** @description no administrator exists yet */
+            needed: boolean;
+        };
         Slot: {
             /** Format: date-time */
             end: string;
@@ -1521,6 +1751,8 @@ export interface operations {
             query?: {
                 /** @description only this host's */
                 host?: string;
+                /** @description only the GPUs of hosts that carry this label */
+                label?: string;
             };
             header?: never;
             path?: never;
@@ -1780,7 +2012,10 @@ export interface operations {
     };
     list_hosts: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description only the hosts that carry this label */
+                label?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1825,6 +2060,233 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HostState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    list_hosts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Inventory"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    add_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddHostBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRecord"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    check_candidate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckHostArgs"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostCheck"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    get_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRecord"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    remove_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRecord"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    update_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HostFields"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRecord"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    check_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OverridesBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostCheck"];
                 };
             };
             /** @description an error (see `error` for the code) */
@@ -2776,6 +3238,68 @@ export interface operations {
         responses: {
             /** @description success */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tokens"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    setup_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SetupState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    create_first_admin: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetupBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -5,10 +5,12 @@ from __future__ import annotations
 from services.gateway.routes import (
     accounts,
     hosts,
+    inventory,
     jobs,
     meta,
     reservations,
     session,
+    setup,
     violations,
 )
 from services.gateway.routing import Route
@@ -16,8 +18,10 @@ from services.gateway.routing import Route
 ROUTES: tuple[Route, ...] = (
     *meta.ROUTES,
     *session.ROUTES,
+    *setup.ROUTES,
     *accounts.ROUTES,
     *hosts.ROUTES,
+    *inventory.ROUTES,
     *reservations.ROUTES,
     *jobs.ROUTES,
     *violations.ROUTES,

@@ -30,9 +30,20 @@ class HostPath(Schema):
     name = _Str(required=True, validate=validate.Length(min=1, max=255))
 
 
+_LABEL = {"description": "only the hosts that carry this label"}
+
+
+class HostsQuery(Schema):
+    label = _Str(validate=validate.Length(min=1, max=63), metadata=_LABEL)
+
+
 class GpusQuery(Schema):
     host = _Str(
         validate=validate.Length(min=1, max=255), metadata={"description": "only this host's"}
+    )
+    label = _Str(
+        validate=validate.Length(min=1, max=63),
+        metadata={"description": "only the GPUs of hosts that carry this label"},
     )
 
 
@@ -101,6 +112,11 @@ class HostStateSchema(Answer):
     """A host now: reachability, its latest figures (null before the first sample) and GPUs."""
 
     name = _Str(required=True)
+    labels = fields.List(
+        _Str(),
+        required=True,
+        metadata={"description": "the groups the host belongs to (set in the inventory)"},
+    )
     reachable = fields.Boolean(
         required=True, allow_none=True, metadata={"description": "null: not polled yet"}
     )
@@ -142,7 +158,7 @@ def _json(body: bytes) -> web.Response:
 
 async def list_hosts(call: Call) -> web.Response:
     composed = await call.request.app[BOARD].composition(call.rpc)
-    return _json(composed.answer(call.user, "hosts"))
+    return _json(composed.answer(call.user, "hosts", label=call.query.get("label")))
 
 
 async def get_host(call: Call) -> web.Response:
@@ -152,7 +168,9 @@ async def get_host(call: Call) -> web.Response:
 
 async def list_gpus(call: Call) -> web.Response:
     composed = await call.request.app[BOARD].composition(call.rpc)
-    return _json(composed.answer(call.user, "gpus", call.query.get("host")))
+    return _json(
+        composed.answer(call.user, "gpus", call.query.get("host"), call.query.get("label"))
+    )
 
 
 async def metric_series(call: Call) -> dict[str, Any]:
@@ -183,6 +201,7 @@ ROUTES = (
         Access.USER,
         "Every host now: reachability, figures, GPUs with processes and reservations",
         TAG,
+        query=HostsQuery,
         response=HostsSchema,
         raw=True,
         description=_FRESH,

@@ -67,7 +67,7 @@ def _is_trusted(address: str, trusted: Sequence[IpNetwork]) -> bool:
     return any(ip in network for network in trusted)
 
 
-def _client_address(call: Call) -> str:
+def caller_address(call: Call) -> str:
     return client_address(
         call.request.remote,
         call.request.headers.get("X-Forwarded-For", ""),
@@ -75,7 +75,8 @@ def _client_address(call: Call) -> str:
     )
 
 
-def _tokens(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
+def signed_in(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
+    """The tokens of a session the service opened (its user, refresh token and session)."""
     issuer = call.request.app[TOKENS]
     return {
         "access_token": issuer.access_token(answer["user"], answer.get("session", "")),
@@ -89,7 +90,7 @@ def _tokens(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
 
 async def login(call: Call) -> dict[str, Any]:
     limits = call.request.app[LIMITS]
-    username, address = call.body["username"], _client_address(call)
+    username, address = call.body["username"], caller_address(call)
     waits = [
         wait
         for wait in (limits.by_user.retry_after(username), limits.by_address.retry_after(address))
@@ -114,13 +115,13 @@ async def login(call: Call) -> dict[str, Any]:
         raise
     limits.by_user.succeeded(username)
     limits.by_address.cancel(address, by_address)
-    return _tokens(call, answer)
+    return signed_in(call, answer)
 
 
 async def refresh(call: Call) -> dict[str, Any]:
     ttl_s = call.settings.auth.refresh_token_ttl_s
     answer = await call.rpc(api.REFRESH_SESSION, {**call.body, "ttl_s": ttl_s})
-    return _tokens(call, answer)
+    return signed_in(call, answer)
 
 
 async def logout(call: Call) -> None:

@@ -62,6 +62,7 @@ from services.reservations.api.arguments import (
     ReservationIdArgs,
     RuleArgs,
     RuleIdArgs,
+    SetupAdminArgs,
     UpdateGroupArgs,
     UpdateReservationArgs,
     UpdateRuleArgs,
@@ -81,6 +82,7 @@ from services.shared.errors import (
     NotFound,
     ReservationConflict,
     ServiceUnavailable,
+    StateConflict,
 )
 from services.shared.rpc import methods_of
 
@@ -121,6 +123,19 @@ REFRESH_SESSION = _method(
     raises=(AuthenticationFailed,),
 )
 LOGOUT = _method("logout", "Close a session: its refresh tokens stop working", LogoutArgs)
+# The first run (no admin yet): the one-time set-up link
+SETUP_STATE = _method("setup_state", "Whether the first admin is still to be created: {needed}")
+ISSUE_SETUP_TOKEN = _method(
+    "issue_setup_token",
+    "A new one-time set-up token while no admin exists: {token} (null once one exists)",
+)
+SETUP_ADMIN = _method(
+    "setup_admin",
+    "Create the first admin with a set-up token and open their session (as login answers); "
+    "every set-up token is spent",
+    SetupAdminArgs,
+    raises=(Forbidden, StateConflict, InvalidRequest, AlreadyExists),
+)
 CONTACTS = _method(
     "contacts",
     "For other services (no actor): e-mail and roles of the known usernames, and every admin",
@@ -308,6 +323,9 @@ METHODS = (
     LOGIN,
     REFRESH_SESSION,
     LOGOUT,
+    SETUP_STATE,
+    ISSUE_SETUP_TOKEN,
+    SETUP_ADMIN,
     CONTACTS,
     GET_USER,
     LIST_USERS,
@@ -386,6 +404,7 @@ __all__ = [
     "FULL_DAY_NAMES",
     "GET_RESERVATION",
     "GET_USER",
+    "ISSUE_SETUP_TOKEN",
     "LIST_GPUS",
     "LIST_GROUPS",
     "LIST_RULES",
@@ -399,6 +418,8 @@ __all__ = [
     "REMOVE_GROUP_MEMBER",
     "RESERVATIONS_AHEAD",
     "SERVICE",
+    "SETUP_ADMIN",
+    "SETUP_STATE",
     "UPDATE_GROUP",
     "UPDATE_RESERVATION",
     "UPDATE_RULE",
@@ -440,6 +461,7 @@ __all__ = [
     "RuleSchema",
     "RuleWindowSchema",
     "RunSchema",
+    "SetupAdminArgs",
     "SlotGpuSchema",
     "SlotSchema",
     "UpdateGroupArgs",

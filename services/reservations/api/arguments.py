@@ -184,6 +184,14 @@ class LogoutArgs(Schema):
     refresh_token = _Str(required=True, validate=validate.Length(min=1, max=256))
 
 
+class SetupAdminArgs(Schema):
+    token = _Str(required=True, validate=validate.Length(min=1, max=256))
+    username = _Str(required=True)
+    email = _Str(required=True)
+    password = _Str(required=True)
+    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
 class ContactsArgs(Schema):
     usernames = fields.List(_Str(validate=validate.Length(min=1)), required=True)
 

@@ -72,6 +72,11 @@ def _steps_in_order(values: dict[str, Any]) -> None:
         raise ValidationError("steps must be listed in order of their delays", "steps")
 
 
+def _hosts_or_labels(values: dict[str, Any]) -> None:
+    if not values["hosts"] and not values["labels"]:
+        raise ValidationError("give hosts (name patterns) or labels, or both", "hosts")
+
+
 def _ports(values: dict[str, Any]) -> None:
     if values["port_max"] < values["port_min"]:
         raise ValidationError("must be at least port_min", "port_max")
@@ -93,7 +98,7 @@ RULES: dict[type, tuple[Rule, ...]] = {
     MonitorSettings: (_influx_keys,),
     ReservationSettings: (_durations,),
     ViolationSettings: (_smtp_login, _steps_in_order),
-    StepOverride: (_steps_in_order,),
+    StepOverride: (_steps_in_order, _hosts_or_labels),
     JobSettings: (_ports, _one_line_state_dir),
     HostConfig: (_ssh_login,),
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -309,12 +309,22 @@ class SmtpSettings:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepOverride:
-    """Other escalation steps for the hosts whose names match one of `hosts` (fnmatch)."""
+    """Other escalation steps for the hosts whose names match one of `hosts` (fnmatch) or that
+    carry one of `labels` (at least one of the two is given)."""
 
-    hosts: tuple[str, ...] = field(
-        metadata=about("Host name patterns (fnmatch).", min_length=1, example=("dgx*",))
+    hosts: tuple[str, ...] = option(
+        (),
+        "Host name patterns (fnmatch).",
+        min_length=1,
+        example=("dgx*",),
+    )
+    labels: tuple[str, ...] = option(
+        (),
+        "Host labels ([[hosts]] labels, or set in the inventory): a host with any of them matches.",
+        min_length=1,
+        example=("a100",),
     )
     steps: tuple[EscalationStep, ...] = field(
         metadata=about(
@@ -380,12 +390,17 @@ class ViolationSettings:
         (), "Chat or HTTP endpoints told about violations."
     )
     overrides: tuple[StepOverride, ...] = option(
-        (), "Other steps for some hosts; the first override whose hosts match applies."
+        (),
+        "Other steps for some hosts; the first override whose hosts or labels match applies.",
     )
 
-    def steps_for(self, host: str) -> tuple[EscalationStep, ...]:
+    def steps_for(self, host: str, labels: Collection[str] = ()) -> tuple[EscalationStep, ...]:
+        """The steps for `host`, which carries `labels`: those of the first override that
+        matches its name or one of its labels, else `steps`."""
         for override in self.overrides:
-            if any(fnmatch.fnmatchcase(host, pattern) for pattern in override.hosts):
+            if any(fnmatch.fnmatchcase(host, pattern) for pattern in override.hosts) or any(
+                label in labels for label in override.labels
+            ):
                 return override.steps
         return self.steps
 

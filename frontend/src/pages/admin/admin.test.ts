@@ -3,6 +3,7 @@ import { applyHostEvent, gpuModels, hostStatus, membershipChanges, type HostStat
 
 const host: HostState = {
   name: 'sim-001',
+  labels: [],
   reachable: true,
   down_since: null,
   down_reason: null,

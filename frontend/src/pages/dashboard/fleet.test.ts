@@ -33,6 +33,7 @@ function gpuState(host: string, index: number, extra: Partial<Schemas['GpuState'
 function hostState(name: string, gpus = 2, extra: Partial<Schemas['HostState']> = {}): Schemas['HostState'] {
   return {
     name,
+    labels: [],
     reachable: true,
     down_since: null,
     down_reason: null,
