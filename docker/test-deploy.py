@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent  # the venv this runs in: warden, podman-compose
+BIN = Path(sys.executable).parent  # the venv this runs in: podman-compose
+WARDEN = ROOT / "bin/warden"  # as the README says: the checkout's warden, from its .venv
 PROJECT = os.environ.get("WARDEN_DEPLOY_PROJECT", "warden-test-deploy")
 IMAGE = "gpu-warden:latest"
 SERVICES = ("gateway", "monitor", "reservations", "jobs", "violations")
@@ -65,7 +66,7 @@ def run(cmd: Sequence[str], *, check: bool = True, quiet: bool = False, **kw: An
         if quiet:
             print(done.stdout.rstrip())
         raise DeployFailed(f"`{shlex.join(cmd)}` exited with {done.returncode}")
-    return done.stdout
+    return str(done.stdout)
 
 
 def until(what: str, probe: Callable[[], Any], deadline_s: float = HEALTH_DEADLINE_S) -> Any:
@@ -95,7 +96,9 @@ class Api:
         self.base = f"http://127.0.0.1:{port}/api/v1"
         self.token = ""
 
-    def call(self, method: str, path: str, body: Any = None, *, ok: Sequence[int] = (200, 201)):
+    def call(
+        self, method: str, path: str, body: Any = None, *, ok: Sequence[int] = (200, 201)
+    ) -> tuple[int, Any]:
         request = urllib.request.Request(
             self.base + path,
             method=method,
@@ -131,21 +134,41 @@ class Deployment:
         self.api = Api(self.port)
         self.password = secrets.token_urlsafe(16)
 
+    def cli(self, *args: str) -> str:
+        """`warden ARGS` as an admin on the head node runs it: the CLI client, on this server."""
+        env = os.environ | {
+            "WARDEN_SERVER": f"http://127.0.0.1:{self.port}",
+            "WARDEN_PASSWORD": self.password,
+            "XDG_CONFIG_HOME": str(self.work / "config"),  # not the developer's session
+        }
+        return run([str(WARDEN), *args], env=env)
+
     def compose(self, *args: str, **kw: Any) -> str:
         return run([*self.compose_cmd, *args], cwd=ROOT, **kw)
 
     def container(self, service: str) -> str:
         found = run(
             [
-                "podman", "ps", "-q",
-                "--filter", f"label=io.podman.compose.project={PROJECT}",
-                "--filter", f"label=com.docker.compose.service={service}",
+                "podman",
+                "ps",
+                "-q",
+                "--filter",
+                f"label=io.podman.compose.project={PROJECT}",
+                "--filter",
+                f"label=com.docker.compose.service={service}",
             ],
             quiet=True,
-        ).split()  # fmt: skip
+        ).split()
         if len(found) != 1:
             raise DeployFailed(f"expected one running {service} container, found {found}")
         return found[0]
+
+    def network(self) -> str:
+        """The compose network (the gateway's), where the simulated host joins."""
+        fmt = "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}"
+        return run(
+            ["podman", "inspect", "--format", fmt, self.container("gateway")], quiet=True
+        ).split()[0]
 
     def wait_healthy(self) -> None:
         say(f"waiting for all five services to answer ok on {self.api.base}/health")
@@ -190,7 +213,21 @@ def prepare() -> list[str]:
         say("wheels of Warden's dependencies for the offline image build (docker/wheels)")
         for old in wheels.glob("*.whl"):
             old.unlink()
-        run([str(BIN / "python"), "-m", "pip", "wheel", "--quiet", "-w", str(wheels), ".", "setuptools", "wheel"], cwd=ROOT)  # fmt: skip
+        run(
+            [
+                str(BIN / "python"),
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "-w",
+                str(wheels),
+                ".",
+                "setuptools",
+                "wheel",
+            ],
+            cwd=ROOT,
+        )
         for own in wheels.glob("gpu_warden-*.whl"):  # the image builds Warden from its source
             own.unlink()
         stamp.write_text(pyproject)
@@ -201,12 +238,12 @@ def prepare() -> list[str]:
 
 def write_env(deploy: Deployment) -> None:
     say("warden init --compose: the secrets")
-    run([str(BIN / "warden"), "init", "--compose", "--env-file", str(deploy.env_file)])
+    run([str(WARDEN), "init", "--compose", "--env-file", str(deploy.env_file)])
     values = deploy.env_file.read_text()
     for name in ("WARDEN_JWT_SECRET", "RABBITMQ_PASSWORD", "POSTGRES_PASSWORD"):
         if f"\n{name}=" not in "\n" + values:
             raise DeployFailed(f"warden init --compose wrote no {name}")
-    again = run([str(BIN / "warden"), "init", "--compose", "--env-file", str(deploy.env_file)])
+    again = run([str(WARDEN), "init", "--compose", "--env-file", str(deploy.env_file)])
     if deploy.env_file.read_text() != values or "keeping it" not in again:
         raise DeployFailed("a second `warden init --compose` changed the .env")
     # This test's own ports: a real deployment (or the developer's services) may hold 8080/5672.
@@ -219,14 +256,15 @@ def write_env(deploy: Deployment) -> None:
 def add_sim_host(deploy: Deployment) -> dict[str, Any]:
     """Serve one simulated host on the compose network; check it, add it, see its GPUs."""
     say("a simulated GPU host on the compose network (warden sim, from the same image)")
-    gateway = deploy.container("gateway")
-    network = run(
-        ["podman", "inspect", "--format", "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}", gateway],  # fmt: skip
-        quiet=True,
-    ).split()[0]
-    start_sim(network)
+    start_sim(deploy.network())
     api = deploy.api
-    candidate = {"name": SIM_HOST, "address": "simhost", "port": SIM_PORT, "user": "warden", "key_file": KEY_FILE}  # fmt: skip
+    candidate = {
+        "name": SIM_HOST,
+        "address": "simhost",
+        "port": SIM_PORT,
+        "user": "warden",
+        "key_file": KEY_FILE,
+    }
 
     say("POST /api/v1/inventory/hosts/check: connect, show its key and GPUs")
 
@@ -239,24 +277,63 @@ def add_sim_host(deploy: Deployment) -> dict[str, Any]:
     if len(check["gpus"]) != SIM_GPUS or check["host_key"]["status"] != "new":
         raise DeployFailed(f"check: expected {SIM_GPUS} GPUs and a new host key: {check}")
 
-    say("POST /api/v1/inventory/hosts with the checked host key")
-    _, host = api.call("POST", "/inventory/hosts", {**candidate, "host_key": check["host_key"]["line"]})  # fmt: skip
-    print(host)
+    say("warden hosts add (the CLI, through the API), trusting the checked key's fingerprint")
+    deploy.cli("login", "--user", ADMIN)
+    deploy.cli(
+        "hosts",
+        "add",
+        SIM_HOST,
+        "--address",
+        "simhost",
+        "--port",
+        str(SIM_PORT),
+        "--user",
+        "warden",
+        "--key-file",
+        KEY_FILE,
+        "--accept-host-key",
+        check["host_key"]["fingerprint"],
+    )
+    _, host = api.call("GET", f"/inventory/hosts/{SIM_HOST}")
+    if host["host_key"] != check["host_key"]["line"]:
+        raise DeployFailed(f"the added host trusts another key: {host}")
+    deploy.cli("hosts", "list")
     wait_gpus(api)
-    return host
+    return dict(host)
 
 
 def start_sim(network: str) -> None:
     # Its host key lives in a volume, so the key accepted above still holds after a restart.
     run(["podman", "rm", "-f", "--ignore", f"{PROJECT}-simhost"], quiet=True)
-    run([
-        "podman", "run", "-d", "--name", f"{PROJECT}-simhost",
-        "--network", network, "--network-alias", "simhost",
-        "-v", f"{PROJECT}-simhost:/home/warden/sim", IMAGE,
-        "sim", "--hosts", "1", "--gpus-per-host", str(SIM_GPUS), "--port", str(SIM_PORT),
-        "--address", "0.0.0.0", "--no-churn", "--accept-any-key",
-        "--write-config", "/home/warden/sim/hosts.toml",
-    ])  # fmt: skip
+    run(
+        [
+            "podman",
+            "run",
+            "-d",
+            "--name",
+            f"{PROJECT}-simhost",
+            "--network",
+            network,
+            "--network-alias",
+            "simhost",
+            "-v",
+            f"{PROJECT}-simhost:/home/warden/sim",
+            IMAGE,
+            "sim",
+            "--hosts",
+            "1",
+            "--gpus-per-host",
+            str(SIM_GPUS),
+            "--port",
+            str(SIM_PORT),
+            "--address",
+            "0.0.0.0",
+            "--no-churn",
+            "--accept-any-key",
+            "--write-config",
+            "/home/warden/sim/hosts.toml",
+        ]
+    )
 
 
 def wait_gpus(api: Api) -> None:
@@ -284,17 +361,14 @@ def kill_and_recover(deploy: Deployment) -> None:
     os.kill(pid, signal.SIGKILL)
 
     def restarted() -> str | None:
-        state = run(["podman", "inspect", "--format", "{{.State.Running}} " + fmt, container], quiet=True)  # fmt: skip
+        state = run(
+            ["podman", "inspect", "--format", "{{.State.Running}} " + fmt, container], quiet=True
+        )
         running, now = state.split(" ", 1)
         return now.strip() if running == "true" and now.strip() != before else None
 
     print(f"restarted: pid and start {until('the killed container runs again', restarted, 120)}")
     deploy.wait_healthy()
-
-
-def hosts_api_present(api: Api) -> bool:
-    status, _ = api.call("GET", "/inventory/hosts", ok=(200, 404, 405))
-    return status == 200
 
 
 def main() -> int:
@@ -317,24 +391,37 @@ def main() -> int:
         deploy.wait_healthy()
 
         say("the first admin: warden user add in the gateway container")
-        deploy.compose("exec", "-T", "-e", f"WARDEN_PASSWORD={deploy.password}", "gateway",
-                       "warden", "user", "add", ADMIN, "--email", "admin@example.org", "--admin")  # fmt: skip
+        deploy.compose(
+            "exec",
+            "-T",
+            "-e",
+            f"WARDEN_PASSWORD={deploy.password}",
+            "gateway",
+            "warden",
+            "user",
+            "add",
+            ADMIN,
+            "--email",
+            "admin@example.org",
+            "--admin",
+        )
         say("POST /api/v1/session: sign in")
         deploy.api.sign_in(deploy.password)
 
-        with_hosts = hosts_api_present(deploy.api)
-        reservation: dict[str, Any] | None = None
-        if with_hosts:
-            add_sim_host(deploy)
-            say("POST /api/v1/reservations: book a GPU of the added host for tomorrow")
-            start = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(days=1)
-            _, reservation = deploy.api.call("POST", "/reservations", {
-                "gpus": [f"{SIM_HOST}:0"], "start": start.isoformat(), "duration_minutes": 60,
+        add_sim_host(deploy)
+        say("POST /api/v1/reservations: book a GPU of the added host for tomorrow")
+        start = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(days=1)
+        _, reservation = deploy.api.call(
+            "POST",
+            "/reservations",
+            {
+                "gpus": [f"{SIM_HOST}:0"],
+                "start": start.isoformat(),
+                "duration_minutes": 60,
                 "title": "test-deploy",
-            })  # fmt: skip
-            print(reservation)
-        else:
-            print("!!! this gateway has no /api/v1/inventory/hosts: host steps SKIPPED")
+            },
+        )
+        print(reservation)
 
         kill_and_recover(deploy)
 
@@ -346,20 +433,20 @@ def main() -> int:
         deploy.wait_healthy()
         say("the data is still there: the account signs in")
         deploy.api.sign_in(deploy.password)
-        if with_hosts and reservation is not None:
-            _, hosts = deploy.api.call("GET", "/inventory/hosts")
-            if SIM_HOST not in [h["name"] for h in hosts["hosts"]]:
-                raise DeployFailed(f"{SIM_HOST} is gone after down/up: {hosts}")
-            _, kept = deploy.api.call("GET", f"/reservations/{reservation['id']}")
-            print(f"host {SIM_HOST} and reservation {kept['id']} ({kept['title']}) kept")
-            gateway = deploy.container("gateway")
-            network = run(["podman", "inspect", "--format", "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}", gateway], quiet=True).split()[0]  # fmt: skip
-            start_sim(network)
-            wait_gpus(deploy.api)
+        _, hosts = deploy.api.call("GET", "/inventory/hosts")
+        if SIM_HOST not in [h["name"] for h in hosts["hosts"]]:
+            raise DeployFailed(f"{SIM_HOST} is gone after down/up: {hosts}")
+        _, kept = deploy.api.call("GET", f"/reservations/{reservation['id']}")
+        if kept["title"] != "test-deploy":
+            raise DeployFailed(f"reservation {reservation['id']} changed: {kept}")
+        print(f"host {SIM_HOST} and reservation {kept['id']} ({kept['title']}) kept")
+        say("the simulated host served again (same host key): its GPUs come back")
+        start_sim(deploy.network())
+        wait_gpus(deploy.api)
     except (DeployFailed, KeyError, TypeError) as err:
         deploy.logs()
         print(f"\n!!! test-deploy FAILED: {err!r}", file=sys.stderr)
-        print(f"!!! the containers are stopped, volumes kept: {shlex.join(deploy.compose_cmd)} down -v")
+        print(f"!!! containers stopped, volumes kept: {shlex.join(deploy.compose_cmd)} down -v")
         run(["podman", "rm", "-f", "--ignore", f"{PROJECT}-simhost"], check=False, quiet=True)
         deploy.compose("down", check=False, quiet=True)
         return 1
