@@ -57,16 +57,23 @@ def say(text: str) -> None:
 
 
 def run(cmd: Sequence[str], *, check: bool = True, quiet: bool = False, **kw: Any) -> str:
-    """Run `cmd`, print it (and its output unless quiet); its stdout."""
+    """Run `cmd` and print it, with its output as it comes unless quiet; its output."""
     print("$ " + shlex.join(cmd), flush=True)
-    done = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
-    if not quiet and done.stdout.strip():
-        print(done.stdout.rstrip())
-    if check and done.returncode != 0:
+    with subprocess.Popen(
+        cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw
+    ) as process:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if not quiet:
+                print(line, end="", flush=True)
+    output = "".join(lines)
+    if check and process.returncode != 0:
         if quiet:
-            print(done.stdout.rstrip())
-        raise DeployFailed(f"`{shlex.join(cmd)}` exited with {done.returncode}")
-    return str(done.stdout)
+            print(output.rstrip())
+        raise DeployFailed(f"`{shlex.join(cmd)}` exited with {process.returncode}")
+    return output
 
 
 def until(what: str, probe: Callable[[], Any], deadline_s: float = HEALTH_DEADLINE_S) -> Any:

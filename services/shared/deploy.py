@@ -21,7 +21,11 @@ COMPOSE_SECRETS = (
     "INFLUXDB_PASSWORD",
     "INFLUXDB_TOKEN",
 )
-COMPOSE_SETTINGS = {"INFLUXDB_USERNAME": "admin", "INFLUXDB_ORG": "warden", "INFLUXDB_BUCKET": "warden"}
+COMPOSE_SETTINGS = {
+    "INFLUXDB_USERNAME": "admin",
+    "INFLUXDB_ORG": "warden",
+    "INFLUXDB_BUCKET": "warden",
+}
 
 ENV_HEADER = """\
 # Secrets and settings for docker-compose.yml, written by `warden init --compose`.
