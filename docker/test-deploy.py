@@ -311,7 +311,7 @@ def add_sim_host(deploy: Deployment) -> dict[str, Any]:
 
 def start_sim(network: str) -> None:
     # Its host key lives in a volume, so the key accepted above still holds after a restart.
-    run(["podman", "rm", "-f", "--ignore", f"{PROJECT}-simhost"], quiet=True)
+    run(["podman", "rm", "-f", "-v", "--ignore", f"{PROJECT}-simhost"], quiet=True)
     run(
         [
             "podman",
@@ -387,30 +387,25 @@ def main() -> int:
     deploy.compose_cmd += ["--env-file", str(deploy.env_file), *local]
     try:
         say("clearing what an earlier run may have left (this test's project only)")
-        run(["podman", "rm", "-f", "--ignore", f"{PROJECT}-simhost"], quiet=True)
+        run(["podman", "rm", "-f", "-v", "--ignore", f"{PROJECT}-simhost"], quiet=True)
         deploy.compose("down", "-v", quiet=True)
         run(["podman", "volume", "rm", "-f", f"{PROJECT}-simhost"], check=False, quiet=True)
 
         say("podman-compose build (cached layers: only what changed is rebuilt)")
         deploy.compose("build")
+        # Each rebuild leaves the previous stages untagged; those of a day ago go (younger
+        # ones are the layer cache of the next run).
+        run(["podman", "image", "prune", "-f", "--filter", "until=24h"], quiet=True)
         say("podman-compose up -d")
         deploy.compose("up", "-d")
         deploy.wait_healthy()
 
         say("the first admin: warden user add in the gateway container")
+        # `-e NAME` passes this process's value: the password stays off the command line.
         deploy.compose(
-            "exec",
-            "-T",
-            "-e",
-            f"WARDEN_PASSWORD={deploy.password}",
-            "gateway",
-            "warden",
-            "user",
-            "add",
-            ADMIN,
-            "--email",
-            "admin@example.org",
-            "--admin",
+            *("exec", "-T", "-e", "WARDEN_PASSWORD", "gateway", "warden", "user", "add", ADMIN),
+            *("--email", "admin@example.org", "--admin"),
+            env=os.environ | {"WARDEN_PASSWORD": deploy.password},
         )
         say("POST /api/v1/session: sign in")
         deploy.api.sign_in(deploy.password)
@@ -434,7 +429,7 @@ def main() -> int:
 
         say("podman-compose down (volumes kept), then up -d again")
         run(["podman", "stop", f"{PROJECT}-simhost"], check=False, quiet=True)
-        run(["podman", "rm", "-f", f"{PROJECT}-simhost"], check=False, quiet=True)
+        run(["podman", "rm", "-f", "-v", f"{PROJECT}-simhost"], check=False, quiet=True)
         deploy.compose("down")
         deploy.compose("up", "-d")
         deploy.wait_healthy()
@@ -454,11 +449,11 @@ def main() -> int:
         deploy.logs()
         print(f"\n!!! test-deploy FAILED: {err!r}", file=sys.stderr)
         print(f"!!! containers stopped, volumes kept: {shlex.join(deploy.compose_cmd)} down -v")
-        run(["podman", "rm", "-f", "--ignore", f"{PROJECT}-simhost"], check=False, quiet=True)
+        run(["podman", "rm", "-f", "-v", "--ignore", f"{PROJECT}-simhost"], check=False, quiet=True)
         deploy.compose("down", check=False, quiet=True)
         return 1
     say("podman-compose down -v: this test's containers and volumes go, the images stay")
-    run(["podman", "rm", "-f", "--ignore", f"{PROJECT}-simhost"], check=False, quiet=True)
+    run(["podman", "rm", "-f", "-v", "--ignore", f"{PROJECT}-simhost"], check=False, quiet=True)
     deploy.compose("down", "-v", quiet=True)
     run(["podman", "volume", "rm", "-f", f"{PROJECT}-simhost"], check=False, quiet=True)
     shutil.rmtree(work, ignore_errors=True)
