@@ -64,14 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.add_argument(
-        "--compose",
-        action="store_true",
-        help="instead: write the .env of docker-compose.yml with random secrets (an existing "
-        "file keeps its values; missing ones are added)",
+        "--compose", action="store_true", help="instead: write docker-compose.yml's .env secrets"
     )
-    init.add_argument(
-        "--env-file", default=".env", metavar="PATH", help="with --compose: where (./.env)"
-    )
+    init.add_argument("--env-file", default=".env", help="with --compose: where (./.env)")
     init.add_argument("--data-dir", help="data directory to write into the config")
     init.add_argument(
         "--admin-user",
@@ -134,11 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="print the public key users add to ~/.ssh/authorized_keys so their jobs can run",
     )
-    key.add_argument(
-        "--generate",
-        action="store_true",
-        help="first make an ed25519 key at ssh.key_file if there is none",
-    )
+    key.add_argument("--generate", action="store_true", help="make ssh.key_file if missing")
 
     demo = commands.add_parser(
         "demo",
@@ -215,7 +206,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_init(args: argparse.Namespace) -> int:
     if args.compose:
-        return _init_compose(Path(args.env_file))
+        from services.shared.deploy import init_compose
+
+        return init_compose(Path(args.env_file))
     chosen = getattr(args, "config", None) or os.environ.get("WARDEN_CONFIG")
     path = Path(chosen or default_config_path()).expanduser()
     if path.exists() and not args.force:
@@ -240,24 +233,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         "      add your GPU hosts: `warden hosts add NAME --address ADDR --user USER` (after\n"
         "      `warden login`), on the Hosts page, or as [[hosts]] tables in the config\n"
         "after installing a new version of Warden, run `warden db upgrade`"
-    )
-    return 0
-
-
-def _init_compose(path: Path) -> int:
-    from services.shared.deploy import write_compose_env
-
-    existed = path.exists()
-    added = write_compose_env(path)
-    if not existed:
-        print(f"wrote {path} with random secrets: {', '.join(added)}")
-    elif added:
-        print(f"{path} exists; kept its values and added {', '.join(added)}")
-    else:
-        print(f"{path} exists and has every value; keeping it")
-    print(
-        "next: `docker compose up -d` (or `podman-compose up -d`), then create the first admin:\n"
-        "      docker compose run --rm gateway user add NAME --email E --admin"
     )
     return 0
 
@@ -573,12 +548,9 @@ def cmd_key(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if args.generate:
-        from services.shared.deploy import ensure_ssh_key
+        from services.shared.deploy import generate_key
 
-        if not settings.ssh.key_file:
-            raise WardenError("--generate needs ssh.key_file (or WARDEN_SSH_KEY_FILE) set")
-        if ensure_ssh_key(Path(settings.ssh.key_file).expanduser()):
-            print(f"made the SSH key {settings.ssh.key_file}", file=sys.stderr)
+        generate_key(settings)
     line = public_key_line(settings)
     print(line)
     print(

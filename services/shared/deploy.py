@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import asyncssh
+
+from services.shared.config import Settings
+from services.shared.errors import WardenError
 
 # Secrets are URL-safe: the RabbitMQ and PostgreSQL passwords go into connection URLs.
 COMPOSE_SECRETS = (
@@ -82,4 +86,36 @@ def ensure_ssh_key(path: Path) -> bool:
     return True
 
 
-__all__ = ["COMPOSE_SECRETS", "ensure_ssh_key", "read_env_file", "write_compose_env"]
+def init_compose(path: Path) -> int:
+    """`warden init --compose`: write or complete the .env, and say what comes next."""
+    existed = path.exists()
+    added = write_compose_env(path)
+    if not existed:
+        print(f"wrote {path} with random secrets: {', '.join(added)}")
+    elif added:
+        print(f"{path} exists; kept its values and added {', '.join(added)}")
+    else:
+        print(f"{path} exists and has every value; keeping it")
+    print(
+        "next: `docker compose build && docker compose up -d` (or podman-compose), then the "
+        "first admin:\n      docker compose exec gateway warden user add NAME --email E --admin"
+    )
+    return 0
+
+
+def generate_key(settings: Settings) -> None:
+    """`warden key --generate`: make the key at ssh.key_file unless it is there."""
+    if not settings.ssh.key_file:
+        raise WardenError("--generate needs ssh.key_file (or WARDEN_SSH_KEY_FILE) set")
+    if ensure_ssh_key(Path(settings.ssh.key_file).expanduser()):
+        print(f"made the SSH key {settings.ssh.key_file}", file=sys.stderr)
+
+
+__all__ = [
+    "COMPOSE_SECRETS",
+    "ensure_ssh_key",
+    "generate_key",
+    "init_compose",
+    "read_env_file",
+    "write_compose_env",
+]
