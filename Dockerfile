@@ -1,28 +1,51 @@
 # Warden: one image for every service. `docker run IMAGE` runs all services in one process;
 # `docker run IMAGE run gateway` (or monitor, reservations, jobs, violations) runs one of them
 # against RabbitMQ; `docker run IMAGE db upgrade` migrates. See docker-compose.yml.
+#
+# Build arguments (the defaults pull public images; docker/compose.local.yml overrides them on
+# machines without registry access, see docker/local/build-base-images.sh):
+#   PYTHON_IMAGE  an image with python 3.11+ and its venv module   (python:3.11-slim)
+#   NODE_IMAGE    an image with Node.js 20.19+ and npm               (node:20-bookworm-slim)
+#   UI_PREBUILT   1: take frontend/dist from the build context (`make frontend` built it) instead
+#                 of building the UI in NODE_IMAGE, which then needs no Node.js
+#   PIP_OFFLINE   1: install only from the wheels in docker/wheels/ (`pip wheel` filled it)
+ARG PYTHON_IMAGE=python:3.11-slim
+ARG NODE_IMAGE=node:20-bookworm-slim
 
 # --- ui: build the web UI (frontend/) into static files the gateway serves ------------------
-FROM node:20-bookworm-slim AS ui
+FROM ${NODE_IMAGE} AS ui
+ARG UI_PREBUILT=0
 WORKDIR /ui
 COPY frontend/package.json frontend/package-lock.json ./
-RUN npm ci --no-audit --no-fund
+RUN if [ "$UI_PREBUILT" != 1 ]; then npm ci --no-audit --no-fund; fi
 COPY frontend ./
-RUN npm run build
+RUN if [ "$UI_PREBUILT" = 1 ]; then \
+        test -f dist/index.html \
+            || { echo "UI_PREBUILT=1, but frontend/dist is not built: run make frontend" >&2; exit 1; }; \
+    else \
+        rm -rf dist && npm run build; \
+    fi
 
 # --- build: install the package and its dependencies into a virtual environment -------------
-FROM python:3.11-slim AS build
+FROM ${PYTHON_IMAGE} AS build
+ARG PIP_OFFLINE=0
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
-RUN python -m venv /opt/warden && /opt/warden/bin/pip install --upgrade pip
-
 WORKDIR /src
+COPY docker/wheels ./wheels
+RUN python3 -m venv /opt/warden \
+    && if [ "$PIP_OFFLINE" != 1 ]; then /opt/warden/bin/pip install --upgrade pip; fi
 COPY pyproject.toml README.md ./
 COPY services ./services
-RUN /opt/warden/bin/pip install . && /opt/warden/bin/warden version
+RUN if [ "$PIP_OFFLINE" = 1 ]; then \
+        /opt/warden/bin/pip install --no-index --find-links ./wheels .; \
+    else \
+        /opt/warden/bin/pip install .; \
+    fi \
+    && /opt/warden/bin/warden version
 
 # --- runtime --------------------------------------------------------------------------------
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/warden \
         --shell /usr/sbin/nologin warden \

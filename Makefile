@@ -17,7 +17,7 @@ UI_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
 	frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
 UI_BUILD := frontend/dist/index.html
 
-.PHONY: help install api-types frontend run demo test test-unit test-ui lint bench bench-quick clean distclean
+.PHONY: help install api-types frontend run demo test test-unit test-ui test-deploy lint bench bench-quick clean distclean
 
 help: ## list the targets
 	@echo "Warden make targets:"
@@ -66,6 +66,9 @@ test: install frontend ## the whole suite: Python, then the web UI's unit and br
 
 test-ui: install frontend ## the web UI: Vitest unit tests, then end-to-end in Debian's Chromium
 	cd frontend && npm test && npm run test:e2e
+
+test-deploy: install frontend ## docker-compose.yml really deployed with podman-compose (root; see docker/test-deploy.py)
+	$(BIN)/python docker/test-deploy.py
 
 test-unit: install ## unit tests only (no servers needed)
 	$(BIN)/pytest -q tests/unit

@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a commented config file, migrate the databases, create the first admin",
     )
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument(
+        "--compose", action="store_true", help="instead: write docker-compose.yml's .env secrets"
+    )
+    init.add_argument("--env-file", default=".env", help="with --compose: where (./.env)")
     init.add_argument("--data-dir", help="data directory to write into the config")
     init.add_argument(
         "--admin-user",
@@ -120,11 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_host_parsers(host_commands, [common], local_check)
 
-    commands.add_parser(
+    key = commands.add_parser(
         "key",
         parents=[common],
         help="print the public key users add to ~/.ssh/authorized_keys so their jobs can run",
     )
+    key.add_argument("--generate", action="store_true", help="make ssh.key_file if missing")
 
     demo = commands.add_parser(
         "demo",
@@ -200,6 +205,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    if args.compose:
+        from services.shared.deploy import init_compose
+
+        return init_compose(Path(args.env_file))
     chosen = getattr(args, "config", None) or os.environ.get("WARDEN_CONFIG")
     path = Path(chosen or default_config_path()).expanduser()
     if path.exists() and not args.force:
@@ -537,7 +546,12 @@ def cmd_setup_link(args: argparse.Namespace) -> int:
 def cmd_key(args: argparse.Namespace) -> int:
     from services.shared.ssh import public_key_line
 
-    line = public_key_line(_settings(args))
+    settings = _settings(args)
+    if args.generate:
+        from services.shared.deploy import generate_key
+
+        generate_key(settings)
+    line = public_key_line(settings)
     print(line)
     print(
         "# each user who runs jobs adds the line above to ~/.ssh/authorized_keys on every host",

@@ -97,6 +97,11 @@ def add_parser(
         help="base SSH port: host i listens on P+i (default 0: free ports)",
     )
     sim.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="where the SSH ports listen (default 127.0.0.1; 0.0.0.0 in a container)",
+    )
+    sim.add_argument(
         "--control-port",
         type=_port,
         default=DEFAULT_CONTROL_PORT,
@@ -315,6 +320,7 @@ def _serve(args: argparse.Namespace) -> int:
     accept_any = args.accept_any_key or not authorized
     server = SimServer(
         fleet,
+        address=args.address,
         base_port=args.port,
         host_key=host_key,
         authorized_keys=authorized,
