@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from services import SERVICE_NAMES, __version__
+from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
 from services.shared import db
 from services.shared.config import (
     Settings,
@@ -21,16 +19,10 @@ from services.shared.config import (
     load_settings,
     render_config_template,
 )
-from services.shared.errors import InvalidRequest, WardenError
+from services.shared.errors import WardenError
 from services.shared.logging import configure_logging
 
-if TYPE_CHECKING:
-    from services.reservations.store import Store
-
 log = logging.getLogger("warden.cli")
-
-# Who account changes made here are attributed to (in the reservations service's log).
-CLI_ACTOR = "cli"
 
 
 def _common() -> argparse.ArgumentParser:
@@ -224,7 +216,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     async def prepare() -> None:
         await _upgrade_databases(settings, db.SERVICES_WITH_DATABASE)
-        await _first_admin(settings, args)
+        await first_admin(settings, args)
 
     asyncio.run(prepare())
     gateway = settings.gateway
@@ -245,198 +237,6 @@ async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
             print(f"{name}: at {revision}")
         finally:
             await engine.dispose()
-
-
-def _local_username() -> str | None:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError, ImportError):  # no login name in the environment nor passwd
-        return None
-
-
-async def _first_admin(settings: Settings, args: argparse.Namespace) -> None:
-    """Create the first admin unless there is one; without a password say how to do it later."""
-    from services.reservations import accounts
-
-    hint = (
-        "no admin yet: `warden run all` prints a one-time set-up link that creates one in "
-        "the browser (or: `warden user add NAME --email E --admin`)"
-    )
-    async with _reservations_store(settings) as store:
-        async with store.read() as conn:
-            if await accounts.count_admins(conn):
-                print("an admin exists already (`warden user list` shows the accounts)")
-                return
-        username = args.admin_user or _local_username()
-        if not username:
-            print(f"{hint} (cannot tell your UNIX username; or use `warden init --admin-user`)")
-            return
-        email = args.admin_email or f"{username}@localhost"
-        try:
-            accounts.check_user_fields(username=username, email=email)
-        except InvalidRequest as err:
-            raise InvalidRequest(
-                f"{err.message} (choose the first admin with --admin-user / --admin-email)",
-                err.details,
-            ) from err
-        # Asked only on a terminal, where an empty answer leaves it to the set-up link.
-        password = _new_password(
-            "WARDEN_ADMIN_PASSWORD",
-            f"the admin {username} (empty: create the admin later in the browser)",
-            allow_empty=True,
-        )
-        if not password:
-            print(hint)
-            return
-        async with store.write() as conn:
-            user = await accounts.create_user(
-                conn,
-                username=username,
-                email=email,
-                password=password,
-                is_admin=True,
-                actor=CLI_ACTOR,
-            )
-    print(f"created the first admin {_describe(user)}")
-
-
-# --- warden user ------------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def _reservations_store(settings: Settings) -> AsyncIterator[Store]:
-    """The reservations database, refused unless migrated (it says to run `warden db upgrade`)."""
-    from services.reservations.store import Store
-
-    engine = db.create_engine(settings.storage.database_url_for("reservations"))
-    try:
-        await db.ensure_migrated(engine, "reservations")
-        yield Store(engine)
-    finally:
-        await engine.dispose()
-
-
-def _new_password(variable: str, whose: str, *, allow_empty: bool = False) -> str | None:
-    """A new password from $variable, else asked twice on a terminal; None when neither
-    (and, with `allow_empty`, when the answer on the terminal is empty)."""
-    from services.reservations.passwords import password_problem
-
-    given = os.environ.get(variable)
-    if given is not None:
-        return given
-    if not sys.stdin.isatty():
-        return None
-    first = getpass.getpass(f"new password for {whose}: ")
-    if allow_empty and not first:
-        return None
-    problem = password_problem(first)
-    if problem:
-        raise InvalidRequest(f"the password {problem}; nothing changed", {"password": problem})
-    if getpass.getpass("the same again: ") != first:
-        raise InvalidRequest("the two passwords differ; nothing changed")
-    return first
-
-
-def _required_password(whose: str) -> str:
-    password = _new_password("WARDEN_PASSWORD", whose)
-    if password is None:
-        raise WardenError("set WARDEN_PASSWORD or run on a terminal (to be asked the password)")
-    return password
-
-
-def _describe(user: dict[str, Any]) -> str:
-    groups = ", ".join(user["groups"]) or "none"
-    return f"{user['username']} ({', '.join(user['roles'])}; groups: {groups})"
-
-
-def format_users(users: Sequence[dict[str, Any]]) -> str:
-    rows = [("USERNAME", "EMAIL", "ROLES", "GROUPS")]
-    rows += [
-        (u["username"], u["email"], ",".join(u["roles"]), ",".join(u["groups"]) or "-")
-        for u in users
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
-        + "  "
-        + row[3]
-        for row in rows
-    )
-
-
-async def _user_add(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
-    from services.shared.errors import AlreadyExists
-
-    accounts.check_user_fields(username=args.username, email=args.email)
-    async with store.read() as conn:
-        if await accounts.is_admin(conn, args.username) is not None:
-            raise AlreadyExists(f"user {args.username} exists already")
-    password = _required_password(args.username)
-    async with store.write() as conn:
-        user = await accounts.create_user(
-            conn,
-            username=args.username,
-            email=args.email,
-            password=password,
-            is_admin=args.admin,
-            groups=args.groups,
-            actor=CLI_ACTOR,
-        )
-    print(f"created user {_describe(user)}")
-
-
-async def _user_list(store: Store, _args: argparse.Namespace) -> None:
-    from services.reservations import accounts
-
-    async with store.read() as conn:
-        users = await accounts.list_users(conn)
-    if users:
-        print(format_users(users))
-    else:
-        print("no users yet: `warden user add NAME --email E --admin` creates an admin")
-
-
-async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
-
-    async with store.read() as conn:
-        await accounts.get_user(conn, args.username)  # NotFound before asking anything
-    password = _required_password(args.username)
-    async with store.write() as conn:
-        await accounts.update_user(conn, args.username, password=password, actor=CLI_ACTOR)
-    print(f"changed the password of {args.username}")
-
-
-async def _user_set_admin(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
-
-    admin = args.user_command == "promote"
-    async with store.write() as conn:
-        before = await accounts.get_user(conn, args.username)
-        if ("admin" in before["roles"]) == admin:
-            print(f"{args.username} is {'already' if admin else 'not'} an admin; nothing changed")
-            return
-        await accounts.update_user(conn, args.username, is_admin=admin, actor=CLI_ACTOR)
-    print(f"{args.username} is {'now' if admin else 'no longer'} an admin")
-
-
-def cmd_user(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    action = {
-        "add": _user_add,
-        "list": _user_list,
-        "passwd": _user_passwd,
-        "promote": _user_set_admin,
-        "demote": _user_set_admin,
-    }[args.user_command]
-
-    async def act() -> None:
-        async with _reservations_store(settings) as store:
-            await action(store, args)
-
-    asyncio.run(act())
-    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -521,26 +321,6 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
     results = asyncio.run(check_hosts(hosts, options, args.timeout))
     print(format_table(results))
     return 0 if all(result.ok for result in results) else 1
-
-
-def cmd_setup_link(args: argparse.Namespace) -> int:
-    """A fresh set-up token in a link, written to the reservations database directly: it works
-    whichever process runs the gateway (the gateway's own banner has another, also valid)."""
-    from services.gateway.setup_link import setup_url
-    from services.reservations import setup
-
-    settings = _settings(args)
-
-    async def issue() -> str | None:
-        async with _reservations_store(settings) as store, store.write() as conn:
-            return await setup.issue_token(conn)
-
-    token = asyncio.run(issue())
-    if token is None:
-        raise WardenError("an admin exists already: sign in (`warden user list` shows accounts)")
-    print(setup_url(settings.gateway.host, settings.gateway.port, token))
-    print("# open it in a browser to create the first admin; it works once", file=sys.stderr)
-    return 0
 
 
 def cmd_key(args: argparse.Namespace) -> int:
