@@ -60,11 +60,15 @@ COMMAND_WIDTH = 32  # a table cell, not the whole command line (`--json` has it 
 
 
 def short_command(command: Any) -> str:
-    """The program's file name and its arguments, clipped: `python3 train.py --lr 0.1`."""
+    """The program's and its script's file names, then the arguments, clipped:
+    `/usr/bin/python3 /home/bob/x/train.py --lr 0.1` is `python3 train.py --lr 0.1`."""
     words = str(command or "").split()
     if not words:
         return ""
-    words[0] = words[0].rsplit("/", 1)[-1] or words[0]
+    script = next((i for i, w in enumerate(words[1:], 1) if not w.startswith("-")), None)
+    for i in (0, script):
+        if i is not None:
+            words[i] = words[i].rstrip("/").rsplit("/", 1)[-1] or words[i]
     text = " ".join(words)
     return text if len(text) <= COMMAND_WIDTH else text[: COMMAND_WIDTH - 1] + "\u2026"
 

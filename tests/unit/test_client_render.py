@@ -194,6 +194,8 @@ def test_the_status_table_has_its_columns_and_never_reads_markup() -> None:
     [
         ({"pid": 7, "user": "carol", "command": "/usr/bin/python3 -m torch.distributed.run x.py"},
          "carol:python3 -m torch.distributed.ru\u2026(7)"),
+        ({"pid": 7, "user": "bob", "command": "python -u /home/bob/llm/train.py --out /x/y"},
+         "bob:python -u train.py --out /x/y(7)"),
         ({"pid": 7, "user": "carol", "command": ""}, "carol(7)"),
         ({"pid": 7, "user": None, "command": "  ./serve  --port 80 "}, "serve --port 80(7)"),
         ({"pid": 7, "user": None, "command": ""}, "pid 7"),
