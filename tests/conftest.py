@@ -65,6 +65,9 @@ def _amqp_problem(url: str, timeout_s: float = 10.0) -> str | None:
     return None
 
 
+_answered: set[str] = set()  # AMQP URLs a broker has answered at in this run
+
+
 def _shown(url: str) -> str:
     """The URL without its password."""
     parts = urlsplit(url)
@@ -82,12 +85,14 @@ def _with_vhost(url: str, vhost: str) -> str:
 @pytest.fixture
 def amqp_url() -> Iterator[str]:
     """A fresh RabbitMQ vhost for this test; the URL points at it."""
-    problem = _amqp_problem(AMQP_URL)
-    if problem is not None:
-        pytest.fail(
-            f"cannot reach RabbitMQ at {_shown(AMQP_URL)} ({problem}).\n{RABBITMQ_HINT}",
-            pytrace=False,
-        )
+    if AMQP_URL not in _answered:  # once it has answered, no probe per test (one log line each)
+        problem = _amqp_problem(AMQP_URL)
+        if problem is not None:
+            pytest.fail(
+                f"cannot reach RabbitMQ at {_shown(AMQP_URL)} ({problem}).\n{RABBITMQ_HINT}",
+                pytrace=False,
+            )
+        _answered.add(AMQP_URL)
     vhost = f"warden-test-{uuid.uuid4().hex[:12]}"
     user = urlsplit(AMQP_URL).username or "guest"
     _rabbitmqctl("add_vhost", vhost)
