@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,10 +33,48 @@ def _rabbitmqctl(*args: str) -> None:
     if done.returncode != 0:
         pytest.fail(
             f"rabbitmqctl {' '.join(args)} failed ({done.stderr.strip() or done.stdout.strip()}).\n"
-            "The integration tests need a running RabbitMQ: start it with "
-            "`rabbitmq-server -detached` (or run .ci/run, which installs and starts it).",
+            + RABBITMQ_HINT,
             pytrace=False,
         )
+
+
+RABBITMQ_HINT = (
+    "The integration tests need a running RabbitMQ: start it with `rabbitmq-server -detached` "
+    "(or run .ci/run, which installs and starts it), or point WARDEN_TEST_AMQP_URL at one."
+)
+
+
+def _amqp_problem(url: str, timeout_s: float = 10.0) -> str | None:
+    """Why no AMQP broker answers at `url`'s host and port, or None when one does.
+
+    rabbitmqctl talks to the node another way (Erlang distribution), so it can work while
+    the AMQP port does not: then each test's bus would fail with a ServiceUnavailable
+    traceback. A broker answers the AMQP protocol header with its Connection.Start frame
+    (frame type 1)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5672
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(b"AMQP\x00\x00\x09\x01")
+            first = conn.recv(1)
+    except OSError as err:
+        return f"{host}:{port}: {err.strerror or err}"
+    if first != b"\x01":
+        return f"{host}:{port} answers, but not as an AMQP 0-9-1 broker"
+    return None
+
+
+_answered: set[str] = set()  # AMQP URLs a broker has answered at in this run
+
+
+def _shown(url: str) -> str:
+    """The URL without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _with_vhost(url: str, vhost: str) -> str:
@@ -46,6 +85,14 @@ def _with_vhost(url: str, vhost: str) -> str:
 @pytest.fixture
 def amqp_url() -> Iterator[str]:
     """A fresh RabbitMQ vhost for this test; the URL points at it."""
+    if AMQP_URL not in _answered:  # once it has answered, no probe per test (one log line each)
+        problem = _amqp_problem(AMQP_URL)
+        if problem is not None:
+            pytest.fail(
+                f"cannot reach RabbitMQ at {_shown(AMQP_URL)} ({problem}).\n{RABBITMQ_HINT}",
+                pytrace=False,
+            )
+        _answered.add(AMQP_URL)
     vhost = f"warden-test-{uuid.uuid4().hex[:12]}"
     user = urlsplit(AMQP_URL).username or "guest"
     _rabbitmqctl("add_vhost", vhost)

@@ -56,8 +56,34 @@ def memory_text(used_mib: Any, total_mib: Any) -> str:
     return f"{used}/{total} GiB"
 
 
+COMMAND_WIDTH = 32  # a table cell, not the whole command line (`--json` has it all)
+
+
+def short_command(command: Any) -> str:
+    """The program's and its script's file names, then the arguments, clipped:
+    `/usr/bin/python3 /home/bob/x/train.py --lr 0.1` is `python3 train.py --lr 0.1`."""
+    words = str(command or "").split()
+    if not words:
+        return ""
+    script = next((i for i, w in enumerate(words[1:], 1) if not w.startswith("-")), None)
+    for i in (0, script):
+        if i is not None:
+            words[i] = words[i].rstrip("/").rsplit("/", 1)[-1] or words[i]
+    text = " ".join(words)
+    return text if len(text) <= COMMAND_WIDTH else text[: COMMAND_WIDTH - 1] + "\u2026"
+
+
+def process_text(process: Mapping[str, Any]) -> str:
+    """`user:command(pid)`, leaving out what the API does not know (a process's user is null
+    when ps did not see it; an incident's processes carry no user, the offender is its own
+    column)."""
+    known = [str(process.get("user") or ""), short_command(process.get("command"))]
+    name = ":".join(part for part in known if part)
+    return f"{name}({process.get('pid', '?')})" if name else f"pid {process.get('pid', '?')}"
+
+
 def processes_text(processes: Iterable[Mapping[str, Any]] | None) -> str:
-    shown = [f"{p.get('user') or '?'}({p.get('pid', '?')})" for p in processes or ()]
+    shown = [process_text(p) for p in processes or ()]
     return ", ".join(shown) if shown else NONE
 
 

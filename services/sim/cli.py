@@ -160,7 +160,10 @@ def add_parser(
     start = action("start-process", "start a process on a GPU; prints its pid")
     start.add_argument("--gpu", type=_gpus, required=True, help="GPU index (or 0,1)")
     start.add_argument("--user", required=True)
-    start.add_argument("--command", required=True, help="the command line ps shows")
+    # Its own dest: `warden`'s sub-command is `args.command`, which this must not overwrite.
+    start.add_argument(
+        "--command", dest="process_command", required=True, help="the command line ps shows"
+    )
     start.add_argument("--memory-mib", type=int, default=1024, help="GPU memory it uses")
     stop = action("stop-process", "stop a process")
     stop.add_argument("--pid", type=int, required=True)
@@ -197,7 +200,7 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
             body = {
                 "gpu": args.gpu,
                 "user": args.user,
-                "command": args.command,
+                "command": args.process_command,
                 "used_memory_mib": args.memory_mib,
             }
             return "POST", f"{base}/processes", body

@@ -73,6 +73,23 @@ class OffendingProcessSchema(Answer):
     used_memory_mib = fields.Float(required=True, allow_none=True)
 
 
+class LastStepSchema(Answer):
+    index = fields.Integer(required=True, metadata={"description": "0 for the first step"})
+    step = _Str(required=True, metadata={"description": 'as configured, e.g. "60s email owner"'})
+    handler = _Str(required=True, allow_none=True)
+    taken_at = _Time(required=True)
+    outcome = _Str(
+        required=True,
+        metadata={
+            "description": "pending (no handler has reported yet), ok, failed or partly failed "
+            "(some targets reached, some not)"
+        },
+    )
+    detail = _Str(
+        required=True, allow_none=True, metadata={"description": "why it failed, when it did"}
+    )
+
+
 class IncidentSchema(Answer):
     id = _Str(required=True)
     status = _Str(required=True, metadata={"description": "open or resolved"})
@@ -93,6 +110,12 @@ class IncidentSchema(Answer):
     processes = fields.List(fields.Nested(OffendingProcessSchema), required=True)
     steps = fields.List(
         _Str(), required=True, metadata={"description": "the escalation steps, as configured"}
+    )
+    last_step = fields.Nested(
+        LastStepSchema,
+        required=True,
+        allow_none=True,
+        metadata={"description": "the last step taken and what became of it; null before any"},
     )
 
 

@@ -14,6 +14,7 @@ from services.shared.config import parse_step
 from services.shared.store import from_ms, iso_ms, to_ms
 from services.violations.detector import SeenProcess
 from services.violations.incidents import Incident, process_data
+from services.violations.step_outcome import last_step
 from services.violations.tables import actions, incidents
 
 
@@ -216,7 +217,45 @@ async def list_incidents(
             .offset(offset)
         )
     ).all()
-    return {"total": total, "incidents": [_present(row) for row in rows]}
+    steps = await _step_entries(conn, [row.id for row in rows])
+    return {
+        "total": total,
+        "incidents": [
+            {**_present(row), "last_step": last_step(steps.get(row.id, ()))} for row in rows
+        ],
+    }
+
+
+async def _step_entries(
+    conn: AsyncConnection, incident_ids: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per incident, its `escalated` and `action` timeline entries, oldest first."""
+    if not incident_ids:
+        return {}
+    rows = await conn.execute(
+        select(actions)
+        .where(
+            actions.c.incident_id.in_(incident_ids),
+            actions.c.kind.in_(("escalated", "action")),
+        )
+        .order_by(actions.c.id)
+    )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for entry in rows:
+        found.setdefault(entry.incident_id, []).append(_entry(entry))
+    return found
+
+
+def _entry(entry: Any) -> dict[str, Any]:
+    return {
+        "at": iso_ms(entry.at_ms),
+        "kind": entry.kind,
+        "step_index": entry.step_index,
+        "handler": entry.handler,
+        "target": entry.target,
+        "ok": entry.ok,
+        "detail": entry.detail,
+    }
 
 
 async def get_incident(conn: AsyncConnection, incident_id: str) -> dict[str, Any] | None:
@@ -229,21 +268,8 @@ async def get_incident(conn: AsyncConnection, incident_id: str) -> dict[str, Any
             select(actions).where(actions.c.incident_id == incident_id).order_by(actions.c.id)
         )
     ).all()
-    return {
-        **_present(row),
-        "timeline": [
-            {
-                "at": iso_ms(entry.at_ms),
-                "kind": entry.kind,
-                "step_index": entry.step_index,
-                "handler": entry.handler,
-                "target": entry.target,
-                "ok": entry.ok,
-                "detail": entry.detail,
-            }
-            for entry in timeline
-        ],
-    }
+    entries = [_entry(entry) for entry in timeline]
+    return {**_present(row), "last_step": last_step(entries), "timeline": entries}
 
 
 async def host_watermarks(conn: AsyncConnection) -> dict[str, datetime]:

@@ -148,7 +148,7 @@ async def test_status_shows_the_gpus_and_who_runs_what(cli: Cli) -> None:
 
     async def shown() -> Ran | None:
         ran = await cli("status")
-        return ran if f"carol({pid})" in ran.out else None
+        return ran if f"carol:python train.py({pid})" in ran.out else None
 
     ran = await cli.system.until(shown, "the process in `warden status`")
     assert ran.code == 0

@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -624,15 +623,8 @@ async def test_control_api_rejects_bad_input(
 
 # -- `warden sim` as a process ------------------------------------------------------------
 
-WARDEN_SIM = textwrap.dedent(
-    """\
-    import argparse, sys
-    from services.sim.cli import add_parser, run_cli
-    parser = argparse.ArgumentParser(prog="warden")
-    add_parser(parser.add_subparsers(dest="command", required=True), [])
-    sys.exit(run_cli(parser.parse_args(sys.argv[1:])))
-    """
-)
+# `warden`'s own entry point, so its parser's options meet the simulator's (`--command`).
+WARDEN_SIM = "import sys; from services.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 async def _warden_sim(*args: str) -> tuple[int, str, str]:

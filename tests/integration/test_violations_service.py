@@ -297,6 +297,47 @@ async def test_records_actions_and_refuses_bad_arguments(service: Running) -> No
     assert (await service.call("list_incidents", involving="mallory"))["total"] == 0
 
 
+async def test_the_list_says_what_became_of_the_last_step(service: Running) -> None:
+    await service.reserve()
+    await service.observe((200, "bob"))
+    await service.until(lambda: len(service.of("violation.escalated")) >= 2, "step 2")
+    await service.observe()  # bob's process is gone: no step after the e-mail one is taken
+    await service.until(lambda: service.of("violation.resolved"), "resolved")
+    incident_id = service.of("violation.opened")[0]["incident_id"]
+
+    async def listed() -> dict[str, Any]:
+        [incident] = (await service.call("list_incidents"))["incidents"]
+        assert incident["id"] == incident_id
+        return dict(incident["last_step"])
+
+    taken = await listed()
+    assert taken.pop("taken_at")
+    assert taken == {
+        "index": 1,
+        "step": "1s email admins",
+        "handler": "email",
+        "outcome": "pending",
+        "detail": None,
+    }
+    why = "e-mail is not configured (smtp_host)"
+    for step_index, handler, outcomes in [
+        (0, "webhook", [{"target": "lab-chat", "ok": True, "detail": "200"}]),
+        (1, "email", [{"target": "admin", "ok": False, "detail": why}]),
+        (1, "email", [{"target": "root", "ok": False, "detail": why}]),
+    ]:
+        await service.call(
+            "record_actions",
+            incident_id=incident_id,
+            step_index=step_index,
+            handler=handler,
+            outcomes=outcomes,
+        )
+    failed = await listed()
+    assert (failed["index"], failed["outcome"], failed["detail"]) == (1, "failed", why)
+    detail = await service.call("get_incident", id=incident_id)
+    assert detail["last_step"] == {**failed, "taken_at": detail["last_step"]["taken_at"]}
+
+
 async def test_reservations_are_loaded_from_the_reservations_service_at_start(
     tmp_path: Path, cheap_passwords: None
 ) -> None:

@@ -18,6 +18,7 @@ import pytest
 from services import __version__
 from services.cli import main
 from services.shared.config import MIN_SECRET_LENGTH, load_settings
+from tests.support.ports import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -311,3 +312,24 @@ def test_init_data_dir_with_toml_special_characters_round_trips(tmp_path: Path) 
     assert main(["init", "--config", str(path), "--data-dir", str(data_dir)]) == 0
 
     assert load_settings(path, environ={}).storage.data_dir == data_dir
+
+
+def test_sim_ctl_start_process_keeps_its_command_apart_from_wardens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--command` once overwrote `warden`'s own sub-command (KeyError 'python x.py')."""
+    from services.cli import build_parser
+    from services.sim.cli import _ctl_request
+
+    argv = ["sim", "ctl", "start-process", "--host", "sim-001", "--gpu", "0,1"]
+    argv += ["--user", "alice", "--command", "python x.py"]
+    args = build_parser().parse_args([*argv, "--memory-mib", "512"])
+    assert args.command == "sim"
+    assert _ctl_request(args) == (
+        "POST",
+        "/hosts/sim-001/processes",
+        {"gpu": [0, 1], "user": "alice", "command": "python x.py", "used_memory_mib": 512},
+    )
+    # Through `main`: nothing listens on the port, so it says so (not a KeyError).
+    assert main([*argv, "--control-port", str(free_port())]) == 1
+    assert "cannot reach the control API" in capsys.readouterr().err

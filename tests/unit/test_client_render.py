@@ -30,13 +30,16 @@ from services.client.api import (
 from services.client.args import expand_gpus, parse_duration, parse_time
 from services.client.jobs import load_definition
 from services.client.render import (
+    COMMAND_WIDTH,
     NONE,
     STATUS_COLUMNS,
     describe_reservation,
     job_rows,
     printable,
+    process_text,
     reservation_rows,
     reservations_table,
+    short_command,
     status_rows,
     status_table,
     violation_rows,
@@ -128,7 +131,7 @@ def test_status_rows_show_figures_processes_and_who_holds_the_gpu() -> None:
         "NVIDIA A100",
         "87%",
         "40.0/80.0 GiB",
-        "alice(4242), ?(99)",
+        "alice:python train.py(4242), ?(99)",
         "alice until 14:30",  # today, local time: the time only
         "bob from 2026-03-11 09:00",  # another day: the date too
     ]
@@ -184,6 +187,26 @@ def test_the_status_table_has_its_columns_and_never_reads_markup() -> None:
     table = status_table(payload, NOW, CET)
     assert [column.header for column in table.columns] == list(STATUS_COLUMNS)
     assert "[bold]eve[/bold](1)" in text_of(table)
+
+
+@pytest.mark.parametrize(
+    ("process", "text"),
+    [
+        ({"pid": 7, "user": "carol", "command": "/usr/bin/python3 -m torch.distributed.run x.py"},
+         "carol:python3 -m torch.distributed.ru\u2026(7)"),
+        ({"pid": 7, "user": "bob", "command": "python -u /home/bob/llm/train.py --out /x/y"},
+         "bob:python -u train.py --out /x/y(7)"),
+        ({"pid": 7, "user": "carol", "command": ""}, "carol(7)"),
+        ({"pid": 7, "user": None, "command": "  ./serve  --port 80 "}, "serve --port 80(7)"),
+        ({"pid": 7, "user": None, "command": ""}, "pid 7"),
+        ({"pid": 7}, "pid 7"),
+    ],
+)  # fmt: skip
+def test_a_process_is_user_command_and_pid_as_far_as_they_are_known(
+    process: dict[str, Any], text: str
+) -> None:
+    assert process_text(process) == text
+    assert len(short_command("x" * 100)) == COMMAND_WIDTH
 
 
 # --- the other tables ---------------------------------------------------------------------------
@@ -263,7 +286,7 @@ def test_violation_rows() -> None:
         "opened_at": "2026-03-10T10:00:00+00:00",
         "resolved_at": "2026-03-10T10:05:00+00:00",
         "resolve_reason": "process ended",
-        "processes": [{"pid": 77, "user": "bob", "command": "python steal.py"}],
+        "processes": [{"pid": 77, "command": "python steal.py"}],  # as the API gives them
     }
     [row] = violation_rows([incident], NOW, CET)
     assert row == [
@@ -271,7 +294,7 @@ def test_violation_rows() -> None:
         "resolved",
         "dgx1:2",
         "bob",
-        "bob(77)",
+        "python steal.py(77)",  # an incident's processes have no user: the offender column
         "alice",
         "11:00",
         "11:05 (process ended)",

@@ -430,6 +430,19 @@ def test_there_is_an_example_per_template() -> None:
     assert kinds == {"torchrun", "tf_config", "tf_cluster_spec"}
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.json")))
+def test_warden_submit_sends_each_example_as_post_jobs_takes_it(name: str) -> None:
+    """examples/jobs/README.md says `warden submit examples/jobs/X.json`: the file as the CLI
+    reads it is a body the gateway's POST /jobs accepts, every field of it kept."""
+    from services.client.jobs import load_definition
+    from services.gateway.routes.jobs import JobCreateBody
+
+    sent = load_definition(EXAMPLES / name)
+    loaded = JobCreateBody().load(sent)
+    assert set(loaded) >= set(sent)
+    assert len(loaded["tasks"]) == len(sent["tasks"])
+
+
 TORCHRUN_ARGV = {"torchrun.json": ["--lr", "0.1"], "torchrun_env.json": ["--epochs=1"]}
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.json"))
 

@@ -1106,6 +1106,8 @@ export interface components {
             id: string;
             /** Format: date-time */
             last_seen_at: string;
+            /** @description the last step taken and what became of it; null before any */
+            last_step: components["schemas"]["LastStep"] | (Record<string, never> | null);
             /** @description reservations or strict */
             mode: string;
             /** @description whose processes they are */
@@ -1142,6 +1144,8 @@ export interface components {
             id: string;
             /** Format: date-time */
             last_seen_at: string;
+            /** @description the last step taken and what became of it; null before any */
+            last_step: components["schemas"]["LastStep"] | (Record<string, never> | null);
             /** @description reservations or strict */
             mode: string;
             /** @description whose processes they are */
@@ -1384,6 +1388,21 @@ export interface components {
             started_at?: string | null;
             /** @description pending, starting, running, succeeded, failed, stopped, lost */
             status: string;
+        } & {
+            [key: string]: unknown;
+        };
+        LastStep: {
+            /** @description why it failed, when it did */
+            detail: string | null;
+            handler: string | null;
+            /** @description 0 for the first step */
+            index: number;
+            /** @description pending (no handler has reported yet), ok, failed or partly failed (some targets reached, some not) */
+            outcome: string;
+            /** @description as configured, e.g. "60s email owner" */
+            step: string;
+            /** Format: date-time */
+            taken_at: string;
         } & {
             [key: string]: unknown;
         };

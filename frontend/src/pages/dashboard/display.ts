@@ -1,15 +1,25 @@
 // How a GPU's state reads on the dashboard: short texts shared by the card and the row.
-import { DASH, mib, when } from '../../format'
+import { DASH, mib, watts, when } from '../../format'
 import type { GpuView, Proc } from './fleet'
 
 export function shortModel(name: string | null): string {
   return name ? name.replace(/^NVIDIA\s+/i, '') : DASH
 }
 
-/** "17.4 GiB / 80.0 GiB" */
-export function memoryText(gpu: GpuView): string {
+/** "17.4 / 80.0 GiB" (one unit, said once: it fits a card of 8 to a row), "4 MiB / 80.0 GiB". */
+export function memoryText(gpu: Pick<GpuView, 'memory_used_mib' | 'memory_total_mib'>): string {
   if (gpu.memory_used_mib == null && gpu.memory_total_mib == null) return DASH
-  return `${mib(gpu.memory_used_mib)} / ${mib(gpu.memory_total_mib)}`
+  const used = mib(gpu.memory_used_mib)
+  const total = mib(gpu.memory_total_mib)
+  const unit = / (GiB|MiB)$/
+  const [u, t] = [unit.exec(used)?.[1], unit.exec(total)?.[1]]
+  return u && u === t ? `${used.replace(unit, '')} / ${total}` : `${used} / ${total}`
+}
+
+/** "148 / 400 W", or "148 W" when the limit is not reported. */
+export function powerText(draw: number | null, limit: number | null): string {
+  if (limit == null) return watts(draw)
+  return `${draw == null ? DASH : Math.round(draw)} / ${watts(limit)}`
 }
 
 /** 0..100 for a bar, or null */

@@ -5,6 +5,8 @@ import {
   incidentFromEvent,
   incidentSeconds,
   lastStepDue,
+  lastStepSentence,
+  lastStepView,
   parseStep,
   stepText,
   upcomingSteps,
@@ -27,6 +29,7 @@ const incident = {
   resolved_at: null as string | null,
   status: 'open',
   steps: ['0s terminal offender', '60s email offender+admins', '5m terminate', 'bogus'],
+  last_step: null,
 }
 
 describe('steps', () => {
@@ -83,5 +86,37 @@ describe('timeline wording', () => {
     expect(describeEntry(entry({ kind: 'action', handler: 'email', target: 'bob@x', ok: true })).tone).toBe('ok')
     expect(describeEntry(entry({ kind: 'resolved', detail: 'processes ended' })).title).toBe('Resolved')
     expect(describeEntry(entry({ kind: 'updated', detail: 'pids 1, 2' })).title).toBe('Processes changed')
+  })
+})
+
+describe('the last step in the list', () => {
+  const NO_SMTP = 'e-mail is not configured (smtp_host)'
+  const taken = (outcome: string, detail: string | null = null) => ({
+    ...incident,
+    last_step: { index: 1, step: '60s email offender+admins', handler: 'email', taken_at: '2026-01-01T10:01:00Z', outcome, detail },
+  })
+
+  it('shows a failed step as failed, with why', () => {
+    const view = lastStepView(taken('failed', NO_SMTP))!
+    expect(view).toEqual({ text: 'email → offender, admins', outcome: 'failed', detail: NO_SMTP, tone: 'danger' })
+    expect(lastStepSentence(view)).toBe(`email → offender, admins — failed (${NO_SMTP})`)
+  })
+
+  it('says what became of it otherwise', () => {
+    expect(lastStepSentence(lastStepView(taken('ok'))!)).toBe('email → offender, admins — done')
+    expect(lastStepView(taken('partly failed', 'refused'))!.tone).toBe('warn')
+    expect(lastStepSentence(lastStepView(taken('pending'))!)).toBe('email → offender, admins — pending')
+  })
+
+  it('the API\'s last step wins over the one due by time', () => {
+    // 10:06: the terminate step is due by time, but the service says email was the last taken
+    expect(lastStepView(taken('ok'), new Date('2026-01-01T10:06:00Z'))!.text).toBe('email → offender, admins')
+  })
+
+  it('without the API\'s word (an incident from an event), the step due by time, outcome unknown', () => {
+    const view = lastStepView(incident, new Date('2026-01-01T10:02:00Z'))!
+    expect(view).toEqual({ text: 'email → offender, admins', outcome: null, detail: null, tone: 'muted' })
+    expect(lastStepSentence(view)).toBe('email → offender, admins')
+    expect(lastStepView({ ...incident, steps: [] })).toBeNull()
   })
 })

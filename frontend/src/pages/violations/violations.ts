@@ -54,6 +54,46 @@ export function lastStepDue(incident: Pick<Incident, 'steps' | 'opened_at' | 're
   return due.length ? due[due.length - 1].step : null
 }
 
+export interface LastStepView {
+  /** "email → owner, admins" */
+  text: string
+  /** pending, ok, failed or partly failed (from the API); null: not known (an incident built
+   *  from an event before the list is reloaded, which shows the last step due by time) */
+  outcome: string | null
+  /** why it failed */
+  detail: string | null
+  tone: Tone
+}
+
+const OUTCOME_TONE: Record<string, Tone> = { ok: 'ok', failed: 'danger', 'partly failed': 'warn', pending: 'muted' }
+
+/** The last step and what became of it, for the list: "email → admins — failed" and why. */
+export function lastStepView(incident: Pick<Incident, 'steps' | 'opened_at' | 'resolved_at' | 'last_step'>, now = new Date()): LastStepView | null {
+  const taken = incident.last_step
+  if (taken && 'outcome' in taken) {
+    const step = parseStep(taken.step, taken.index)
+    return {
+      text: step ? stepText(step) : taken.handler ?? taken.step,
+      outcome: taken.outcome,
+      detail: taken.detail ?? null,
+      tone: OUTCOME_TONE[taken.outcome] ?? 'muted',
+    }
+  }
+  const due = lastStepDue(incident, now)
+  return due ? { text: stepText(due), outcome: null, detail: null, tone: 'muted' } : null
+}
+
+/** "done" for ok: the step's handler did what it does. */
+export function outcomeWord(outcome: string): string {
+  return outcome === 'ok' ? 'done' : outcome
+}
+
+/** "email → admins — failed (e-mail is not configured)" */
+export function lastStepSentence(view: LastStepView): string {
+  const outcome = view.outcome ? ` — ${outcomeWord(view.outcome)}` : ''
+  return `${view.text}${outcome}${view.detail ? ` (${view.detail})` : ''}`
+}
+
 /** Steps not taken yet (not escalated in the timeline), with when they fall due; none once resolved. */
 export function upcomingSteps(
   incident: Pick<Incident, 'steps' | 'opened_at' | 'status'>,
@@ -124,6 +164,7 @@ export function incidentFromEvent(data: Record<string, unknown>, existing?: Inci
     resolve_reason: null,
     processes: [],
     steps: [],
+    last_step: null,
   }
   const next: Incident = { ...base }
   if (Array.isArray(data.processes)) next.processes = data.processes as Incident['processes']
