@@ -21,6 +21,7 @@ from services.gateway.context import (
     BOARD,
     BUS,
     CALENDAR,
+    FEED_FETCHES,
     LIMITS,
     REVOCATIONS,
     SETTINGS,
@@ -32,6 +33,7 @@ from services.gateway.cors import cors_middleware
 from services.gateway.fleet_board import FleetBoard
 from services.gateway.openapi import build_spec, docs_page
 from services.gateway.routes import ROUTES
+from services.gateway.routes.calendar_feed import fetch_limiter
 from services.gateway.routes.meta import BACKENDS
 from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
@@ -65,6 +67,7 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
         LoginLimiter(gateway.login_window_s, gateway.login_failures_per_user),
         LoginLimiter(gateway.login_window_s, gateway.login_failures_per_ip),
     )
+    app[FEED_FETCHES] = fetch_limiter()
     app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])

@@ -11,6 +11,7 @@ from services.reservations import api
 from services.reservations.account_commands import AccountCommands
 from services.reservations.activity import ActivityBoard
 from services.reservations.booking_calls import BookingCalls
+from services.reservations.calendar_feeds import CalendarFeedCalls
 from services.reservations.commands import Commands
 from services.reservations.gpu_inventory import GpuInventory
 from services.reservations.queries import Queries
@@ -25,6 +26,7 @@ def rpc_methods(
 ) -> dict[str, RpcHandler]:
     people = AccountCommands(store, commands)
     bookings = BookingCalls(commands, queries, activity)
+    feeds = CalendarFeedCalls(store, commands)
     return served(
         api.METHODS,
         {
@@ -35,6 +37,10 @@ def rpc_methods(
             api.SETUP_STATE: people.setup_state,
             api.ISSUE_SETUP_TOKEN: people.issue_setup_token,
             api.SETUP_ADMIN: people.setup_admin,
+            api.CREATE_CALENDAR_FEED: feeds.create,
+            api.REVOKE_CALENDAR_FEED: feeds.revoke,
+            api.CALENDAR_FEED_STATE: feeds.state,
+            api.CALENDAR_FEED_OWNER: feeds.owner,
             api.CONTACTS: people.contacts,
             api.GET_USER: people.get_user,
             api.LIST_USERS: people.list_users,

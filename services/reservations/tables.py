@@ -9,7 +9,8 @@ whether it is active). The database enforces it: on PostgreSQL with an exclusion
 (btree_gist), on SQLite with triggers that abort an overlapping insert or update; the service
 also writes inside a serialised transaction on SQLite. Both are created by migration
 `reservations_0002`; `reservations_0003` adds the guests of shared bookings,
-`reservations_0004` the refresh-token sessions, `reservations_0006` the set-up tokens.
+`reservations_0004` the refresh-token sessions, `reservations_0006` the set-up tokens,
+`reservations_0007` the calendar-feed tokens.
 """
 
 from sqlalchemy import (
@@ -202,6 +203,16 @@ setup_tokens = Table(
     "reservations_setup_tokens",
     metadata,
     Column("token_hash", String(64), primary_key=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+)
+
+# The secret of each user's calendar feed (`/calendar/{token}.ics`), by hash: at most one per
+# user (a new one replaces it); deleting the row revokes the old address at once.
+calendar_feeds = Table(
+    "reservations_calendar_feeds",
+    metadata,
+    Column("username", String(32), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
     Column("created_at_ms", BigInteger, nullable=False),
 )
 

@@ -8,6 +8,7 @@ one of ours is logged with its context and answered with a 500 that reveals noth
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,15 @@ from aiohttp import web
 from services.shared.errors import WardenError
 
 log = logging.getLogger("warden.http")
+
+# Paths whose last part is a credential (a calendar feed's token): logged masked.
+_SECRET_IN_PATH = re.compile(r"(/calendar/)[^/]+?(\.ics)?$")
+
+
+def loggable_path(path: str) -> str:
+    """The request path as logs may show it: a secret in it replaced by `***`."""
+    return _SECRET_IN_PATH.sub(lambda m: f"{m.group(1)}***{m.group(2) or ''}", path)
+
 
 STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
@@ -61,7 +71,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except WardenError as err:
         status = STATUS_BY_CODE.get(err.code, 500)
         if status >= 500 and status != 503:
-            log.error("%s %s failed: %s", request.method, request.path, err.message)
+            log.error("%s %s failed: %s", request.method, loggable_path(request.path), err.message)
         return error_response(status, err.code, err.message, err.details)
     except web.HTTPException as err:
         if err.status < 400:
@@ -74,5 +84,5 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 response.headers[name] = value
         return response
     except Exception:
-        log.exception("%s %s failed", request.method, request.path)
+        log.exception("%s %s failed", request.method, loggable_path(request.path))
         return error_response(500, "internal_error", "internal error; see the server log")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.gateway.routes import (
     accounts,
+    calendar_feed,
     hosts,
     inventory,
     jobs,
@@ -23,6 +24,7 @@ ROUTES: tuple[Route, ...] = (
     *hosts.ROUTES,
     *inventory.ROUTES,
     *reservations.ROUTES,
+    *calendar_feed.ROUTES,
     *jobs.ROUTES,
     *violations.ROUTES,
 )

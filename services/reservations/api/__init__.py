@@ -51,6 +51,7 @@ from services.reservations.api.arguments import (
     CreateGroupArgs,
     CreateReservationArgs,
     CreateUserArgs,
+    FeedTokenArgs,
     FindSlotArgs,
     GetReservationArgs,
     GroupArgs,
@@ -136,6 +137,31 @@ SETUP_ADMIN = _method(
     "every set-up token is spent",
     SetupAdminArgs,
     raises=(Forbidden, StateConflict, InvalidRequest, AlreadyExists),
+)
+# Each user's secret calendar feed address (`calendar_feeds.py`)
+CREATE_CALENDAR_FEED = _method(
+    "create_calendar_feed",
+    "A new calendar-feed token for the actor, shown once: {token}; their old one stops working",
+    ActorArgs,
+    raises=_ACTING,
+)
+REVOKE_CALENDAR_FEED = _method(
+    "revoke_calendar_feed",
+    "Revoke the actor's calendar-feed token: {revoked} (false when there was none)",
+    ActorArgs,
+    raises=_ACTING,
+)
+CALENDAR_FEED_STATE = _method(
+    "calendar_feed_state",
+    "Whether the actor has a calendar-feed token: {exists}",
+    ActorArgs,
+    raises=_ACTING,
+)
+CALENDAR_FEED_OWNER = _method(
+    "calendar_feed_owner",
+    "Whose calendar feed a token opens: {username}; NotFound for an unknown token",
+    FeedTokenArgs,
+    raises=(NotFound, InvalidRequest),
 )
 CONTACTS = _method(
     "contacts",
@@ -327,6 +353,10 @@ METHODS = (
     SETUP_STATE,
     ISSUE_SETUP_TOKEN,
     SETUP_ADMIN,
+    CREATE_CALENDAR_FEED,
+    REVOKE_CALENDAR_FEED,
+    CALENDAR_FEED_STATE,
+    CALENDAR_FEED_OWNER,
     CONTACTS,
     GET_USER,
     LIST_USERS,
@@ -390,9 +420,12 @@ __all__ = [
     "ADD_GROUP_MEMBER",
     "AUTHENTICATE",
     "CALENDAR",
+    "CALENDAR_FEED_OWNER",
+    "CALENDAR_FEED_STATE",
     "CANCEL_RESERVATION",
     "CHECK_USE",
     "CONTACTS",
+    "CREATE_CALENDAR_FEED",
     "CREATE_GROUP",
     "CREATE_RESERVATION",
     "CREATE_RULE",
@@ -418,6 +451,7 @@ __all__ = [
     "REFRESH_SESSION",
     "REMOVE_GROUP_MEMBER",
     "RESERVATIONS_AHEAD",
+    "REVOKE_CALENDAR_FEED",
     "SERVICE",
     "SETUP_ADMIN",
     "SETUP_STATE",

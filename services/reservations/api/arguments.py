@@ -192,6 +192,10 @@ class SetupAdminArgs(Schema):
     ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
 
 
+class FeedTokenArgs(Schema):
+    token = _Str(required=True, validate=validate.Length(min=1, max=256))
+
+
 class ContactsArgs(Schema):
     usernames = fields.List(_Str(validate=validate.Length(min=1)), required=True)
 
