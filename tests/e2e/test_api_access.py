@@ -29,7 +29,13 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)
 
 # Values for path parameters where only the access check matters (it comes before anything);
 # none names a real thing, so an admin passing the check changes nothing.
-PLACEHOLDERS = {"id": "999999", "name": "no-such-group", "username": "nobody", "index": "0"}
+PLACEHOLDERS = {
+    "id": "999999",
+    "name": "no-such-group",
+    "username": "nobody",
+    "index": "0",
+    "token": "no-such-feed",
+}
 
 
 def concrete(route: Route) -> str:

@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+    "/api/v1/calendar/{token}.ics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A user's calendar feed (iCalendar): the token in the address is the credential
+         * @description The user's reservations (owned or shared with them) from 4 weeks ago to 26 weeks ahead, cancelled ones as STATUS:CANCELLED; `gpus` adds everyone's on those GPUs. 404 for a revoked or unknown token (failed attempts are limited per address, 429); each feed may be fetched 30 times a minute.
+         */
+        get: operations["feed"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/gpus": {
         parameters: {
             query?: never;
@@ -428,6 +448,28 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/calendar-feed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Whether the signed-in user has a calendar feed address */
+        get: operations["feed_state"];
+        put?: never;
+        /**
+         * Make the signed-in user's secret calendar feed address (replaces the old one)
+         * @description The address is shown only in this answer; the old one stops working.
+         */
+        post: operations["create_feed"];
+        /** Revoke the signed-in user's calendar feed address (404 from then on) */
+        delete: operations["revoke_feed"];
         options?: never;
         head?: never;
         patch?: never;
@@ -919,6 +961,14 @@ export interface components {
             /** @description machine-readable code */
             error: string;
             message: string;
+        };
+        Feed: {
+            /** @description the secret address to subscribe to (shown only now) */
+            url: string;
+        };
+        FeedState: {
+            /** @description the user has a feed address that works */
+            exists: boolean;
         };
         FoundGpu: {
             index: number;
@@ -1815,6 +1865,40 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    feed: {
+        parameters: {
+            query?: {
+                /** @description GPUs to watch, `host:index` or uuid, comma-separated: everyone's reservations on them are added (titles and owners, not descriptions) */
+                gpus?: string[];
+            };
+            header?: never;
+            path: {
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/calendar": string;
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     list_gpus: {
         parameters: {
             query?: {
@@ -2774,6 +2858,91 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Me"];
                 };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    feed_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    create_feed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Feed"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    revoke_feed: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description an error (see `error` for the code) */
             default: {
