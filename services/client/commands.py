@@ -1,5 +1,5 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, jobs, submit, stop, logs, violations.
+reservations, cancel, calendar-feed, jobs, submit, stop, logs, violations.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
@@ -13,13 +13,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from services.client import jobs, reservations, session, status, violations
+from services.client import calendar_feed, jobs, reservations, session, status, violations
 from services.client.api import ClientError
 from services.client.args import Subcommands, UsageError
 from services.client.store import CredentialsError
 
 # In the order `warden --help` lists their commands.
-_RESOURCES = (session, status, reservations, jobs, violations)
+_RESOURCES = (session, status, reservations, calendar_feed, jobs, violations)
 
 
 def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

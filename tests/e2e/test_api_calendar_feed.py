@@ -1,7 +1,7 @@
 """The personal calendar feed through the gateway: a user makes their secret address, a calendar
 fetches it (parsed back with `icalendar`), and revoking or replacing it ends the old address at
-once. Another user's feed shows alice's bookings only on GPUs it watches, never her
-description. One embedded system for the module.
+once; `warden calendar-feed` prints one. Another user's feed shows alice's bookings only on
+GPUs it watches, never her description. One embedded system for the module.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ import pytest_asyncio
 from icalendar import Calendar
 
 from tests.e2e.api import ApiClient, ApiSystem, running_system
+from tests.e2e.test_cli_client import Cli
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
 
@@ -161,3 +163,30 @@ async def test_signing_in_is_needed_to_make_or_revoke_and_bad_tokens_are_404(
     unknown = await anonymous.get("/calendar/not-a-real-token.ics")
     assert unknown.status == 404
     assert unknown.body["error"] == "not_found"
+
+
+async def test_the_cli_prints_a_working_address_and_revokes_it(
+    system: ApiSystem,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    admin = await system.as_user("admin")
+    gpu = await system.gpu(0, 1)
+    place = f"{gpu['host']}:{gpu['index']}"
+    booked = await book(admin, place, 4, "admin's maintenance")
+    cli = Cli(system, tmp_path, monkeypatch, capsys)
+    await cli.login("admin")
+
+    ran = await cli("calendar-feed", "--watch", place)
+
+    assert ran.code == 0, ran
+    url = ran.out.splitlines()[0]
+    assert url.endswith(f".ics?gpus={place}")
+    status, _, text = await fetch(system, url)
+    assert status == 200
+    assert f"reservation-{booked['id']}@" in text
+
+    revoked = await cli("calendar-feed", "--revoke")
+    assert revoked.code == 0, revoked
+    assert (await fetch(system, url))[0] == 404
