@@ -12,6 +12,7 @@ from services.reservations.account_commands import AccountCommands
 from services.reservations.activity import ActivityBoard
 from services.reservations.booking_calls import BookingCalls
 from services.reservations.commands import Commands
+from services.reservations.directory import Directory
 from services.reservations.gpu_inventory import GpuInventory
 from services.reservations.queries import Queries
 from services.reservations.store import Store
@@ -21,9 +22,13 @@ from services.shared.rpc import served
 
 
 def rpc_methods(
-    store: Store, commands: Commands, queries: Queries, activity: ActivityBoard | None = None
+    store: Store,
+    commands: Commands,
+    queries: Queries,
+    activity: ActivityBoard | None = None,
+    directory: Directory | None = None,
 ) -> dict[str, RpcHandler]:
-    people = AccountCommands(store, commands)
+    people = AccountCommands(store, commands, directory)
     bookings = BookingCalls(commands, queries, activity)
     return served(
         api.METHODS,

@@ -112,9 +112,11 @@ AUTHENTICATE = _method(
 )
 LOGIN = _method(
     "login",
-    "Check the password and open a session: the user and a first refresh token",
+    "Check the password and open a session: the user and a first refresh token. With "
+    "[auth.ldap], a name with no local account signs in through the directory: Forbidden "
+    "when its groups may not, ServiceUnavailable when the directory cannot answer",
     LoginArgs,
-    raises=(AuthenticationFailed,),
+    raises=(AuthenticationFailed, Forbidden, ServiceUnavailable),
 )
 REFRESH_SESSION = _method(
     "refresh_session",

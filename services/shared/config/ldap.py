@@ -28,7 +28,7 @@ def parse_group_mapping(text: str) -> GroupMapping:
     dn, arrow, group = text.rpartition("->")
     dn, group = dn.strip(), group.strip()
     if not arrow or not dn or "=" not in dn:
-        raise ValueError(f"{text!r}: write it as \"<group DN> -> <Warden group>\"")
+        raise ValueError(f'{text!r}: write it as "<group DN> -> <Warden group>"')
     if not _WARDEN_GROUP.fullmatch(group):
         raise ValueError(
             f"{group!r} is not a Warden group name (1-64 letters, digits, '_', '.' or '-')"
