@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -136,7 +137,8 @@ class Directory:
             server,
             user=user,
             password=password,
-            receive_timeout=self.settings.timeout_s,
+            # ldap3 packs it into SO_RCVTIMEO as whole seconds.
+            receive_timeout=max(1, math.ceil(self.settings.timeout_s)),
             raise_exceptions=False,
         )
         try:

@@ -25,7 +25,7 @@ from services.shared.errors import AlreadyExists, Forbidden, InvalidRequest
 
 log = logging.getLogger("warden.reservations.ldap")
 
-LDAP_SOURCE = "!ldap"  # the password hash of an account the directory signs in
+LDAP_SOURCE = accounts.LDAP_SOURCE
 
 
 async def source(conn: AsyncConnection, username: str) -> str | None:

@@ -154,7 +154,10 @@ class Slapd:
                 stderr=subprocess.STDOUT,
             )
         until_sync(
-            lambda: self.process is not None and (self.process.poll() is not None or _accepts(self.port)),
+            lambda: (
+                self.process is not None
+                and (self.process.poll() is not None or _accepts(self.port))
+            ),
             f"slapd listening on {self.url}",
             report=lambda: self.log.read_text(errors="replace")[-2000:],
         )
