@@ -6,7 +6,8 @@
 Its directory (`dc=lab,dc=example`) is loaded offline with `slapadd` before it starts: the
 service account `cn=warden,ou=services` (password SERVICE_PASSWORD), the users of USERS (each
 with the password `<uid>-pw`) and the groups of GROUPS. `modify()` changes it while it runs
-(as the root DN); `stop()`/`start()` take it away and bring it back on the same port and data.
+(as the root DN); `tls=True` makes it offer StartTLS; `stop()`/`start()` take it away and
+bring it back on the same port and data.
 A missing slapd fails the test and says which packages to install: never a silent skip.
 """
 
@@ -88,8 +89,42 @@ def _ldif() -> str:
     return "\n\n".join(entries) + "\n"
 
 
-def _config(directory: Path) -> str:
+def _openssl(*args: str) -> None:
+    done = subprocess.run([_need("openssl"), *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"openssl {args[0]} failed: {done.stderr}")
+
+
+def make_certificates(directory: Path, name: str = "ca") -> tuple[Path, Path, Path]:
+    """A CA of its own (`<name>.pem`) and a server certificate it signed for 127.0.0.1:
+    (CA, certificate, key)."""
+    ca, ca_key = directory / f"{name}.pem", directory / f"{name}.key"
+    cert, key = directory / f"{name}-server.pem", directory / f"{name}-server.key"
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+        "-keyout", str(ca_key), "-out", str(ca),
+    )  # fmt: skip
+    csr = directory / f"{name}-server.csr"
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", str(key), "-out", str(csr),
+    )  # fmt: skip
+    extensions = directory / f"{name}-ext.cnf"
+    extensions.write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-days", "2", "-extfile", str(extensions), "-out", str(cert),
+    )  # fmt: skip
+    return ca, cert, key
+
+
+def _config(directory: Path, tls: tuple[Path, Path, Path] | None) -> str:
     includes = "\n".join(f"include /etc/ldap/schema/{name}.schema" for name in SCHEMAS)
+    if tls is not None:
+        ca, cert, key = tls
+        includes += (
+            f"\nTLSCACertificateFile {ca}\nTLSCertificateFile {cert}\nTLSCertificateKeyFile {key}"
+        )
     return f"""{includes}
 pidfile {directory}/slapd.pid
 argsfile {directory}/slapd.args
@@ -123,17 +158,22 @@ def _accepts(port: int) -> bool:
 
 
 class Slapd:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, tls: bool = False) -> None:
         self.directory = directory
+        # (CA, certificate, key) when it offers StartTLS
+        self.tls = make_certificates(directory) if tls else None
         self.port = free_port()
         self.url = f"ldap://127.0.0.1:{self.port}"
+        # With tls: also ldaps:// (TLS from the first byte) on a port of its own.
+        self.tls_port = free_port() if tls else None
+        self.ldaps_url = f"ldaps://127.0.0.1:{self.tls_port}" if tls else ""
         self.config = directory / "slapd.conf"
         self.log = directory / "slapd.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     def prepare(self) -> None:
         (self.directory / "data").mkdir(parents=True)
-        self.config.write_text(_config(self.directory))
+        self.config.write_text(_config(self.directory, self.tls))
         ldif = self.directory / "lab.ldif"
         ldif.write_text(_ldif())
         loaded = subprocess.run(
@@ -149,7 +189,7 @@ class Slapd:
         with self.log.open("ab") as log:
             # -d 0: in the foreground (a child of the test, killed by it), logging nothing.
             self.process = subprocess.Popen(
-                [_need("slapd"), "-f", str(self.config), "-h", self.url + "/", "-d", "0"],
+                [_need("slapd"), "-f", str(self.config), "-h", self.listen(), "-d", "0"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -163,6 +203,12 @@ class Slapd:
         )
         if self.process.poll() is not None:
             pytest.fail(f"slapd exited at start: {self.log.read_text(errors='replace')[-2000:]}")
+
+    def _listening(self) -> bool:
+        return _accepts(self.port) and (self.tls_port is None or _accepts(self.tls_port))
+
+    def listen(self) -> str:
+        return f"{self.url}/ {self.ldaps_url}/" if self.ldaps_url else f"{self.url}/"
 
     def stop(self) -> None:
         if self.process is not None:
@@ -187,8 +233,10 @@ class Slapd:
 
 
 @contextlib.contextmanager
-def running_slapd(directory: Path) -> Iterator[Slapd]:
-    server = Slapd(directory)
+def running_slapd(directory: Path, *, tls: bool = False) -> Iterator[Slapd]:
+    """slapd on a free loopback port; `tls`: offering StartTLS with a certificate of a CA of
+    its own (`server.tls[0]`)."""
+    server = Slapd(directory, tls=tls)
     server.prepare()
     server.start()
     try:
