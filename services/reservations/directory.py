@@ -116,7 +116,17 @@ class Directory:
         unknown user alike, ServiceUnavailable when the directory cannot answer."""
         if not password:  # an empty password is an anonymous bind: it would "succeed"
             raise AuthenticationFailed(WRONG_LOGIN)
-        return await asyncio.to_thread(self._sign_in, username, password)
+        # The thread cannot be stopped, but the caller is answered within the deadline (the
+        # login RPC waits 30 s: at most 3 times 8 s here, then the database).
+        deadline = 3 * self.settings.timeout_s
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(self._sign_in, username, password), deadline
+            )
+        except TimeoutError:
+            reason = f"LDAP server {self.settings.url} did not answer within {deadline:g}s"
+            log.warning("%s", reason)
+            raise ServiceUnavailable(reason) from None
 
     def _server(self) -> Server:
         s = self.settings

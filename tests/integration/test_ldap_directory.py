@@ -6,6 +6,7 @@ The whole sign-in through the API is tests/e2e/test_api_ldap.py."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +101,14 @@ async def test_a_refused_service_account_and_a_closed_port_say_which(slapd: Slap
     closed = f"ldap://127.0.0.1:{free_port()}"
     with pytest.raises(ServiceUnavailable, match=rf"^LDAP server {closed} cannot be reached"):
         await directory(slapd, url=closed).sign_in("carol", password_of("carol"))
+
+
+async def test_a_server_that_never_answers_is_a_503_within_the_deadline(slapd: Slapd) -> None:
+    # A port that accepts connections (the kernel's backlog) and never says a word.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"ldap://127.0.0.1:{silent.getsockname()[1]}"
+        quiet = directory(slapd, url=url, start_tls=False, timeout_s=0.5)
+        with pytest.raises(ServiceUnavailable, match=r"cannot be reached|did not answer within"):
+            await quiet.sign_in("carol", password_of("carol"))

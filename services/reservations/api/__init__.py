@@ -117,6 +117,7 @@ LOGIN = _method(
     "when its groups may not, ServiceUnavailable when the directory cannot answer",
     LoginArgs,
     raises=(AuthenticationFailed, Forbidden, ServiceUnavailable),
+    timeout_s=30.0,  # a directory sign-in may take 3 times [auth.ldap] timeout_s (at most 24 s)
 )
 REFRESH_SESSION = _method(
     "refresh_session",

@@ -105,5 +105,9 @@ class LdapSettings:
         "(a missing Warden group is created).",
     )
     timeout_s: float = option(
-        5.0, "Deadline of connecting and of each directory request, in seconds.", min=0.1, max=60
+        5.0,
+        "Deadline of connecting and of each directory request, in seconds; a whole sign-in "
+        "gets three times as long.",
+        min=0.1,
+        max=8,
     )
