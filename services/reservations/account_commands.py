@@ -6,18 +6,26 @@ Each method takes its arguments loaded by the api's schema (`services.reservatio
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from services.reservations import accounts, sessions, setup
+from services.reservations import accounts, ldap_accounts, sessions, setup
+from services.reservations.booking import Actor
 from services.reservations.commands import Commands
+from services.reservations.directory import Directory, grant
 from services.reservations.store import Store, now_ms
 from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest
 
+log = logging.getLogger("warden.reservations")
+
 
 class AccountCommands:
-    def __init__(self, store: Store, commands: Commands) -> None:
+    def __init__(
+        self, store: Store, commands: Commands, directory: Directory | None = None
+    ) -> None:
         self.store = store
         self.commands = commands  # who the actor is, re-checking reservations, on_commit
+        self.directory = directory  # [auth.ldap]; None: local accounts only
 
     # --- sessions -------------------------------------------------------------------------------
 
@@ -26,11 +34,39 @@ class AccountCommands:
             return await accounts.authenticate(conn, args["username"], args["password"])
 
     async def login(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.directory is not None:
+            async with self.store.read() as conn:
+                kind = await ldap_accounts.source(conn, args["username"])
+            if kind != "local":  # a directory account, or a name Warden does not know
+                return await self._directory_login(self.directory, args)
         async with self.store.write() as conn:
             user = await accounts.authenticate(conn, args["username"], args["password"])
             token = await sessions.open_session(
                 conn, user["username"], args["ttl_s"] * 1000, now_ms()
             )
+        return {"user": user, **token}
+
+    async def _directory_login(self, directory: Directory, args: dict[str, Any]) -> dict[str, Any]:
+        # The directory is asked outside any transaction: a slow server holds no lock.
+        found = await directory.sign_in(args["username"], args["password"])
+        granted = grant(directory.settings, found.groups)
+        async with self.store.write() as conn:
+            user, removed = await ldap_accounts.signed_in(conn, found, granted)
+            actor = Actor(user["username"], "admin" in user["roles"])
+            for group in sorted(removed):  # their bookings through that group may lapse
+                await self.commands.recheck(
+                    conn,
+                    actor,
+                    cause="group.member_removed",
+                    group=group,
+                    username=user["username"],
+                    owners={user["username"]},
+                )
+            token = await sessions.open_session(
+                conn, user["username"], args["ttl_s"] * 1000, now_ms()
+            )
+        self.commands.on_commit()
+        log.info("user %s signed in through LDAP", user["username"])
         return {"user": user, **token}
 
     async def refresh_session(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ MAX_EMAIL_LENGTH = 254
 MAX_DESCRIPTION_LENGTH = 500
 _CHUNK = 500  # names per IN (...) list
 WRONG_LOGIN = "wrong username or password"
+LDAP_SOURCE = "!ldap"  # the password hash of a directory account: no password matches it
 
 
 # --- validation (pure) ------------------------------------------------------------------------
@@ -137,6 +138,7 @@ def _public(row: _Row, group_names: Iterable[str]) -> dict[str, Any]:
         "roles": _roles(bool(row.is_admin)),
         "groups": sorted(group_names),
         "created_at": iso_ms(row.created_at_ms),
+        "source": "ldap" if row.from_ldap else "local",  # see ldap_accounts.py
     }
 
 
@@ -150,6 +152,7 @@ _USER_COLUMNS = (
     users.c.email,
     users.c.is_admin,
     users.c.created_at_ms,
+    (users.c.password_hash == LDAP_SOURCE).label("from_ldap"),
 )
 
 

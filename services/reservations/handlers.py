@@ -13,6 +13,7 @@ from services.reservations.activity import ActivityBoard
 from services.reservations.booking_calls import BookingCalls
 from services.reservations.calendar_feeds import CalendarFeedCalls
 from services.reservations.commands import Commands
+from services.reservations.directory import Directory
 from services.reservations.gpu_inventory import GpuInventory
 from services.reservations.queries import Queries
 from services.reservations.store import Store
@@ -22,9 +23,13 @@ from services.shared.rpc import served
 
 
 def rpc_methods(
-    store: Store, commands: Commands, queries: Queries, activity: ActivityBoard | None = None
+    store: Store,
+    commands: Commands,
+    queries: Queries,
+    activity: ActivityBoard | None = None,
+    directory: Directory | None = None,
 ) -> dict[str, RpcHandler]:
-    people = AccountCommands(store, commands)
+    people = AccountCommands(store, commands, directory)
     bookings = BookingCalls(commands, queries, activity)
     feeds = CalendarFeedCalls(store, commands)
     return served(

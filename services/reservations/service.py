@@ -9,6 +9,7 @@ from services.monitor import api as monitor_api
 from services.reservations.activity import ActivityBoard
 from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
+from services.reservations.directory import Directory
 from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
@@ -61,11 +62,13 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(hosts.stop)
         for teardown in await follow_activity(ctx.bus, activity):
             stack.push_async_callback(teardown)
+        ldap = ctx.settings.auth.ldap
+        directory = Directory(ldap) if ldap.url else None
         queries = Queries(store, usage.live, host_offered=hosts.offers, activity=activity)
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, queries, activity),
+            rpc_methods(store, commands, queries, activity, directory),
             event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:

@@ -355,7 +355,10 @@ def test_template_shows_the_schema_defaults(tmp_path: Path) -> None:
                 continue
             default = schema_field.load_default
             default = default() if callable(default) else default
-            assert parsed[section][key] == default, f"{section}.{key}"
+            shown = parsed[section][key]
+            if isinstance(schema_field, fields.Nested):  # `[auth.ldap]`: its own keys
+                shown = schema_field.schema.load(shown)
+            assert shown == default, f"{section}.{key}"
 
 
 def test_template_defaults_match_the_typed_settings(tmp_path: Path) -> None:
@@ -581,3 +584,33 @@ def test_a_moved_key_in_the_environment_is_refused_naming_the_new_variable() -> 
     with pytest.raises(ConfigError) as err:
         load_settings(dev=True, environ={"WARDEN_JOBS_SSH_KEY_FILE": "/k"})
     assert "WARDEN_SSH_KEY_FILE" in err.value.details["jobs.ssh_key_file"]
+
+
+def test_a_nested_table_loads_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "warden.toml"
+    path.write_text(
+        '[auth.ldap]\nurl = "ldaps://ldap.lab.example"\nbind_dn = "cn=warden,dc=lab"\n'
+        'group_map = ["cn=ml,ou=groups,dc=lab -> ml-team"]\n'
+    )
+    environ = {"WARDEN_AUTH_LDAP_BIND_PASSWORD": "s3cret", "WARDEN_AUTH_LDAP_TIMEOUT_S": "2"}
+    ldap = load_settings(path, dev=True, environ=environ).auth.ldap
+    assert (ldap.url, ldap.bind_dn, ldap.bind_password) == (
+        "ldaps://ldap.lab.example",
+        "cn=warden,dc=lab",
+        "s3cret",
+    )
+    assert ldap.timeout_s == 2
+    assert [(m.dn, m.group) for m in ldap.group_map] == [("cn=ml,ou=groups,dc=lab", "ml-team")]
+    assert "s3cret" not in repr(ldap)
+
+
+def test_a_nested_table_names_its_bad_keys(tmp_path: Path) -> None:
+    path = tmp_path / "warden.toml"
+    path.write_text('[auth.ldap]\nurl = "http://ldap"\ngroup_map = ["no arrow"]\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path, dev=True, environ={})
+    assert "auth.ldap.url" in raised.value.details
+    path.write_text('[auth.ldap]\ngroup_map = ["no arrow"]\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path, dev=True, environ={})
+    assert "auth.ldap.group_map[0]" in raised.value.details

@@ -4,6 +4,23 @@
  */
 
 export interface paths {
+    "/api/v1/auth/methods": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** How one signs in here: whether directory (LDAP) accounts may */
+        get: operations["auth_methods"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/calendar/{token}.ics": {
         parameters: {
             query?: never;
@@ -642,7 +659,7 @@ export interface paths {
         put?: never;
         /**
          * Sign in: access and refresh tokens
-         * @description Failed attempts are limited per username and per address (429 with Retry-After).
+         * @description Failed attempts are limited per username and per address (429 with Retry-After). With [auth.ldap], a name with no local account signs in with its directory password: 403 when its directory groups may not sign in, 503 when the directory is unreachable or refuses Warden's service account.
          */
         post: operations["login"];
         delete?: never;
@@ -846,6 +863,8 @@ export interface components {
             /** @description admins only */
             groups?: string[];
             roles: string[];
+            /** @description admins only: local or ldap */
+            source?: string;
             username: string;
         } & {
             [key: string]: unknown;
@@ -876,6 +895,10 @@ export interface components {
             probe: "ssh" | "nvml";
             /** @description the user Warden logs in as; required when probe is "ssh" */
             user?: string;
+        };
+        AuthMethods: {
+            /** @description names without a local account sign in with the lab's directory account ([auth.ldap]) */
+            ldap: boolean;
         };
         BookingWarning: {
             gpu_index: number | null;
@@ -1823,6 +1846,8 @@ export interface components {
             email: string;
             groups: string[];
             roles: string[];
+            /** @description local (its own password) or ldap (signs in through [auth.ldap]) */
+            source?: string;
             username: string;
         } & {
             [key: string]: unknown;
@@ -1865,6 +1890,35 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    auth_methods: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthMethods"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     feed: {
         parameters: {
             query?: {

@@ -43,6 +43,16 @@ class TokensSchema(Schema):
     user = fields.Nested(UserSchema, required=True)
 
 
+class AuthMethodsSchema(Schema):
+    ldap = fields.Boolean(
+        required=True,
+        metadata={
+            "description": "names without a local account sign in with the lab's "
+            "directory account ([auth.ldap])"
+        },
+    )
+
+
 class MeSchema(Schema):
     user = fields.Nested(UserSchema, required=True)
 
@@ -132,6 +142,10 @@ async def logout(call: Call) -> None:
         call.request.app[REVOCATIONS].revoke(call.caller.username, call.caller.session, time.time())
 
 
+async def auth_methods(call: Call) -> dict[str, Any]:
+    return {"ldap": bool(call.settings.auth.ldap.url)}
+
+
 async def me(call: Call) -> dict[str, Any]:
     user = await call.rpc(
         api.GET_USER, {"actor": call.user.username, "username": call.user.username}
@@ -152,7 +166,9 @@ ROUTES = (
         response=TokensSchema,
         status=201,
         description="Failed attempts are limited per username and per address (429 with "
-        "Retry-After).",
+        "Retry-After). With [auth.ldap], a name with no local account signs in with its "
+        "directory password: 403 when its directory groups may not sign in, 503 when the "
+        "directory is unreachable or refuses Warden's service account.",
     ),
     Route(
         "POST",
@@ -174,6 +190,15 @@ ROUTES = (
         TAG,
         body=RefreshBody,
         status=204,
+    ),
+    Route(
+        "GET",
+        "/auth/methods",
+        auth_methods,
+        Access.PUBLIC,
+        "How one signs in here: whether directory (LDAP) accounts may",
+        TAG,
+        response=AuthMethodsSchema,
     ),
     Route("GET", "/me", me, Access.USER, "The signed-in user", TAG, response=MeSchema),
 )

@@ -113,9 +113,12 @@ AUTHENTICATE = _method(
 )
 LOGIN = _method(
     "login",
-    "Check the password and open a session: the user and a first refresh token",
+    "Check the password and open a session: the user and a first refresh token. With "
+    "[auth.ldap], a name with no local account signs in through the directory: Forbidden "
+    "when its groups may not, ServiceUnavailable when the directory cannot answer",
     LoginArgs,
-    raises=(AuthenticationFailed,),
+    raises=(AuthenticationFailed, Forbidden, ServiceUnavailable),
+    timeout_s=30.0,  # a directory sign-in may take 3 times [auth.ldap] timeout_s (at most 24 s)
 )
 REFRESH_SESSION = _method(
     "refresh_session",

@@ -16,6 +16,9 @@ class UserSchema(Answer):
     roles = fields.List(fields.String(), required=True)
     groups = fields.List(fields.String(), required=True)
     created_at = fields.AwareDateTime(required=True)
+    source = fields.String(
+        metadata={"description": "local (its own password) or ldap (signs in through [auth.ldap])"}
+    )
 
 
 class AccountSchema(Answer):
@@ -26,6 +29,7 @@ class AccountSchema(Answer):
     email = _Str(metadata={"description": "admins only"})
     groups = fields.List(_Str(), metadata={"description": "admins only"})
     created_at = _Time(metadata={"description": "admins only"})
+    source = _Str(metadata={"description": "admins only: local or ldap"})
 
 
 class GroupSchema(Answer):

@@ -90,6 +90,12 @@ class Key:
         return typing.get_args(self.type)[0] if is_list else None
 
     @property
+    def section(self) -> type | None:
+        """The dataclass of a table nested in a section (`[auth.ldap]`)."""
+        plain = dataclasses.is_dataclass(self.type) and isinstance(self.type, type)
+        return self.type if plain else None
+
+    @property
     def table(self) -> type | None:
         """The dataclass of each table of an array of tables (`[[hosts]]`)."""
         item = self.item

@@ -141,16 +141,41 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """`WARDEN_BUS_AMQP_URL=...` → {"bus": {"amqp_url": "..."}}; lists are comma-separated."""
     found: dict[str, dict[str, Any]] = {}
     for section, cls in sections(Settings).items():
-        for key in keys(cls):
-            value = environ.get(f"{ENV_PREFIX}{section}_{key.name}".upper())
-            if value is None or key.table is not None:  # tables come from the file only
-                continue
-            if key.item is not None:
-                items = (item.strip() for item in value.split(","))
-                found.setdefault(section, {})[key.name] = [item for item in items if item]
-            else:
-                found.setdefault(section, {})[key.name] = value
+        found_here = _env_values(environ, f"{ENV_PREFIX}{section}", cls)
+        if found_here:
+            found[section] = found_here
     return found
+
+
+def _env_values(environ: Mapping[str, str], prefix: str, cls: type) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key in keys(cls):
+        if key.section is not None:  # `[auth.ldap]`: WARDEN_AUTH_LDAP_<KEY>, lists excepted
+            nested = _env_values(environ, f"{prefix}_{key.name}", key.section)
+            nested = {name: value for name, value in nested.items() if isinstance(value, str)}
+            if nested:
+                found[key.name] = nested
+            continue
+        value = environ.get(f"{prefix}_{key.name}".upper())
+        if value is None or key.table is not None:  # tables come from the file only
+            continue
+        if key.item is not None:
+            items = (item.strip() for item in value.split(","))
+            found[key.name] = [item for item in items if item]
+        else:
+            found[key.name] = value
+    return found
+
+
+def _merged(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The file's values with the environment's over them, nested tables key by key."""
+    merged = dict(values)
+    for name, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(name), dict):
+            merged[name] = {**merged[name], **value}
+        else:
+            merged[name] = value
+    return merged
 
 
 def _flatten(errors: Any, prefix: str) -> dict[str, str]:
@@ -237,7 +262,7 @@ def load_settings(
         if not isinstance(values, dict):
             problems[section] = "must be a table"
             continue
-        merged = {**values, **overrides.get(section, {})}
+        merged = _merged(values, overrides.get(section, {}))
         if section == "storage":  # the default follows `environ`, not this process's
             merged.setdefault("data_dir", str(default_data_dir(environ)))
         try:

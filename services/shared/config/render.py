@@ -40,8 +40,12 @@ def blocks() -> list[Block]:
     """Each section with its plain keys, then its arrays of tables; `[[hosts]]` last."""
     found: list[Block] = []
     for section, cls in sections(Settings).items():
-        plain = [key for key in keys(cls) if key.table is None]
+        plain = [key for key in keys(cls) if key.table is None and key.section is None]
         found.append(Block(section, inspect.getdoc(cls) or "", plain, table=False))
+        for key in keys(cls):
+            if key.section is not None:  # `[auth.ldap]`, after its section's keys
+                about = inspect.getdoc(key.section) or ""
+                found.append(Block(f"{section}.{key.name}", about, keys(key.section), False))
         found += [_table(f"{section}.{key.name}", key) for key in keys(cls) if key.table]
     return found + [_table(key.name, key) for key in keys(Settings)]
 

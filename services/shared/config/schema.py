@@ -58,6 +58,8 @@ def _validators(option: Option) -> list[validate.Validator]:
 
 def _field(key: Key, rules: Mapping[type, Sequence[Rule]]) -> fields.Field:
     option = key.option
+    if key.section is not None:  # a nested table: absent, it has its defaults
+        return fields.Nested(schema_for(key.section, rules), load_default=key.section)
     loading: dict[str, Any] = {"required": True}
     if option.default is not MISSING:
         default = option.default

@@ -24,6 +24,7 @@ from services.shared.config.escalation import (
     parse_allow_entry,
     parse_step,
 )
+from services.shared.config.ldap import LdapSettings
 
 MIN_SECRET_LENGTH = 32
 
@@ -174,6 +175,9 @@ class AuthSettings:
         7 * 24 * 3600,
         "How long a login lasts without a new password (a refresh token), in seconds.",
         min=60,
+    )
+    ldap: LdapSettings = field(
+        default_factory=LdapSettings, metadata=about("Sign-in with directory accounts.")
     )
 
 
