@@ -8,6 +8,7 @@ from services.gateway.routes import (
     inventory,
     jobs,
     meta,
+    reports,
     reservations,
     session,
     setup,
@@ -25,4 +26,5 @@ ROUTES: tuple[Route, ...] = (
     *reservations.ROUTES,
     *jobs.ROUTES,
     *violations.ROUTES,
+    *reports.ROUTES,
 )
