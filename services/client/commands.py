@@ -13,13 +13,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from services.client import jobs, reservations, session, status, violations
+from services.client import jobs, reports, reservations, session, status, violations
 from services.client.api import ClientError
 from services.client.args import Subcommands, UsageError
 from services.client.store import CredentialsError
 
 # In the order `warden --help` lists their commands.
-_RESOURCES = (session, status, reservations, jobs, violations)
+_RESOURCES = (session, status, reservations, jobs, violations, reports)
 
 
 def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -33,6 +33,7 @@ from services.shared.store import Store
 from services.sim.model import SimFleet
 from services.violations.tables import incidents
 from tests.e2e.api import EVERY_SERVICE, ApiSystem, _answers
+from tests.e2e.test_cli_client import Cli
 from tests.support.accounts import cheap_passwords
 from tests.support.fleet import served_fleet
 from tests.support.ports import free_port
@@ -363,3 +364,42 @@ async def test_a_period_before_the_seeded_day_is_empty(system: ApiSystem) -> Non
     assert answer.status == 200
     assert answer.body["rows"] == []
     assert answer.body["totals"]["reserved_gpu_hours"] == 0.0
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(
+    system: ApiSystem,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Cli:
+    return Cli(system, tmp_path, monkeypatch, capsys)
+
+
+async def test_the_cli_prints_a_table_and_csv(cli: Cli) -> None:
+    await cli.login("admin")
+    ran = await cli("report", "--by", "user")
+    assert ran.code == 0, ran
+    assert "alice" in ran.out and "bob" in ran.out and "25%" in ran.out
+    ran = await cli("report", "--by", "host", "--csv")
+    assert ran.code == 0, ran
+    parsed = list(csv.DictReader(io.StringIO(ran.out)))
+    assert [row["host"] for row in parsed] == ["rack1", "total"]
+    assert float(parsed[0]["reserved_gpu_hours"]) == 3.0
+    assert float(parsed[0]["unreserved_gpu_hours"]) == 1.5
+
+
+async def test_the_cli_shows_a_user_only_their_own(cli: Cli) -> None:
+    await cli.login("alice")
+    ran = await cli("report", "--json")
+    assert ran.code == 0, ran
+    assert [row["key"] for row in ran.json()["rows"]] == ["alice"]
+    refused = await cli("report", "--user", "bob")
+    assert refused.code == 1
+    assert "admins" in refused.err
+    bad = await cli("report", "--start", "2026-11-02", "--end", "2026-11-01")
+    assert bad.code == 1
+    assert "after start" in bad.err
