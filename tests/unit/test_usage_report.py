@@ -14,8 +14,6 @@ from services.violations.usage_report import incident_facts
 H = HOUR_MS
 
 
-def _usage(samples: int, idle: int) -> dict[str, object]:
-    return {"totals": {"gpu_samples": samples, "idle_samples": idle}, "last_ms": {}}
 
 
 def test_overlap_is_the_part_inside_the_period() -> None:
@@ -32,19 +30,19 @@ def test_a_cancelled_booking_held_its_gpus_until_it_was_cancelled() -> None:
 
 
 def test_idle_share_is_none_without_samples() -> None:
-    assert idle_share(None) is None
-    assert idle_share(_usage(0, 0)) is None
-    assert idle_share(_usage(10, 4)) == 0.4
+    assert idle_share(None, None) is None
+    assert idle_share(0, 0) is None
+    assert idle_share(10, 4) == 0.4
 
 
 def test_reserved_time_splits_into_used_and_idle_by_the_samples() -> None:
     rows = [
         # alice: 2 GPUs for 4 h, a quarter of the samples idle; half of it in the period
-        ("alice", "g0", "active", -2 * H, 2 * H, None, _usage(100, 25)),
-        ("alice", "g1", "active", -2 * H, 2 * H, None, _usage(100, 25)),
+        ("alice", "g0", "active", -2 * H, 2 * H, None, 100, 25),
+        ("alice", "g1", "active", -2 * H, 2 * H, None, 100, 25),
         # bob: 1 h never measured, and a booking cancelled before it started
-        ("bob", "g0", "active", 3 * H, 4 * H, None, None),
-        ("bob", "g1", "cancelled", 5 * H, 6 * H, 1 * H, None),
+        ("bob", "g0", "active", 3 * H, 4 * H, None, None, None),
+        ("bob", "g1", "cancelled", 5 * H, 6 * H, 1 * H, None, None),
     ]
     facts = reservation_facts(rows, {"g0": "h1", "g1": "h1"}, 0, 10 * H)
     by_key = {(f["user"], f["gpu_uuid"]): f for f in facts}
