@@ -14,8 +14,6 @@ from services.violations.usage_report import incident_facts
 H = HOUR_MS
 
 
-
-
 def test_overlap_is_the_part_inside_the_period() -> None:
     assert overlap_ms(0, 10, 5, 20) == 5
     assert overlap_ms(0, 10, 10, 20) == 0
