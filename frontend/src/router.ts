@@ -16,6 +16,7 @@ const routes: RouteRecordRaw[] = [
   { path: '/jobs/:id(\\d+)/edit', name: 'job-edit', component: () => import('./pages/jobs/JobEditorPage.vue'), props: true, meta: { title: 'Edit job' } },
   { path: '/violations', name: 'violations', component: () => import('./pages/violations/ViolationsPage.vue'), meta: { title: 'Violations' } },
   { path: '/violations/:id', name: 'violation', component: () => import('./pages/violations/ViolationPage.vue'), props: true, meta: { title: 'Violation' } },
+  { path: '/reports', name: 'reports', component: () => import('./pages/reports/ReportsPage.vue'), meta: { title: 'Reports' } },
   { path: '/admin', redirect: '/admin/users' },
   { path: '/admin/users', name: 'admin-users', component: () => import('./pages/admin/UsersPage.vue'), meta: { admin: true, title: 'Users' } },
   { path: '/admin/groups', name: 'admin-groups', component: () => import('./pages/admin/GroupsPage.vue'), meta: { admin: true, title: 'Groups' } },
