@@ -62,7 +62,7 @@ def _finished(row: dict[str, Any]) -> dict[str, Any]:
     measured = row["used_gpu_hours"] + row["idle_gpu_hours"]
     row["idle_share"] = round(row["idle_gpu_hours"] / measured, 4) if measured > 0 else None
     for name in ("reserved_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "unreserved_gpu_hours"):
-        row[name] = round(row[name], 3)
+        row[name] = round(row[name], 4)
     return {column: row[column] for column in COLUMNS}
 
 

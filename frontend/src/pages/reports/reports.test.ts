@@ -63,6 +63,7 @@ describe('formatting', () => {
   })
   it('reads hours, shares and the file name', () => {
     expect(hours(0)).toBe('0')
+    expect(hours(0.0007)).toBe('< 0.1')
     expect(hours(1.25)).toBe('1.3')
     expect(hours(1234.4)).toBe('1,234')
     expect(share(null)).toBe('—')

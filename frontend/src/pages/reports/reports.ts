@@ -107,6 +107,7 @@ export function largestFirst(rows: UsageRow[], limit = 20): UsageRow[] {
 
 export function hours(value: number): string {
   if (value === 0) return '0'
+  if (value > 0 && value < 0.05) return '< 0.1' // a few minutes: not nothing
   if (value < 10) return value.toFixed(1)
   return Math.round(value).toLocaleString('en-US')
 }
