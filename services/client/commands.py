@@ -1,10 +1,10 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, jobs, submit, stop, logs, violations.
+reservations, cancel, jobs, submit, stop, logs, violations, report.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
-resource (`session`, `status`, `reservations`, `jobs`, `violations`) and turns their errors
-into those exit statuses; the tables are in `render`, the command line's readers in `args`.
+resource (`session`, `status`, `reservations`, `jobs`, `violations`, `reports`) and turns their
+errors into those exit statuses; the tables are in `render`, the command line's readers in `args`.
 """
 
 from __future__ import annotations
