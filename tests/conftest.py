@@ -10,6 +10,7 @@ unix_user: a throwaway Unix user of the test's own (tests/support/unix_user.py; 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -82,9 +83,9 @@ def _with_vhost(url: str, vhost: str) -> str:
     return urlunsplit(parts._replace(path="/" + quote(vhost, safe="")))
 
 
-@pytest.fixture
-def amqp_url() -> Iterator[str]:
-    """A fresh RabbitMQ vhost for this test; the URL points at it."""
+@contextlib.contextmanager
+def _fresh_vhost() -> Iterator[str]:
+    """A fresh RabbitMQ vhost while it lasts; the URL points at it."""
     if AMQP_URL not in _answered:  # once it has answered, no probe per test (one log line each)
         problem = _amqp_problem(AMQP_URL)
         if problem is not None:
@@ -101,6 +102,20 @@ def amqp_url() -> Iterator[str]:
         yield _with_vhost(AMQP_URL, vhost)
     finally:
         _rabbitmqctl("delete_vhost", vhost)
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    """A fresh RabbitMQ vhost for this test; the URL points at it."""
+    with _fresh_vhost() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def amqp_url_module() -> Iterator[str]:
+    """A fresh RabbitMQ vhost for a module's tests (one system for the module)."""
+    with _fresh_vhost() as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, calendar-feed, jobs, submit, stop, logs, violations.
+reservations, cancel, calendar-feed, jobs, submit, stop, logs, violations, report.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
-resource (`session`, `status`, `reservations`, `jobs`, `violations`) and turns their errors
-into those exit statuses; the tables are in `render`, the command line's readers in `args`.
+resource (`session`, `status`, `reservations`, `jobs`, `violations`, `reports`) and turns their
+errors into those exit statuses; the tables are in `render`, the command line's readers in `args`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,21 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from services.client import calendar_feed, jobs, reservations, session, status, violations
+from services.client import (
+    calendar_feed,
+    jobs,
+    reports,
+    reservations,
+    session,
+    status,
+    violations,
+)
 from services.client.api import ClientError
 from services.client.args import Subcommands, UsageError
 from services.client.store import CredentialsError
 
 # In the order `warden --help` lists their commands.
-_RESOURCES = (session, status, reservations, calendar_feed, jobs, violations)
+_RESOURCES = (session, status, reservations, calendar_feed, jobs, violations, reports)
 
 
 def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -24,6 +24,7 @@ from services.shared.errors import (
 )
 from services.shared.rpc import Answer, methods_of
 from services.shared.ssh import HostUnreachable
+from services.shared.usage_report import FactsSchema, PeriodArgs
 
 SERVICE = "jobs"
 
@@ -388,6 +389,14 @@ PREVIEW_JOB = _method(
     raises=_ON_A_JOB,
 )
 
+USAGE_REPORT = _method(
+    "usage_report",
+    "Jobs run and GPU-hours of jobs without a reservation over a period, per user and GPU",
+    PeriodArgs,
+    answer=FactsSchema,
+    raises=(InvalidRequest,),
+)
+
 METHODS = (
     CREATE_JOB,
     UPDATE_JOB,
@@ -401,4 +410,5 @@ METHODS = (
     DEQUEUE_JOB,
     TASK_LOGS,
     PREVIEW_JOB,
+    USAGE_REPORT,
 )

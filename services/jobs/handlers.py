@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.jobs import api
+from services.jobs import api, usage_report
 from services.jobs.commands import JobCommands
 from services.jobs.engine import Engine
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import Forbidden
 from services.shared.rpc import served
+from services.shared.store import Store
+from services.shared.usage_report import report_handler
 
 _DEFINITION_KEYS = tuple(api.DefinitionSchema().fields)
 
@@ -22,7 +24,7 @@ def _definition(query: dict[str, Any]) -> dict[str, Any]:
     return {key: query[key] for key in _DEFINITION_KEYS}
 
 
-def rpc_methods(commands: JobCommands) -> dict[str, RpcHandler]:
+def rpc_methods(commands: JobCommands, store: Store) -> dict[str, RpcHandler]:
     async def create_job(query: dict[str, Any]) -> dict[str, Any]:
         return await commands.create(
             query["actor"], query["admin"], query["owner"], _definition(query)
@@ -88,6 +90,7 @@ def rpc_methods(commands: JobCommands) -> dict[str, RpcHandler]:
             api.DEQUEUE_JOB: queueing(False),
             api.TASK_LOGS: task_logs,
             api.PREVIEW_JOB: preview_job,
+            api.USAGE_REPORT: report_handler(store, usage_report.usage_report),
         },
     )
 

@@ -64,7 +64,7 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(stop_loading)
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
-        return await start_service(ctx, stack, rpc_methods(commands), event_handlers(engine))
+        return await start_service(ctx, stack, rpc_methods(commands, store), event_handlers(engine))
     except BaseException:
         await stack.aclose()
         raise

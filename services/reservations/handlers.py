@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from services.reservations import api
+from services.reservations import usage_report as usage
 from services.reservations.account_commands import AccountCommands
 from services.reservations.activity import ActivityBoard
 from services.reservations.booking_calls import BookingCalls
@@ -20,6 +21,7 @@ from services.reservations.store import Store
 from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
 from services.shared.contracts import Envelope
 from services.shared.rpc import served
+from services.shared.usage_report import report_handler
 
 
 def rpc_methods(
@@ -72,6 +74,7 @@ def rpc_methods(
             api.FIND_SLOT: bookings.find_slot,
             api.ACTIVE_RESERVATIONS: bookings.active_reservations,
             api.CHECK_USE: bookings.check_use,
+            api.USAGE_REPORT: report_handler(store, usage.usage_report),
         },
     )
 

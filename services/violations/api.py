@@ -11,6 +11,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.rpc import Answer, methods_of
+from services.shared.usage_report import FactsSchema, PeriodArgs
 
 SERVICE = "violations"
 _method = methods_of(SERVICE)
@@ -167,4 +168,12 @@ RECORD_ACTIONS = _method(
     raises=(InvalidRequest, NotFound),
 )
 
-METHODS = (LIST_INCIDENTS, GET_INCIDENT, RECORD_ACTIONS)
+USAGE_REPORT = _method(
+    "usage_report",
+    "Incidents caused and suffered, GPU-hours used unreserved, per user and GPU over a period",
+    PeriodArgs,
+    answer=FactsSchema,
+    raises=(InvalidRequest,),
+)
+
+METHODS = (LIST_INCIDENTS, GET_INCIDENT, RECORD_ACTIONS, USAGE_REPORT)

@@ -15,7 +15,8 @@ from services.shared.contracts import Envelope
 from services.shared.errors import NotFound
 from services.shared.rpc import served
 from services.shared.store import Store
-from services.violations import api, repository
+from services.shared.usage_report import report_handler
+from services.violations import api, repository, usage_report
 from services.violations.tracker import Tracker
 
 
@@ -57,6 +58,7 @@ def rpc_methods(store: Store, tracker: Tracker) -> dict[str, RpcHandler]:
             api.LIST_INCIDENTS: list_incidents,
             api.GET_INCIDENT: get_incident,
             api.RECORD_ACTIONS: record_actions,
+            api.USAGE_REPORT: report_handler(store, usage_report.usage_report),
         },
     )
 

@@ -509,6 +509,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/reports/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * GPU usage per user, group, host or GPU model over a period (JSON, or CSV)
+         * @description Admins see everyone (or one user with `user=`); anyone else sees only their own figures (403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the period is longer than 366 days. The period stops at now. Columns: see the README's "Usage reports". `format=csv` answers as `/reports/usage.csv` does.
+         */
+        get: operations["usage_report"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/reports/usage.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The usage report as CSV (a header row, the rows, then a `total` row)
+         * @description Admins see everyone (or one user with `user=`); anyone else sees only their own figures (403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the period is longer than 366 days. The period stops at now. Columns: see the README's "Usage reports".
+         */
+        get: operations["usage_report_csv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/reservations": {
         parameters: {
             query?: never;
@@ -1840,6 +1880,38 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        UsageReport: {
+            by: string;
+            columns: string[];
+            /**
+             * Format: date-time
+             * @description at most now
+             */
+            end: string;
+            rows: components["schemas"]["UsageRow"][];
+            /** Format: date-time */
+            start: string;
+            totals: components["schemas"]["UsageRow"];
+            /** @description whose figures; null: everyone */
+            user: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        UsageRow: {
+            idle_gpu_hours: number;
+            /** @description null: nothing measured */
+            idle_share: number | null;
+            jobs: number;
+            /** @description the user, group, host or model */
+            key: string;
+            reserved_gpu_hours: number;
+            unreserved_gpu_hours: number;
+            used_gpu_hours: number;
+            violations_caused: number;
+            violations_suffered: number;
+        } & {
+            [key: string]: unknown;
+        };
         User: {
             /** Format: date-time */
             created_at: string;
@@ -3035,6 +3107,82 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Series"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    usage_report: {
+        parameters: {
+            query?: {
+                /** @description a date (midnight UTC) or ISO-8601 time; default: 30 days before `end` */
+                start?: string;
+                /** @description exclusive; a date or ISO-8601 time; default: now */
+                end?: string;
+                by?: "user" | "group" | "host" | "gpu_model";
+                /** @description only this user's figures (others than yourself: admins only) */
+                user?: string;
+                format?: "json" | "csv";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    usage_report_csv: {
+        parameters: {
+            query?: {
+                /** @description a date (midnight UTC) or ISO-8601 time; default: 30 days before `end` */
+                start?: string;
+                /** @description exclusive; a date or ISO-8601 time; default: now */
+                end?: string;
+                by?: "user" | "group" | "host" | "gpu_model";
+                /** @description only this user's figures (others than yourself: admins only) */
+                user?: string;
+                format?: "json" | "csv";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
                 };
             };
             /** @description an error (see `error` for the code) */

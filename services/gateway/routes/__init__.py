@@ -9,6 +9,7 @@ from services.gateway.routes import (
     inventory,
     jobs,
     meta,
+    reports,
     reservations,
     session,
     setup,
@@ -27,4 +28,5 @@ ROUTES: tuple[Route, ...] = (
     *calendar_feed.ROUTES,
     *jobs.ROUTES,
     *violations.ROUTES,
+    *reports.ROUTES,
 )

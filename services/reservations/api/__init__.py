@@ -15,6 +15,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from marshmallow import fields
+
 from services.reservations.api.answers import (
     AccessChangeSchema,
     AccountSchema,
@@ -86,7 +88,8 @@ from services.shared.errors import (
     ServiceUnavailable,
     StateConflict,
 )
-from services.shared.rpc import methods_of
+from services.shared.rpc import Answer, methods_of
+from services.shared.usage_report import FactSchema, PeriodArgs
 
 SERVICE = "reservations"
 # The longest range a calendar or overview read may ask for.
@@ -348,6 +351,23 @@ CHECK_USE = _method(
     raises=(InvalidRequest,),
 )
 
+
+class UsageReportSchema(Answer):
+    facts = fields.List(fields.Nested(FactSchema), required=True)
+    gpus = fields.List(
+        fields.Dict(), required=True, metadata={"description": "uuid, host, index, model"}
+    )
+    groups = fields.List(fields.Dict(), required=True, metadata={"description": "user, groups"})
+
+
+USAGE_REPORT = _method(
+    "usage_report",
+    "GPU-hours reserved, used and idle per owner and GPU over a period; the GPUs; the groups",
+    PeriodArgs,
+    answer=UsageReportSchema,
+    raises=(InvalidRequest,),
+)
+
 METHODS = (
     AUTHENTICATE,
     LOGIN,
@@ -386,6 +406,7 @@ METHODS = (
     FIND_SLOT,
     ACTIVE_RESERVATIONS,
     CHECK_USE,
+    USAGE_REPORT,
 )
 
 
@@ -462,6 +483,7 @@ __all__ = [
     "UPDATE_RESERVATION",
     "UPDATE_RULE",
     "UPDATE_USER",
+    "USAGE_REPORT",
     "AccessChangeSchema",
     "AccountSchema",
     "ActiveArgs",
