@@ -176,4 +176,47 @@ USAGE_REPORT = _method(
     raises=(InvalidRequest,),
 )
 
+# --- notifications: one path for every message to a person (issue 20) -----------------------
+
+# What a user may be told about; each user chooses per kind which channels get it.
+NOTIFICATION_KINDS = (
+    "reservation_starting",  # my reservation starts in N minutes
+    "reservation_ending",  # my reservation ends in N minutes
+    "reservation_idle",  # my reserved GPUs are idle: keep it or release it (links)
+    "reservation_released",  # my reservation was released (idle, or by an admin)
+    "reservation_cancelled",  # a reservation of mine was cancelled by a rule change
+    "reservation_violated",  # someone is using a GPU I reserved
+    "job_finished",
+    "job_failed",
+)
+
+
+class NotificationLink(Schema):
+    label = _Str(required=True, validate=validate.Length(min=1, max=64))
+    url = fields.Url(required=True, require_tld=False, schemes={"http", "https"})
+
+
+class NotifyArgs(Schema):
+    user = _Str(required=True, validate=_Name, metadata={"description": "the account told"})
+    kind = _Str(required=True, validate=validate.OneOf(NOTIFICATION_KINDS))
+    title = _Str(required=True, validate=validate.Length(min=1, max=200))
+    text = _Str(required=True, validate=validate.Length(min=1, max=4000))
+    links = fields.List(fields.Nested(NotificationLink), load_default=list)
+    key = _Str(
+        load_default=None,
+        allow_none=True,
+        validate=validate.Length(min=1, max=200),
+        metadata={"description": "the same key twice is sent once (e.g. reservation:12:idle:1)"},
+    )
+
+
+NOTIFY = _method(
+    "notify",
+    "Tell a user something on the channels they chose for its kind (rate-limited, retried, "
+    "recorded); answers which channels it went to",
+    NotifyArgs,
+    raises=(InvalidRequest,),
+)
+
+# TODO(notifications): NOTIFY joins METHODS once the service serves it.
 METHODS = (LIST_INCIDENTS, GET_INCIDENT, RECORD_ACTIONS, USAGE_REPORT)
