@@ -35,6 +35,8 @@ def rpc_methods(
             api.SETUP_STATE: people.setup_state,
             api.ISSUE_SETUP_TOKEN: people.issue_setup_token,
             api.SETUP_ADMIN: people.setup_admin,
+            api.CHECK_SIGNUP: people.check_signup,
+            api.SIGNUP: people.signup,
             api.CONTACTS: people.contacts,
             api.GET_USER: people.get_user,
             api.LIST_USERS: people.list_users,

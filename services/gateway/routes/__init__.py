@@ -11,6 +11,7 @@ from services.gateway.routes import (
     reservations,
     session,
     setup,
+    signup,
     violations,
 )
 from services.gateway.routing import Route
@@ -19,6 +20,7 @@ ROUTES: tuple[Route, ...] = (
     *meta.ROUTES,
     *session.ROUTES,
     *setup.ROUTES,
+    *signup.ROUTES,
     *accounts.ROUTES,
     *hosts.ROUTES,
     *inventory.ROUTES,

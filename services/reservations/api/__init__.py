@@ -47,6 +47,7 @@ from services.reservations.api.arguments import (
     AuthenticateArgs,
     CalendarArgs,
     CancelReservationArgs,
+    CheckSignupArgs,
     ContactsArgs,
     CreateGroupArgs,
     CreateReservationArgs,
@@ -64,6 +65,7 @@ from services.reservations.api.arguments import (
     RuleArgs,
     RuleIdArgs,
     SetupAdminArgs,
+    SignupArgs,
     UpdateGroupArgs,
     UpdateReservationArgs,
     UpdateRuleArgs,
@@ -136,6 +138,20 @@ SETUP_ADMIN = _method(
     "every set-up token is spent",
     SetupAdminArgs,
     raises=(Forbidden, StateConflict, InvalidRequest, AlreadyExists),
+)
+# SSH self-signup (the gateway has the monitor prove the Unix account between the two)
+CHECK_SIGNUP = _method(
+    "check_signup",
+    "Whether an account could be signed up with these fields (before the SSH proof)",
+    CheckSignupArgs,
+    raises=(InvalidRequest, AlreadyExists, StateConflict),
+)
+SIGNUP = _method(
+    "signup",
+    "Create a `user` account (default groups and `groups`) whose Unix account was proven, "
+    "and open its session (as login answers)",
+    SignupArgs,
+    raises=(InvalidRequest, AlreadyExists, NotFound),
 )
 CONTACTS = _method(
     "contacts",
@@ -327,6 +343,8 @@ METHODS = (
     SETUP_STATE,
     ISSUE_SETUP_TOKEN,
     SETUP_ADMIN,
+    CHECK_SIGNUP,
+    SIGNUP,
     CONTACTS,
     GET_USER,
     LIST_USERS,
@@ -391,6 +409,7 @@ __all__ = [
     "AUTHENTICATE",
     "CALENDAR",
     "CANCEL_RESERVATION",
+    "CHECK_SIGNUP",
     "CHECK_USE",
     "CONTACTS",
     "CREATE_GROUP",
@@ -421,6 +440,7 @@ __all__ = [
     "SERVICE",
     "SETUP_ADMIN",
     "SETUP_STATE",
+    "SIGNUP",
     "UPDATE_GROUP",
     "UPDATE_RESERVATION",
     "UPDATE_RULE",
