@@ -3,8 +3,9 @@
 The embedded system (every service and the gateway, `[auth] ssh_signup = true`) gets one more
 host through the inventory API: a real sshd on loopback (tests/support/sshd.py), where Warden's
 management login is the test's own user and a throwaway Unix user's keys are read from its own
-~/.ssh/authorized_keys, as on a real host. The tests run in order on one system: the refusals
-first (and, before the system starts, a system where signup is off), then the signup that works, then the host going down, then the address limit (set low).
+~/.ssh/authorized_keys, as on a real host. First a system where signup is off; then, in order
+on one system: the refusals, the signup that works, the host going down, the address limit
+(set low).
 Needs root to create the Unix user.
 """
 

@@ -172,7 +172,7 @@ ROUTES = (
         "your Unix account on a host first. Warden logs in there as you with it. 403 when "
         "signup is disabled, or the login was refused (details.reason: key_not_installed, "
         "unknown_user, refused); 503 when no host could be reached (unreachable); 409 for a "
-        "taken username; 422 for bad fields or a host not in the inventory. Attempts that reach SSH and fail are limited per "
-        "address (429 with Retry-After).",
+        "taken username; 422 for bad fields or a host not in the inventory. Attempts that "
+        "reach SSH and fail are limited per address (429 with Retry-After).",
     ),
 )
