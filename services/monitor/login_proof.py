@@ -48,13 +48,18 @@ async def _run(host: HostConfig, options: SshOptions, command: str, timeout: flo
 
 async def _user_exists(
     host: HostConfig, options: SshOptions, username: str, timeout: float
-) -> bool | None:
-    """Whether `host` has the Unix user, asked through its management login (None: unknown)."""
+) -> tuple[bool | None, str]:
+    """Whether `host` has the Unix user, asked through its management login (None: could not
+    ask, with the reason)."""
     try:
         done = await _run(host, options, f"id -u -- {shlex.quote(username)}", timeout)
-    except HostUnreachable:
-        return None
-    return done.exit_status == 0
+    except HostUnreachable as err:
+        return None, _reason(err)
+    return done.exit_status == 0, ""
+
+
+def _reason(err: HostUnreachable) -> str:
+    return str(err.details.get("reason", err.message)) if isinstance(err.details, dict) else ""
 
 
 async def prove_on(
@@ -72,9 +77,10 @@ async def prove_on(
         done = await _run(login, options, "id -un", timeout)
     except HostUnreachable as err:
         if not isinstance(err.__cause__, asyncssh.PermissionDenied):
-            reason = err.details.get("reason", err.message) if isinstance(err.details, dict) else ""
-            return _outcome(host.name, UNREACHABLE, f"{host.name} cannot be reached: {reason}")
-        exists = await _user_exists(host, options, username, timeout)
+            return _outcome(
+                host.name, UNREACHABLE, f"{host.name} cannot be reached: {_reason(err)}"
+            )
+        exists, why_not = await _user_exists(host, options, username, timeout)
         if exists is False:
             return _outcome(host.name, UNKNOWN_USER, f"{host.name} has no Unix user {username}")
         return _outcome(
@@ -82,7 +88,11 @@ async def prove_on(
             KEY_NOT_INSTALLED,
             f"{host.name} refused Warden's key for {username}: add the key line to "
             f"~{username}/.ssh/authorized_keys there"
-            + ("" if exists else f" (or {username} is not a user of {host.name})"),
+            + (
+                ""
+                if exists
+                else f" (or {username} is not a user of {host.name}: asking failed, {why_not})"
+            ),
         )
     if done.exit_status != 0 or done.stdout.strip() != username:
         return _outcome(

@@ -2,7 +2,7 @@
 
 The embedded system (every service and the gateway, `[auth] ssh_signup = true`) gets one more
 host through the inventory API: a real sshd on loopback (tests/support/sshd.py), where Warden's
-management login is the test's own user and a throwaway Unix user's keys are read from its own
+management login is one throwaway Unix user and another Unix user's keys are read from its own
 ~/.ssh/authorized_keys, as on a real host. First a system where signup is off; then, in order
 on one system: the refusals, the signup that works, the host going down, the address limit
 (set low).
@@ -33,6 +33,7 @@ pytestmark = [
 HOST = "real-sshd"
 FAILURES_PER_IP = 8
 PASSWORD = "signup-pw-12345678"
+EXTRA_GROUP = "signed-up"
 
 
 @dataclass
@@ -63,11 +64,18 @@ def person() -> Iterator[UnixUser]:
 
 
 @pytest.fixture(scope="module")
-def real_host(person: UnixUser) -> Iterator[Sshd]:
-    # The person's keys come from their home, as on a real host; everyone else's (Warden's
-    # management login) from the test's own file.
+def manager() -> Iterator[UnixUser]:
+    """The host's management login (an ordinary user: it only asks `id`)."""
+    with throwaway_user() as user:
+        yield user
+
+
+@pytest.fixture(scope="module")
+def real_host(person: UnixUser, manager: UnixUser) -> Iterator[Sshd]:
+    # The person's keys come from their home, as on a real host; the management login's from
+    # the test sshd's own file.
     match = [f"Match User {person.name}", "    AuthorizedKeysFile %h/.ssh/authorized_keys"]
-    with Sshd(extra_config=match) as server:
+    with Sshd(user=manager.name, extra_config=match) as server:
         yield server
 
 
@@ -76,7 +84,7 @@ async def signup(
     tmp_path_factory: pytest.TempPathFactory, real_host: Sshd, person: UnixUser
 ) -> AsyncIterator[Signup]:
     config = {
-        "auth": {"ssh_signup": True},
+        "auth": {"ssh_signup": True, "ssh_signup_groups": [EXTRA_GROUP]},
         "gateway": {"login_failures_per_ip": FAILURES_PER_IP},
     }
     async with running_system(
@@ -96,6 +104,8 @@ async def signup(
             },
         )
         assert added.status == 201, added.body
+        group = await admin.post("/groups", {"name": EXTRA_GROUP})
+        assert group.status == 201, group.body
         yield Signup(system, real_host, person)
 
 
@@ -141,7 +151,7 @@ async def test_the_signup_page_shows_the_key_and_the_hosts(signup: Signup) -> No
 async def test_a_key_not_installed_is_refused_with_the_reason(signup: Signup) -> None:
     answer = await signup.anonymous.post("/signup", signup.form())
     assert answer.status == 403, answer.body
-    assert _reason(answer.body) == "key_not_installed"
+    assert _reason(answer.body) == "key_not_installed", answer.body
     assert "authorized_keys" in answer.body["message"]
     login = await signup.anonymous.post(
         "/session", {"username": signup.person.name, "password": PASSWORD}
@@ -153,7 +163,7 @@ async def test_an_unknown_unix_user_is_refused_with_the_reason(signup: Signup) -
     nobody = f"nobody{uuid.uuid4().hex[:8]}"
     answer = await signup.anonymous.post("/signup", signup.form(nobody))
     assert answer.status == 403, answer.body
-    assert _reason(answer.body) == "unknown_user"
+    assert _reason(answer.body) == "unknown_user", answer.body
     assert nobody in answer.body["message"]
 
 
@@ -180,6 +190,8 @@ async def test_with_the_key_installed_the_account_is_made_and_signs_in(signup: S
     assert answer.status == 201, answer.body
     assert answer.body["user"]["username"] == signup.person.name
     assert answer.body["user"]["roles"] == ["user"]
+    # Every default group (`users`, made with the database) and [auth] ssh_signup_groups.
+    assert set(answer.body["user"]["groups"]) == {"users", EXTRA_GROUP}
     assert signup.sshd.accepted_logins() > logins_before
     assert f"Accepted publickey for {signup.person.name}" in signup.sshd.log()
     me = await ApiClient(
