@@ -111,6 +111,24 @@ class CheckHostArgs(HostFields):
     name = _Str(validate=HOST_NAME)
 
 
+class ProveLoginArgs(Schema):
+    username = _Str(
+        required=True,
+        # The reservations service's username rule: checked before any SSH.
+        validate=validate.Regexp(
+            r"^[a-z_][a-z0-9_-]{0,31}$",
+            error="1-32 characters: lowercase letters, digits, '_' or '-', starting with a "
+            "letter or '_' (the user's UNIX username on the GPU hosts)",
+        ),
+    )
+    host = _Str(
+        load_default=None,
+        allow_none=True,
+        validate=HOST_NAME,
+        metadata={"description": "the host to log in to; null: every SSH host of the inventory"},
+    )
+
+
 # --- answers ------------------------------------------------------------------------------------
 
 
@@ -159,6 +177,22 @@ class HostCheckSchema(Answer):
     detail = _Str(required=True, metadata={"description": "ok, or why not, in words"})
     host_key = fields.Nested(HostKeySchema, required=True, allow_none=True)
     gpus = fields.List(fields.Nested(FoundGpuSchema), required=True)
+
+
+class LoginOutcomeSchema(Answer):
+    host = _Str(required=True, allow_none=True)
+    outcome = _Str(
+        required=True,
+        validate=validate.OneOf(
+            ("proven", "key_not_installed", "unknown_user", "refused", "unreachable")
+        ),
+    )
+    reason = _Str(required=True, metadata={"description": "in words a person can act on"})
+
+
+class ProveLoginSchema(LoginOutcomeSchema):
+    proven = fields.Boolean(required=True)
+    tried = fields.List(fields.Nested(LoginOutcomeSchema), required=True)
 
 
 # --- methods ------------------------------------------------------------------------------------
@@ -214,5 +248,14 @@ CHECK_HOST = _method(
     timeout_s=40.0,
 )
 
+PROVE_LOGIN = _method(
+    "prove_login",
+    "Log in as a user with Warden's user key (SSH self-signup): proven, or why not",
+    ProveLoginArgs,
+    answer=ProveLoginSchema,
+    raises=(InvalidRequest, NotFound),
+    timeout_s=60.0,
+)
+
 HOST_METHODS = (LIST_HOSTS, ADD_HOST, UPDATE_HOST, REMOVE_HOST, CHECK_HOST)
-METHODS = (SNAPSHOT, SERIES, STATS, *HOST_METHODS)
+METHODS = (SNAPSHOT, SERIES, STATS, *HOST_METHODS, PROVE_LOGIN)

@@ -73,6 +73,9 @@ def rpc_methods(monitor: Monitor, store: MetricsStore, admin: HostsAdmin) -> dic
     async def check_host(args: dict[str, Any]) -> dict[str, Any]:
         return await admin.check(args)
 
+    async def prove_login(args: dict[str, Any]) -> dict[str, Any]:
+        return await admin.prove_login(args)
+
     return served(
         api.METHODS,
         {
@@ -84,6 +87,7 @@ def rpc_methods(monitor: Monitor, store: MetricsStore, admin: HostsAdmin) -> dic
             api.UPDATE_HOST: update_host,
             api.REMOVE_HOST: remove_host,
             api.CHECK_HOST: check_host,
+            api.PROVE_LOGIN: prove_login,
         },
     )
 

@@ -26,6 +26,7 @@ from services.monitor.inventory import (
     host_from,
     problems,
 )
+from services.monitor.login_proof import prove_login
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
 from services.shared.config import HostConfig
@@ -44,6 +45,7 @@ Publish = Callable[[str, dict[str, Any]], Awaitable[Any]]
 ReaderFor = Callable[[HostConfig], HostReader]
 
 CHECK_TIMEOUT_S = 30.0
+PROVE_TIMEOUT_S = 20.0  # per login; the method's deadline allows two in a row
 
 
 def _valid(host: HostConfig) -> HostConfig:
@@ -171,3 +173,18 @@ class HostsAdmin:
             host = host_from({**args, "name": name or "candidate"})
         _valid(host)
         return await check_host(host, self.options, CHECK_TIMEOUT_S)
+
+    async def prove_login(self, args: dict[str, Any]) -> dict[str, Any]:
+        """PROVE_LOGIN on the named host, or on every SSH host of the inventory."""
+        name = args.get("host")
+        if name is not None:
+            found = self._get(name).host
+            if found.probe != "ssh":
+                raise InvalidRequest(
+                    f"{name} is watched through NVML, not logged in to: name an SSH host",
+                    {"errors": {"host": "not an SSH host"}},
+                )
+            hosts = [found]
+        else:
+            hosts = [h.host for h in self.hosts.values() if h.host.probe == "ssh"]
+        return await prove_login(hosts, args["username"], self.options, PROVE_TIMEOUT_S)

@@ -14,7 +14,13 @@ from services.reservations.booking import Actor
 from services.reservations.commands import Commands
 from services.reservations.directory import Directory, grant
 from services.reservations.store import Store, now_ms
-from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest
+from services.shared.errors import (
+    AlreadyExists,
+    AuthenticationFailed,
+    Forbidden,
+    InvalidRequest,
+    StateConflict,
+)
 
 log = logging.getLogger("warden.reservations")
 
@@ -109,6 +115,45 @@ class AccountCommands:
                 username=args["username"],
                 email=args["email"],
                 password=args["password"],
+            )
+            token = await sessions.open_session(
+                conn, user["username"], args["ttl_s"] * 1000, now_ms()
+            )
+        self.commands.on_commit()  # user.created
+        return {"user": user, **token}
+
+    # --- SSH self-signup: the gateway has the monitor prove the Unix account in between ----
+
+    async def check_signup(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Refuse, before any SSH login, what the account could never be made of."""
+        username = args["username"]
+        accounts.check_user_fields(
+            username=username, email=args["email"], password=args["password"]
+        )
+        async with self.store.read() as conn:
+            taken = not await accounts.unknown_usernames(conn, [username])
+            known = {group["name"] for group in await accounts.list_groups(conn)}
+        if taken:
+            raise AlreadyExists(f"user {username!r} exists already", {"username": username})
+        missing = sorted(set(args["groups"]) - known)
+        if missing:
+            raise StateConflict(
+                "self-signup is set up with groups that do not exist "
+                f"({', '.join(missing)}; auth.ssh_signup_groups): ask an admin",
+                {"groups": missing},
+            )
+        return {"ok": True}
+
+    async def signup(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A `user` account in every default group and `groups`, signed in (as login answers)."""
+        async with self.store.write() as conn:
+            user = await accounts.create_user(
+                conn,
+                username=args["username"],
+                email=args["email"],
+                password=args["password"],
+                groups=args["groups"],
+                actor="ssh-signup",
             )
             token = await sessions.open_session(
                 conn, user["username"], args["ttl_s"] * 1000, now_ms()

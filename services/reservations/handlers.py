@@ -48,6 +48,8 @@ def rpc_methods(
             api.REVOKE_CALENDAR_FEED: feeds.revoke,
             api.CALENDAR_FEED_STATE: feeds.state,
             api.CALENDAR_FEED_OWNER: feeds.owner,
+            api.CHECK_SIGNUP: people.check_signup,
+            api.SIGNUP: people.signup,
             api.CONTACTS: people.contacts,
             api.GET_USER: people.get_user,
             api.LIST_USERS: people.list_users,

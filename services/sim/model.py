@@ -11,7 +11,9 @@ commands Warden runs on a host (`run_command`) with the module that imitates eac
   `nvidia-smi -L`;
 - `violation_scripts`: the violation actions' scripts (`services.violations.scripts`): who,
   write to a terminal, signal a process;
-- `job_scripts`: the jobs' task scripts (`services.jobs.scripts`): start, status, signal, log.
+- `job_scripts`: the jobs' task scripts (`services.jobs.scripts`): start, status, signal, log;
+- `id -un` (the SSH self-signup's proof): the login's name (every user exists and holds
+  Warden's key on a simulated host).
 
 Anything else answers "sim: unsupported command" with exit status 127.
 """
@@ -163,6 +165,8 @@ class SimFleet:
         `warden hosts check` commands, the violation actions' and the jobs' scripts (see the
         module doc)."""
         h = self._host(host)
+        if command == "id -un":
+            return CommandResult(f"{login or 'root'}\n", "", 0)
         answer = probe_output.answer(h, command, now, self.login_shell)
         call = script_call(command) if answer is None else None
         emit = partial(self._emit, host)

@@ -2,7 +2,7 @@
 process) serving the built UI, against a simulated fleet served over real SSH.
 
     python -m tests.e2e.web_system [--hosts 2] [--gpus 4] [--spare-hosts 0] [--fresh]
-                                   [--interval 0.5] [--port 0]
+                                   [--interval 0.5] [--port 0] [--ssh-signup]
 
 prints one JSON line, `{"url", "control", "data_dir", "hosts", "spare_hosts", "log"}`, once
 the gateway answers: `url` is the UI and API, `control` the simulator's control API (start a
@@ -109,6 +109,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
             "jobs": {"poll_interval_s": 0.5},
             "violations": {"steps": ["0s terminal offender"]},
         }
+        if args.ssh_signup:
+            sections["auth"] = {"ssh_signup": True}
         log = data_dir / "warden.log"
         if args.fresh:
             config = str(write_config(data_dir / "warden.toml", **sections))
@@ -150,6 +152,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5, help="monitor poll interval (s)")
     parser.add_argument("--port", type=int, default=0, help="gateway port (0: a free one)")
     parser.add_argument("--churn", action="store_true", help="background jobs come and go")
+    parser.add_argument(
+        "--ssh-signup", action="store_true", help="[auth] ssh_signup = true (self-signup)"
+    )
     parser.add_argument("--data-dir", default="", help="default: a new temporary folder")
     parser.add_argument("--frontend-dir", default=str(REPO / "frontend" / "dist"))
     args = parser.parse_args()

@@ -766,6 +766,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/signup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Whether self-signup by SSH key is enabled: Warden's key line and the hosts */
+        get: operations["signup_state"];
+        put?: never;
+        /**
+         * Sign up by SSH key: prove your Unix account, get a `user` account; signs you in
+         * @description Put Warden's key (GET /signup, /ssh-key) into ~/.ssh/authorized_keys of your Unix account on a host first. Warden logs in there as you with it. 403 when signup is disabled, or the login was refused (details.reason: key_not_installed, unknown_user, refused); 503 when no host could be reached (unreachable); 409 for a taken username; 422 for bad fields or a host not in the inventory. Attempts that reach SSH and fail are limited per address (429 with Retry-After).
+         */
+        post: operations["sign_up"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/ssh-key": {
         parameters: {
             query?: never;
@@ -1790,6 +1811,25 @@ export interface components {
         SetupState: {
             /** @description no administrator exists yet */
             needed: boolean;
+        };
+        SignupBody: {
+            email: string;
+            /**
+             * @description the host whose authorized_keys has the key; default: any
+             * @default null
+             */
+            host: string | null;
+            password: string;
+            /** @description your Unix username on the GPU hosts */
+            username: string;
+        };
+        SignupState: {
+            /** @description [auth] ssh_signup */
+            enabled: boolean;
+            /** @description the SSH hosts a signup may prove the account on */
+            hosts: string[];
+            /** @description the line to add to ~/.ssh/authorized_keys (null: disabled) */
+            public_key: string | null;
         };
         Slot: {
             /** Format: date-time */
@@ -3735,6 +3775,68 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["SetupBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tokens"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    signup_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignupState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sign_up: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignupBody"];
             };
         };
         responses: {

@@ -13,6 +13,7 @@ from services.gateway.routes import (
     reservations,
     session,
     setup,
+    signup,
     violations,
 )
 from services.gateway.routing import Route
@@ -21,6 +22,7 @@ ROUTES: tuple[Route, ...] = (
     *meta.ROUTES,
     *session.ROUTES,
     *setup.ROUTES,
+    *signup.ROUTES,
     *accounts.ROUTES,
     *hosts.ROUTES,
     *inventory.ROUTES,

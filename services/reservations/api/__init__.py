@@ -49,6 +49,7 @@ from services.reservations.api.arguments import (
     AuthenticateArgs,
     CalendarArgs,
     CancelReservationArgs,
+    CheckSignupArgs,
     ContactsArgs,
     CreateGroupArgs,
     CreateReservationArgs,
@@ -67,6 +68,7 @@ from services.reservations.api.arguments import (
     RuleArgs,
     RuleIdArgs,
     SetupAdminArgs,
+    SignupArgs,
     UpdateGroupArgs,
     UpdateReservationArgs,
     UpdateRuleArgs,
@@ -168,6 +170,20 @@ CALENDAR_FEED_OWNER = _method(
     "Whose calendar feed a token opens: {username}; NotFound for an unknown token",
     FeedTokenArgs,
     raises=(NotFound, InvalidRequest),
+)
+# SSH self-signup (the gateway has the monitor prove the Unix account between the two)
+CHECK_SIGNUP = _method(
+    "check_signup",
+    "Whether an account could be signed up with these fields (before the SSH proof)",
+    CheckSignupArgs,
+    raises=(InvalidRequest, AlreadyExists, StateConflict),
+)
+SIGNUP = _method(
+    "signup",
+    "Create a `user` account (default groups and `groups`) whose Unix account was proven, "
+    "and open its session (as login answers)",
+    SignupArgs,
+    raises=(InvalidRequest, AlreadyExists, NotFound),
 )
 CONTACTS = _method(
     "contacts",
@@ -380,6 +396,8 @@ METHODS = (
     REVOKE_CALENDAR_FEED,
     CALENDAR_FEED_STATE,
     CALENDAR_FEED_OWNER,
+    CHECK_SIGNUP,
+    SIGNUP,
     CONTACTS,
     GET_USER,
     LIST_USERS,
@@ -447,6 +465,7 @@ __all__ = [
     "CALENDAR_FEED_OWNER",
     "CALENDAR_FEED_STATE",
     "CANCEL_RESERVATION",
+    "CHECK_SIGNUP",
     "CHECK_USE",
     "CONTACTS",
     "CREATE_CALENDAR_FEED",
@@ -479,6 +498,7 @@ __all__ = [
     "SERVICE",
     "SETUP_ADMIN",
     "SETUP_STATE",
+    "SIGNUP",
     "UPDATE_GROUP",
     "UPDATE_RESERVATION",
     "UPDATE_RULE",

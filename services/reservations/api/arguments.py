@@ -196,6 +196,17 @@ class FeedTokenArgs(Schema):
     token = _Str(required=True, validate=validate.Length(min=1, max=256))
 
 
+class CheckSignupArgs(Schema):
+    username = _Str(required=True)
+    email = _Str(required=True)
+    password = _Str(required=True)
+    groups = fields.List(_Str(), load_default=list)
+
+
+class SignupArgs(CheckSignupArgs):
+    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
 class ContactsArgs(Schema):
     usernames = fields.List(_Str(validate=validate.Length(min=1)), required=True)
 

@@ -176,6 +176,16 @@ class AuthSettings:
         "How long a login lasts without a new password (a refresh token), in seconds.",
         min=60,
     )
+    ssh_signup: bool = option(
+        False,
+        "true: people may create their own `user` account by proving a Unix account on a host "
+        "of the inventory: they put Warden's public key (ssh.key_file) into its "
+        "~/.ssh/authorized_keys and sign up on the web UI or POST /api/v1/signup.",
+    )
+    ssh_signup_groups: tuple[str, ...] = option(
+        (),
+        "Groups an account made by SSH signup joins, besides every default group.",
+    )
     ldap: LdapSettings = field(
         default_factory=LdapSettings, metadata=about("Sign-in with directory accounts.")
     )
