@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from services.gateway.auth import Caller
+from services.gateway.stream import Event, visible_data
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.reservation_book import Holding
 from services.shared.store import Store
@@ -267,3 +269,11 @@ async def test_a_failed_mail_is_retried(store: Store) -> None:
     mail.fail = 5
     answer = await _notifier(store, mail, FakeHooks()).notify(_args())
     assert answer["channels"]["email"] == "failed"
+
+
+def test_the_live_stream_shows_a_notification_only_to_its_user_not_even_admins() -> None:
+    data = {"id": "1", "user": "alice", "kind": "job_failed", "title": "t", "text": "x"}
+    sent = Event(1, "e-1", "notifications", "notification.sent", "2026-11-24T20:00:00Z", data)
+    assert visible_data(Caller("alice", False), sent) == data
+    assert visible_data(Caller("bob", False), sent) is None
+    assert visible_data(Caller("root", True), sent) is None
