@@ -9,7 +9,7 @@ reservation starts. Deadlines are generous and nothing asserts how long anything
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
@@ -22,6 +22,7 @@ from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from services.shared.bus import Bus
+from services.shared.runtime import make_bus
 from services.sim.model import SimFleet
 from services.violations import api
 from tests.e2e.api import API, EVERY_SERVICE, ApiClient, ApiSystem
@@ -59,6 +60,7 @@ class System:
     mailbox: Mailbox
     chat: list[dict[str, Any]]
     chat_url: str
+    restart: Callable[[], Awaitable[None]]  # the violations service, stopped and started
 
     async def until(self, condition: Any, what: str) -> Any:
         return await until(condition, what, DEADLINE_S, interval=0.1)
@@ -103,18 +105,36 @@ async def system(tmp_path: Path, amqp_url: str) -> AsyncIterator[System]:
                         "notify_per_minute": PER_MINUTE,
                     },
                 )
+                core = [name for name in EVERY_SERVICE if name != "violations"]
                 async with (
                     buses(settings, "amqp") as (bus, client),
-                    running_services(EVERY_SERVICE, settings, "amqp", bus),
+                    running_services(core, settings, "amqp", bus),
+                    running_services(
+                        ["violations"], settings, "amqp", make_bus(settings, "amqp", name="v")
+                    ) as violations,
                     aiohttp.ClientSession() as session,
                 ):
+
+                    async def restart() -> None:
+                        await violations.stop()
+                        violations.start(make_bus(settings, "amqp", name="v2"))
+                        await until(lambda: _serves(client), "violations again", DEADLINE_S)
+
                     base = f"http://127.0.0.1:{port}"
                     apis = ApiSystem(base, settings, fleet, client, session, {})  # type: ignore[arg-type]
                     await until(lambda: _answers(session, base), "the gateway", DEADLINE_S)
-                    yield System(apis, client, mailbox, chat, chat_url)
+                    yield System(apis, client, mailbox, chat, chat_url, restart)
     finally:
         await receiver.cleanup()
         smtp.stop()
+
+
+async def _serves(bus: Bus) -> bool:
+    try:
+        await api.NOTIFICATION_PREFS.call(bus, {"user": "alice"}, timeout=2.0)
+    except Exception:
+        return False
+    return True
 
 
 async def _answers(session: aiohttp.ClientSession, base: str) -> bool:
@@ -233,21 +253,36 @@ async def test_notify_reaches_only_its_user_once_per_key_within_the_rate_limit(
     assert all(s["title"] != "Your GPUs are idle" for s in await _sent(bob))
 
 
-async def test_a_reminder_comes_before_a_reservation_starts(system: System) -> None:
+async def test_a_reminder_comes_before_a_reservation_starts_and_once_across_a_restart(
+    system: System,
+) -> None:
     alice = await system.api.as_user("alice")
     saved = await alice.put("/me/notifications", {"start_lead_min": 5})
     assert saved.status == 200 and saved.body["start_lead_min"] == 5
-    gpu = await discovered_gpu(system.bus, system.api.fleet.hosts[0], 2)
-    start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=3)
-    created = await alice.post(
-        "/reservations",
-        {"gpus": [gpu["uuid"]], "start": start.isoformat(), "duration_minutes": 30, "title": "r"},
-    )
-    assert created.status == 201, created.body
 
-    async def reminded() -> list[dict[str, Any]]:
-        return [s for s in await _sent(alice) if s["kind"] == "reservation_starting"]
+    async def book(index: int) -> tuple[int, datetime]:
+        gpu = await discovered_gpu(system.bus, system.api.fleet.hosts[0], index)
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=3)
+        body = {"gpus": [gpu["uuid"]], "start": start.isoformat(), "duration_minutes": 30}
+        created = await alice.post("/reservations", {**body, "title": "r"})
+        assert created.status == 201, created.body
+        return int(created.body["id"]), start
 
-    found = await system.until(reminded, "the start reminder")
+    async def reminders_of(reservation: int) -> list[dict[str, Any]]:
+        return [
+            s
+            for s in await _sent(alice)
+            if s["kind"] == "reservation_starting" and f"#{reservation} " in s["title"]
+        ]
+
+    first, start = await book(2)
+    found = await system.until(lambda: reminders_of(first), "the start reminder")
     assert found[0]["channel"] == "browser" and found[0]["outcome"] == "sent"
     assert datetime.now(UTC) < start
+
+    # Restarted, the service reloads the coming reservations; its first pass reminds of the
+    # second one and must not remind of the first again (its key was sent).
+    await system.restart()
+    second, _ = await book(3)
+    await system.until(lambda: reminders_of(second), "the second reservation's reminder")
+    assert len(await reminders_of(first)) == 1
