@@ -88,7 +88,9 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(relay.stop)  # after the tracker: publishes its last events
         await tracker.start()
         stack.push_async_callback(tracker.stop)
-        notifications = Notifications(ctx.bus, store, ctx.settings, relay.kick)
+        notifications = Notifications(
+            ctx.bus, store, ctx.settings, relay.kick, labels_of=hosts.labels
+        )
         await notifications.start(stack)
         loading = asyncio.create_task(load_reservations(ctx.bus, tracker, notifications))
         # Usually the reservations service answers at once; if it does not, snapshots are

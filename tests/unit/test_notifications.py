@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from services.gateway.auth import Caller
 from services.gateway.stream import Event, visible_data
 from services.shared.config import SmtpSettings, WebhookTarget
+from services.shared.config.escalation import parse_step
 from services.shared.reservation_book import Holding
 from services.shared.store import Store
 from services.violations.actions.base import ActionOutcome
@@ -277,3 +278,17 @@ def test_the_live_stream_shows_a_notification_only_to_its_user_not_even_admins()
     assert visible_data(Caller("alice", False), sent) == data
     assert visible_data(Caller("bob", False), sent) is None
     assert visible_data(Caller("root", True), sent) is None
+
+
+def test_an_owner_mailed_by_the_escalation_is_not_mailed_again_by_the_notification() -> None:
+    owner_mail = [parse_step("0s terminal offender"), parse_step("60s email offender+owner")]
+    assert producers.owner_mailed_by_steps(owner_mail, ("terminal", "email")) == {"email"}
+    assert producers.owner_mailed_by_steps(owner_mail, ("terminal",)) == frozenset()
+    others = [parse_step("0s email offender+admins"), parse_step("0s webhook owner")]
+    assert producers.owner_mailed_by_steps(others, ("email", "webhook")) == frozenset()
+
+
+async def test_skipped_channels_are_left_out(store: Store) -> None:
+    mail = FakeMail()
+    answer = await _notifier(store, mail, FakeHooks()).notify(_args(), skip=frozenset({"email"}))
+    assert answer["channels"] == {"browser": "sent"} and mail.sent == []

@@ -57,8 +57,13 @@ class Notifier:
         self.on_commit = on_commit
         self._sleep = sleep
 
-    async def notify(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Deliver one notification (NOTIFY's loaded arguments); what became of it per channel."""
+    async def notify(
+        self, args: dict[str, Any], *, skip: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
+        """Deliver one notification (NOTIFY's loaded arguments); what became of it per channel.
+
+        `skip`: channels that told the user already another way (an escalation step's e-mail
+        to the owner), so the user does not get the same news twice there."""
         note = Note.from_args(args)
         if note.key is not None and not await self._claim(note):
             return {"duplicate": True, "channels": {}}
@@ -67,7 +72,8 @@ class Notifier:
         chosen = [
             channel
             for channel in prefs.channels_for(note.kind)
-            if channel != "chat" or (chat_url and chat_format)  # no handle: no chat
+            if channel not in skip
+            and (channel != "chat" or (chat_url and chat_format))  # no handle: no chat
         ]
         results = await asyncio.gather(
             *(self._channel(note, channel, chat_format, chat_url) for channel in chosen)

@@ -4,13 +4,14 @@ a key, so a redelivered event tells nobody twice."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from services.shared.bus import EventHandler
+from services.shared.config import EscalationStep
 from services.shared.contracts import Envelope
 
-Notify = Callable[[dict[str, Any]], Awaitable[Any]]
+Notify = Callable[..., Awaitable[Any]]  # Notifier.notify
 
 JOB_DONE = {"succeeded": "job_finished", "failed": "job_failed", "lost": "job_failed"}
 
@@ -73,7 +74,22 @@ def cancelled_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def event_handlers(notify: Notify) -> dict[tuple[str, str, str], EventHandler]:
+def owner_mailed_by_steps(
+    steps: Sequence[EscalationStep], handlers: Collection[str]
+) -> frozenset[str]:
+    """{"email"} when an escalation step already e-mails the owner (the e-mail handler runs):
+    the owner's reservation_violated notification then skips e-mail, not to say it twice."""
+    mails = "email" in handlers and any(
+        step.action == "email" and "owner" in step.recipients for step in steps
+    )
+    return frozenset({"email"}) if mails else frozenset()
+
+
+def event_handlers(
+    notify: Notify, told_by_steps: Callable[[Mapping[str, Any]], frozenset[str]]
+) -> dict[tuple[str, str, str], EventHandler]:
+    """`told_by_steps`: the channels an incident's escalation uses for its owner already."""
+
     def making(build: Callable[[Mapping[str, Any]], dict[str, Any] | None]) -> EventHandler:
         async def handle(envelope: Envelope) -> None:
             note = build(envelope.data)
@@ -82,8 +98,13 @@ def event_handlers(notify: Notify) -> dict[tuple[str, str, str], EventHandler]:
 
         return handle
 
+    async def violation_opened(envelope: Envelope) -> None:
+        note = violation_note(envelope.data)
+        if note is not None:
+            await notify(note, skip=told_by_steps(envelope.data))
+
     return {
         ("jobs", "job.status_changed", "notify-jobs"): making(job_note),
-        ("violations", "violation.opened", "notify-violations"): making(violation_note),
+        ("violations", "violation.opened", "notify-violations"): violation_opened,
         ("reservations", "reservation.cancelled", "notify-cancelled"): making(cancelled_note),
     }

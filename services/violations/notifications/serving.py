@@ -3,7 +3,7 @@ consumers, and how it starts (the senders, the reminders)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -26,9 +26,16 @@ class Notifications:
     """Everything of the path one service runs: `start` it, then serve `rpc` and `events`."""
 
     def __init__(
-        self, bus: Bus, store: Store, settings: Settings, on_commit: Callable[[], None]
+        self,
+        bus: Bus,
+        store: Store,
+        settings: Settings,
+        on_commit: Callable[[], None],
+        labels_of: Callable[[str], Sequence[str]] = lambda _host: (),
     ) -> None:
         self.bus = bus
+        self.settings = settings
+        self.labels_of = labels_of
         self.store = store
         violations = settings.violations
         # The user's own chat webhook is one target among none configured: same pacing and
@@ -73,6 +80,12 @@ class Notifications:
                 found[owner] = (prefs.start_lead_min, prefs.end_lead_min)
         return found
 
+    def told_by_steps(self, incident: Mapping[str, Any]) -> frozenset[str]:
+        violations = self.settings.violations
+        host = str(incident.get("host"))
+        steps = violations.steps_for(host, self.labels_of(host))
+        return producers.owner_mailed_by_steps(steps, violations.handlers)
+
     # -- RPC ---------------------------------------------------------------------------------
 
     async def get_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +118,7 @@ class Notifications:
             self.reminders.wake()
 
         return {
-            **producers.event_handlers(self.notifier.notify),
+            **producers.event_handlers(self.notifier.notify, self.told_by_steps),
             ("reservations", "reservation.*", "notify-reminders"): reservation_changed,
         }
 
