@@ -18,6 +18,7 @@ const routes: RouteRecordRaw[] = [
   { path: '/violations', name: 'violations', component: () => import('./pages/violations/ViolationsPage.vue'), meta: { title: 'Violations' } },
   { path: '/violations/:id', name: 'violation', component: () => import('./pages/violations/ViolationPage.vue'), props: true, meta: { title: 'Violation' } },
   { path: '/account', name: 'account', component: () => import('./pages/account/AccountPage.vue'), meta: { title: 'My account' } },
+  { path: '/account/notifications', name: 'notifications', component: () => import('./pages/account/NotificationsPage.vue'), meta: { title: 'Notifications' } },
   { path: '/reports', name: 'reports', component: () => import('./pages/reports/ReportsPage.vue'), meta: { title: 'Reports' } },
   { path: '/admin', redirect: '/admin/users' },
   { path: '/admin/users', name: 'admin-users', component: () => import('./pages/admin/UsersPage.vue'), meta: { admin: true, title: 'Users' } },

@@ -39,6 +39,7 @@ export const EVENT_TYPES = [
   'violation.opened',
   'violation.escalated',
   'violation.resolved',
+  'notification.sent',
 ] as const
 
 /** connecting, live, or offline (it keeps trying). */

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from services.client import (
     calendar_feed,
     jobs,
+    notifications,
     reports,
     reservations,
     session,
@@ -27,7 +28,16 @@ from services.client.args import Subcommands, UsageError
 from services.client.store import CredentialsError
 
 # In the order `warden --help` lists their commands.
-_RESOURCES = (session, status, reservations, calendar_feed, jobs, violations, reports)
+_RESOURCES = (
+    session,
+    status,
+    reservations,
+    calendar_feed,
+    notifications,
+    jobs,
+    violations,
+    reports,
+)
 
 
 def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -41,6 +41,7 @@ SUBSCRIPTIONS = (
     ("jobs", "job.*", "jobs"),
     ("jobs", "task.*", "jobs"),
     ("violations", "violation.*", "violations"),
+    ("violations", "notification.*", "notifications"),
 )
 # Events that carry a whole HostRecord (only its name and labels go to non-admins).
 HOST_RECORD_EVENTS = frozenset({"host.added", "host.updated"})
@@ -67,6 +68,8 @@ def visible_data(caller: Caller, event: Event) -> dict[str, Any] | None:
         return event.data if sees_incident(caller, event.data) else None
     if event.topic == "reservations":
         return reservation_for(caller, event.data)
+    if event.topic == "notifications":  # a personal message: its user's eyes only
+        return event.data if event.data.get("user") == caller.username else None
     if event.type in HOST_RECORD_EVENTS and not caller.is_admin:
         # How a host is reached (address, user, key file, host key) is for admins.
         host = event.data.get("host") or {}

@@ -210,13 +210,141 @@ class NotifyArgs(Schema):
     )
 
 
+class NotifyAnswerSchema(Answer):
+    duplicate = fields.Boolean(
+        required=True, metadata={"description": "its key was sent before: nothing went out"}
+    )
+    channels = fields.Dict(
+        keys=_Str(),
+        values=_Str(),
+        required=True,
+        metadata={"description": "channel -> sent, failed or limited"},
+    )
+
+
 NOTIFY = _method(
     "notify",
     "Tell a user something on the channels they chose for its kind (rate-limited, retried, "
     "recorded); answers which channels it went to",
     NotifyArgs,
+    answer=NotifyAnswerSchema,
+    raises=(InvalidRequest,),
+    timeout_s=120.0,  # e-mail and chat are retried before it answers
+)
+
+CHANNELS = ("email", "chat", "browser")
+CHAT_FORMATS = ("slack", "mattermost", "discord", "teams")
+_Lead = validate.Range(min=1, max=1440)
+
+
+class KindChannels(Schema):
+    kind = _Str(required=True, validate=validate.OneOf(NOTIFICATION_KINDS))
+    email = fields.Boolean(required=True)
+    chat = fields.Boolean(required=True)
+    browser = fields.Boolean(required=True)
+
+
+class UserArgs(Schema):
+    user = _Str(required=True, validate=_Name)
+
+
+class PreferencesBody(Schema):
+    """What a user changes; what is left out stays as it is."""
+
+    kinds = fields.List(
+        fields.Nested(KindChannels),
+        validate=validate.Length(max=len(NOTIFICATION_KINDS)),
+        metadata={"description": "per kind, which channels get it (kinds left out keep theirs)"},
+    )
+    start_lead_min = fields.Integer(
+        strict=True, validate=_Lead, metadata={"description": "remind this long before a start"}
+    )
+    end_lead_min = fields.Integer(
+        strict=True, validate=_Lead, metadata={"description": "remind this long before an end"}
+    )
+    chat_format = _Str(validate=validate.OneOf(CHAT_FORMATS))
+    chat_url = fields.Url(
+        require_tld=False,
+        schemes={"http", "https"},
+        allow_none=True,
+        metadata={
+            "description": "your chat webhook (a secret: answers show it masked); null removes it"
+        },
+    )
+
+    @validates_schema
+    def chat_complete(self, data: dict[str, Any], **_: Any) -> None:
+        if data.get("chat_url") and not data.get("chat_format"):
+            raise ValidationError("required with chat_url", "chat_format")
+
+
+class SetPreferencesArgs(UserArgs, PreferencesBody):
+    pass
+
+
+class PreferencesSchema(Answer):
+    kinds = fields.List(fields.Nested(KindChannels), required=True)
+    start_lead_min = fields.Integer(required=True)
+    end_lead_min = fields.Integer(required=True)
+    chat_format = _Str(required=True, allow_none=True)
+    chat_handle = _Str(
+        required=True,
+        allow_none=True,
+        metadata={"description": "the chat webhook, masked (host and last 4 characters)"},
+    )
+
+
+class SentArgs(UserArgs):
+    limit = fields.Integer(load_default=50, strict=True, validate=validate.Range(min=1, max=500))
+    offset = fields.Integer(
+        load_default=0, strict=True, validate=validate.Range(min=0, max=10_000_000)
+    )
+
+
+class SentSchema(Answer):
+    id = fields.Integer(required=True)
+    kind = _Str(required=True)
+    channel = _Str(required=True, metadata={"description": "email, chat or browser"})
+    title = _Str(required=True)
+    outcome = _Str(required=True, metadata={"description": "sent, failed or limited"})
+    detail = _Str(required=True, metadata={"description": "why it failed, when it did"})
+    at = _Time(required=True)
+
+
+class SentPageSchema(Answer):
+    items = fields.List(fields.Nested(SentSchema), required=True)
+    total = fields.Integer(required=True)
+
+
+NOTIFICATION_PREFS = _method(
+    "notification_prefs",
+    "A user's notification preferences (the defaults until they change them)",
+    UserArgs,
+    answer=PreferencesSchema,
+    raises=(InvalidRequest,),
+)
+SET_NOTIFICATION_PREFS = _method(
+    "set_notification_prefs",
+    "Change a user's notification preferences; answers them as they are now",
+    SetPreferencesArgs,
+    answer=PreferencesSchema,
+    raises=(InvalidRequest,),
+)
+LIST_NOTIFICATIONS = _method(
+    "list_notifications",
+    "What was sent to a user, on which channel and with what outcome, newest first",
+    SentArgs,
+    answer=SentPageSchema,
     raises=(InvalidRequest,),
 )
 
-# TODO(notifications): NOTIFY joins METHODS once the service serves it.
-METHODS = (LIST_INCIDENTS, GET_INCIDENT, RECORD_ACTIONS, USAGE_REPORT)
+METHODS = (
+    LIST_INCIDENTS,
+    GET_INCIDENT,
+    RECORD_ACTIONS,
+    USAGE_REPORT,
+    NOTIFY,
+    NOTIFICATION_PREFS,
+    SET_NOTIFICATION_PREFS,
+    LIST_NOTIFICATIONS,
+)

@@ -8,19 +8,24 @@ outcomes). Events: processes seen by the monitor, GPUs it discovered, reservatio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import NotFound
-from services.shared.rpc import served
+from services.shared.rpc import Method, served
 from services.shared.store import Store
 from services.shared.usage_report import report_handler
 from services.violations import api, repository, usage_report
 from services.violations.tracker import Tracker
 
 
-def rpc_methods(store: Store, tracker: Tracker) -> dict[str, RpcHandler]:
+def rpc_methods(
+    store: Store, tracker: Tracker, notifications: Mapping[Method, RpcHandler]
+) -> dict[str, RpcHandler]:
+    """`notifications`: the notification path's handlers (`notifications.serving`)."""
+
     async def list_incidents(query: dict[str, Any]) -> dict[str, Any]:
         filters = {key: query[key] for key in repository.FILTERS if key in query}
         async with store.read() as conn:
@@ -59,6 +64,7 @@ def rpc_methods(store: Store, tracker: Tracker) -> dict[str, RpcHandler]:
             api.GET_INCIDENT: get_incident,
             api.RECORD_ACTIONS: record_actions,
             api.USAGE_REPORT: report_handler(store, usage_report.usage_report),
+            **notifications,
         },
     )
 

@@ -18,6 +18,7 @@ from services.violations.actions.mail import MailSender
 from services.violations.actions.remote import SshHostShell
 from services.violations.actions.webhook import WebhookSender
 from services.violations.handlers import event_handlers, rpc_methods
+from services.violations.notifications.serving import Notifications
 from services.violations.responders import Responders
 from services.violations.tables import outbox
 from services.violations.tracker import Tracker
@@ -25,10 +26,11 @@ from services.violations.tracker import Tracker
 log = logging.getLogger("warden.violations")
 
 
-async def load_reservations(bus: Bus, tracker: Tracker) -> None:
+async def load_reservations(bus: Bus, tracker: Tracker, notifications: Notifications) -> None:
     """Ask the reservations service for current and coming reservations, until it answers."""
     found, gpus = await fetch_calendar(bus, log)
     await tracker.load_reservations(found, gpus)
+    notifications.load_reservations(found)
     log.info("%d reservations loaded", len(tracker.book))
 
 
@@ -86,7 +88,11 @@ async def start(ctx: ServiceContext) -> Teardown:
         stack.push_async_callback(relay.stop)  # after the tracker: publishes its last events
         await tracker.start()
         stack.push_async_callback(tracker.stop)
-        loading = asyncio.create_task(load_reservations(ctx.bus, tracker))
+        notifications = Notifications(
+            ctx.bus, store, ctx.settings, relay.kick, labels_of=hosts.labels
+        )
+        await notifications.start(stack)
+        loading = asyncio.create_task(load_reservations(ctx.bus, tracker, notifications))
         # Usually the reservations service answers at once; if it does not, snapshots are
         # skipped (see Tracker.on_processes) until it does, while escalation goes on.
         await asyncio.wait({loading}, timeout=RESERVATIONS_WAIT_S)
@@ -98,7 +104,10 @@ async def start(ctx: ServiceContext) -> Teardown:
 
         stack.push_async_callback(stop_loading)
         teardown = await start_service(
-            ctx, stack, rpc_methods(store, tracker), event_handlers(tracker)
+            ctx,
+            stack,
+            rpc_methods(store, tracker, notifications.rpc()),
+            {**event_handlers(tracker), **notifications.events()},
         )
         await start_responders(ctx, stack, hosts)
         return teardown

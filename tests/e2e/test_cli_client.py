@@ -356,3 +356,25 @@ async def test_violations_answer(cli: Cli) -> None:
     assert isinstance(ran.json()["items"], list)
     table = await cli("violations", "--open")
     assert table.code == 0
+
+
+async def test_notifications_are_shown_changed_tested_and_listed(cli: Cli) -> None:
+    await cli.login("bob")
+    shown = await cli("notifications")
+    assert shown.code == 0 and "job_failed" in shown.out and "10 min before a start" in shown.out
+    url = "https://hooks.slack.com/services/T0/B0/SECRETxyz9"
+    changed = await cli(
+        "notifications", "--set", "job_finished=email,browser", "--start-lead", "15",
+        "--chat-url", url, "--chat-format", "slack", "--json",
+    )  # fmt: skip
+    assert changed.code == 0, changed
+    prefs = changed.json()
+    assert {"kind": "job_finished", "email": True, "chat": False, "browser": True} in prefs["kinds"]
+    assert prefs["start_lead_min"] == 15 and "SECRET" not in changed.out
+    bad = await cli("notifications", "--set", "job_finished=pager")
+    assert bad.code == 2
+    tested = await cli("notifications", "--test", "reservation_starting")
+    assert tested.code == 0 and "browser: sent" in tested.out
+    sent = await cli("notifications", "--sent", "--json")
+    assert "Warden test notification" in [item["title"] for item in sent.json()["items"]]
+    assert (await cli("notifications", "--no-chat", "--json")).json()["chat_handle"] is None

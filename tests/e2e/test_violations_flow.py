@@ -191,13 +191,17 @@ async def test_a_violation_is_told_everywhere_stopped_and_resolved(
     # webhook: one Slack message naming the offender
     hook = (await system.until(lambda: system.webhook, "webhook delivery"))[0]
     assert "bob" in hook["text"] and "blocks" in hook
-    # e-mail: to bob (the offender) and to the admin account
-    await system.until(lambda: len(system.mailbox.messages) >= 2, "two e-mails")
-    recipients = sorted(rcpt for rcpts, _ in system.mailbox.messages for rcpt in rcpts)
+    # e-mail: to bob (the offender) and to the admin account; alice, the owner, is told by her
+    # notifications (reservation_violated: e-mail by default), not by the escalation step
+    await system.until(lambda: len(system.mailbox.messages) >= 3, "three e-mails")
+    steps = [(r, m) for r, m in system.mailbox.messages if m["X-Warden-Notification"] is None]
+    recipients = sorted(rcpt for rcpts, _ in steps for rcpt in rcpts)
     assert recipients == ["admin@lab.example", "bob@lab.example"]
-    assert all(
-        msg["X-Warden-Incident"] == opened["incident_id"] for _, msg in system.mailbox.messages
-    )
+    assert all(msg["X-Warden-Incident"] == opened["incident_id"] for _, msg in steps)
+    told = [(r, m) for r, m in system.mailbox.messages if m["X-Warden-Notification"]]
+    assert [(r, m["X-Warden-Notification"]) for r, m in told] == [
+        (["alice@lab.example"], "reservation_violated")
+    ]
 
     # kill after 2 s: the process is gone in the sim, so the incident resolves
     await system.until(lambda: not _alive(fleet, host, pid), "the kill step")

@@ -21,6 +21,7 @@ from services.shared.errors import InvalidRequest
 from services.shared.rpc import Method, served
 from services.violations import api as violations_api
 from services.violations import handlers as violations_handlers
+from services.violations.notifications.serving import rpc_handlers
 
 # Building a handler table only closes over its collaborators: none is used until a call.
 NOTHING: Any = None
@@ -28,7 +29,10 @@ TABLES: list[tuple[ModuleType, dict[str, Any]]] = [
     (reservations_api, reservations_handlers.rpc_methods(NOTHING, NOTHING, NOTHING)),
     (monitor_api, monitor_handlers.rpc_methods(NOTHING, NOTHING, NOTHING)),
     (jobs_api, jobs_handlers.rpc_methods(NOTHING, NOTHING)),
-    (violations_api, violations_handlers.rpc_methods(NOTHING, NOTHING)),
+    (
+        violations_api,
+        violations_handlers.rpc_methods(NOTHING, NOTHING, rpc_handlers(NOTHING)),
+    ),
 ]
 
 

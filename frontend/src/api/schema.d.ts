@@ -492,6 +492,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/notifications": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The signed-in user's notification preferences (the defaults until changed)
+         * @description Per kind, which channels (email, chat, browser) get it; reminder lead times; the chat webhook masked.
+         */
+        get: operations["get_prefs"];
+        /**
+         * Change the signed-in user's notification preferences
+         * @description Fields left out keep their value; `chat_url: null` removes the chat webhook. Answers the preferences as they are now (the chat webhook masked).
+         */
+        put: operations["set_prefs"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/notifications/sent": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What was sent to the signed-in user, newest first
+         * @description One entry per channel and notification: sent, failed (with why) or limited (over the rate limit, not sent).
+         */
+        get: operations["list_sent"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/notifications/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send the signed-in user a test notification on the channels of a kind
+         * @description Rate-limited like every notification.
+         */
+        post: operations["send_test"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/metrics/series": {
         parameters: {
             query?: never;
@@ -1525,6 +1589,13 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        KindChannels: {
+            browser: boolean;
+            chat: boolean;
+            email: boolean;
+            /** @enum {string} */
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+        };
         LastStep: {
             /** @description why it failed, when it did */
             detail: string | null;
@@ -1615,6 +1686,31 @@ export interface components {
             separator: " " | "=";
             /** @default null */
             value: string | null;
+        };
+        Preferences: {
+            chat_format: string | null;
+            /** @description the chat webhook, masked (host and last 4 characters) */
+            chat_handle: string | null;
+            end_lead_min: number;
+            kinds: components["schemas"]["KindChannels"][];
+            start_lead_min: number;
+        } & {
+            [key: string]: unknown;
+        };
+        PreferencesBody: {
+            /** @enum {string} */
+            chat_format?: "slack" | "mattermost" | "discord" | "teams";
+            /**
+             * Format: url
+             * @description your chat webhook (a secret: answers show it masked); null removes it
+             */
+            chat_url?: string | null;
+            /** @description remind this long before an end */
+            end_lead_min?: number;
+            /** @description per kind, which channels get it (kinds left out keep theirs) */
+            kinds?: components["schemas"]["KindChannels"][];
+            /** @description remind this long before a start */
+            start_lead_min?: number;
         };
         ProcessOnGpu: {
             command: string;
@@ -1774,6 +1870,29 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        Sent: {
+            /** Format: date-time */
+            at: string;
+            /** @description email, chat or browser */
+            channel: string;
+            /** @description why it failed, when it did */
+            detail: string;
+            id: number;
+            kind: string;
+            /** @description sent, failed or limited */
+            outcome: string;
+            title: string;
+        } & {
+            [key: string]: unknown;
+        };
+        SentPage: {
+            items: components["schemas"]["Sent"][];
+            limit: number;
+            offset: number;
+            total: number;
+        } & {
+            [key: string]: unknown;
+        };
         Series: {
             buckets: components["schemas"]["SeriesBucket"][];
             gpu_uuid: string | null;
@@ -1874,6 +1993,24 @@ export interface components {
             options?: {
                 [key: string]: unknown;
             };
+        };
+        TestAnswer: {
+            /** @description channel -> sent, failed or limited */
+            channels: {
+                [key: string]: string;
+            };
+            /** @description its key was sent before: nothing went out */
+            duplicate: boolean;
+        } & {
+            [key: string]: unknown;
+        };
+        TestBody: {
+            /**
+             * @description sent on the channels chosen for this kind
+             * @default job_finished
+             * @enum {string}
+             */
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
         };
         TimelineEntry: {
             /** Format: date-time */
@@ -3121,6 +3258,133 @@ export interface operations {
             };
         };
     };
+    get_prefs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preferences"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    set_prefs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreferencesBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preferences"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    list_sent: {
+        parameters: {
+            query?: {
+                limit?: number;
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SentPage"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    send_test: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TestBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestAnswer"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     metric_series: {
         parameters: {
             query: {
@@ -3893,7 +4157,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description what to receive (default: everything you may see) */
-                topics?: ("hosts" | "processes" | "reservations" | "access" | "users" | "jobs" | "violations")[];
+                topics?: ("hosts" | "processes" | "reservations" | "access" | "users" | "jobs" | "violations" | "notifications")[];
                 /** @description resume after this event (else the Last-Event-ID header) */
                 last_event_id?: string;
             };

@@ -9,6 +9,7 @@ from services.gateway.routes import (
     inventory,
     jobs,
     meta,
+    notifications,
     reports,
     reservations,
     session,
@@ -31,4 +32,5 @@ ROUTES: tuple[Route, ...] = (
     *jobs.ROUTES,
     *violations.ROUTES,
     *reports.ROUTES,
+    *notifications.ROUTES,
 )

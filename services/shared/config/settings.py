@@ -415,6 +415,13 @@ class ViolationSettings:
         (),
         "Other steps for some hosts; the first override whose hosts or labels match applies.",
     )
+    notify_per_minute: int = option(
+        6,
+        "Notifications: at most this many a minute per user and channel (e-mail, chat, "
+        "browser); the rest are not sent and recorded as limited.",
+        min=1,
+        max=1000,
+    )
 
     def steps_for(self, host: str, labels: Collection[str] = ()) -> tuple[EscalationStep, ...]:
         """The steps for `host`, which carries `labels`: those of the first override that

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.shared.contracts import jobs, monitor, reservations, violations
+from services.shared.contracts import jobs, monitor, notifications, reservations, violations
 from services.shared.contracts.validation import EventType
 from services.shared.errors import ContractError
 
@@ -11,6 +11,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
     *reservations.EVENTS,
     *jobs.EVENTS,
     *violations.EVENTS,
+    *notifications.EVENTS,
 )
 
 _BY_KEY: dict[tuple[str, int], EventType] = {(t.name, t.version): t for t in EVENT_TYPES}

@@ -254,6 +254,23 @@ class MailSender:
         finally:
             await self._close(client)
 
+    async def deliver(self, message: EmailMessage, address: str, label: str) -> ActionOutcome:
+        """Send one ready message to `address` over its own connection (notifications reuse
+        the SMTP path); `label` names it in log lines instead of an incident."""
+        if not self._smtp.host:
+            return ActionOutcome(address, False, NOT_CONFIGURED)
+        if not _valid_address(address):
+            return ActionOutcome(address, False, "not a valid e-mail address")
+        client = self._client()
+        try:
+            reason = await self._open(client)
+            if reason is not None:
+                log.warning("e-mail %s to %s not sent: %s", label, address, reason)
+                return ActionOutcome(address, False, reason)
+            return await self._transmit(client, message, address, label)
+        finally:
+            await self._close(client)
+
     def _client(self) -> aiosmtplib.SMTP:
         security = self._smtp.security
         return aiosmtplib.SMTP(
@@ -288,22 +305,30 @@ class MailSender:
         self, client: aiosmtplib.SMTP, alert: Alert, recipient: Recipient
     ) -> ActionOutcome:
         message = compose(alert, recipient, self._smtp.mail_from)
+        return await self._transmit(
+            client, message, recipient.address, f"for incident {alert.incident_id}"
+        )
+
+    async def _transmit(
+        self, client: aiosmtplib.SMTP, message: EmailMessage, address: str, label: str
+    ) -> ActionOutcome:
         sender = parseaddr(_one_line(self._smtp.mail_from))[1] or self._smtp.mail_from
         try:
-            refused, reply = await client.send_message(
-                message, sender=sender, recipients=[recipient.address]
-            )
+            refused, reply = await client.send_message(message, sender=sender, recipients=[address])
         except (aiosmtplib.SMTPException, OSError, TimeoutError, ValueError) as err:
-            return self._failed(alert, recipient.address, self._reason(err))
+            return self._failed_as(label, address, self._reason(err))
         if refused:  # one recipient per message, so not reached in practice
             response = next(iter(refused.values()))
-            return self._failed(alert, recipient.address, f"{response.code} {response.message}")
-        log.debug("e-mail for incident %s sent to %s", alert.incident_id, recipient.address)
-        return ActionOutcome(recipient.address, True, self._scrub(f"accepted: {reply}"))
+            return self._failed_as(label, address, f"{response.code} {response.message}")
+        log.debug("e-mail %s sent to %s", label, address)
+        return ActionOutcome(address, True, self._scrub(f"accepted: {reply}"))
 
     def _failed(self, alert: Alert, address: str, reason: str) -> ActionOutcome:
+        return self._failed_as(f"for incident {alert.incident_id}", address, reason)
+
+    def _failed_as(self, label: str, address: str, reason: str) -> ActionOutcome:
         reason = self._scrub(reason)
-        log.warning("e-mail for incident %s to %s failed: %s", alert.incident_id, address, reason)
+        log.warning("e-mail %s to %s failed: %s", label, address, reason)
         return ActionOutcome(address, False, reason)
 
     @staticmethod

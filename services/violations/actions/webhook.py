@@ -194,6 +194,13 @@ class WebhookSender:
                     bodies[target.format] = str(err)
         return list(await asyncio.gather(*(self._deliver(t, bodies[t.format]) for t in targets)))
 
+    async def post(self, target: WebhookTarget, body: dict[str, Any]) -> ActionOutcome:
+        """Post one ready body to one target (not one of `targets`: a user's own chat hook),
+        paced and retried like the rest. Notifications reuse this path."""
+        if self._session is None:
+            raise RuntimeError("WebhookSender.post before start()")
+        return await self._deliver(target, encode(body))
+
     def _backoff(self, attempt: int) -> float:
         return float(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
 

@@ -1,0 +1,110 @@
+"""Notifications made from other services' events: a job finished or failed, someone uses my
+reserved GPU, my reservation was cancelled by a rule change. Each goes through `notify` with
+a key, so a redelivered event tells nobody twice."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from services.shared.bus import EventHandler
+from services.shared.config import EscalationStep
+from services.shared.contracts import Envelope
+
+Notify = Callable[..., Awaitable[Any]]  # Notifier.notify
+
+JOB_DONE = {"succeeded": "job_finished", "failed": "job_failed", "lost": "job_failed"}
+
+
+def _gpu(data: Mapping[str, Any]) -> str:
+    index = data.get("gpu_index")
+    return f"{data.get('host')} GPU {index}" if index is not None else f"{data.get('host')}"
+
+
+def job_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The notification for a job.status_changed, or None when it is not an end."""
+    kind = JOB_DONE.get(str(data.get("status")))
+    if kind is None or data.get("previous_status") == data.get("status"):
+        return None
+    name = data.get("name") or f"#{data['id']}"
+    if kind == "job_finished":
+        title, text = f"Job {name} finished", f"Your job {name} (#{data['id']}) succeeded."
+    else:
+        what = "was lost (its host stopped answering)" if data["status"] == "lost" else "failed"
+        title, text = f"Job {name} failed", f"Your job {name} (#{data['id']}) {what}."
+    return {
+        "user": data["owner"],
+        "kind": kind,
+        "title": title,
+        "text": text,
+        "key": f"job:{data['id']}:{data['status']}",
+    }
+
+
+def violation_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """violation.opened, told to the reservation's owner (strict mode: nobody owns it)."""
+    owner = data.get("owner")
+    if not owner or owner == data.get("offender"):
+        return None
+    reservation = f" (reservation #{data['reservation_id']})" if data.get("reservation_id") else ""
+    return {
+        "user": owner,
+        "kind": "reservation_violated",
+        "title": f"{data['offender']} is using your GPU {_gpu(data)}",
+        "text": f"{data['offender']} runs processes on {_gpu(data)}, which you reserved"
+        f"{reservation}. Warden has asked them to stop.",
+        "key": f"incident:{data['incident_id']}:opened",
+    }
+
+
+def cancelled_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """reservation.cancelled, told to the owner only when a rule change cancelled it."""
+    if not data.get("by_rules"):
+        return None
+    reason = data.get("cancel_reason") or "the access rules changed"
+    return {
+        "user": data["owner"],
+        "kind": "reservation_cancelled",
+        "title": f"Your reservation {data.get('title') or ''} #{data['id']} was cancelled".replace(
+            "  ", " "
+        ),
+        "text": f"Reservation #{data['id']} ({data['start']} to {data['end']}) was cancelled: "
+        f"{reason}. It comes back by itself if the rules allow it again and the GPUs are free.",
+        "key": f"reservation:{data['id']}:cancelled:{data.get('cancelled_at')}",
+    }
+
+
+def owner_mailed_by_steps(
+    steps: Sequence[EscalationStep], handlers: Collection[str]
+) -> frozenset[str]:
+    """{"email"} when an escalation step already e-mails the owner (the e-mail handler runs):
+    the owner's reservation_violated notification then skips e-mail, not to say it twice."""
+    mails = "email" in handlers and any(
+        step.action == "email" and "owner" in step.recipients for step in steps
+    )
+    return frozenset({"email"}) if mails else frozenset()
+
+
+def event_handlers(
+    notify: Notify, told_by_steps: Callable[[Mapping[str, Any]], frozenset[str]]
+) -> dict[tuple[str, str, str], EventHandler]:
+    """`told_by_steps`: the channels an incident's escalation uses for its owner already."""
+
+    def making(build: Callable[[Mapping[str, Any]], dict[str, Any] | None]) -> EventHandler:
+        async def handle(envelope: Envelope) -> None:
+            note = build(envelope.data)
+            if note is not None:
+                await notify(note)
+
+        return handle
+
+    async def violation_opened(envelope: Envelope) -> None:
+        note = violation_note(envelope.data)
+        if note is not None:
+            await notify(note, skip=told_by_steps(envelope.data))
+
+    return {
+        ("jobs", "job.status_changed", "notify-jobs"): making(job_note),
+        ("violations", "violation.opened", "notify-violations"): violation_opened,
+        ("reservations", "reservation.cancelled", "notify-cancelled"): making(cancelled_note),
+    }

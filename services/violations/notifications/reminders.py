@@ -1,0 +1,134 @@
+"""Reminders before a reservation starts and ends, at each owner's lead times.
+
+The reservations come from the violations service's own copy of the calendar (loaded from the
+reservations service at start, kept from its events). A reminder's key names the reservation,
+the kind and the time it reminds of: after a restart nothing is sent twice, and a moved
+reservation is reminded of again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from services.shared.reservation_book import Holding
+
+log = logging.getLogger("warden.notifications")
+
+MAX_SLEEP_S = 60.0  # looks again at least this often (a lead time changed meanwhile)
+
+# owner -> (start lead, end lead) in minutes
+Leads = Callable[[Iterable[str]], Awaitable[dict[str, tuple[int, int]]]]
+
+
+@dataclass(frozen=True)
+class Due:
+    note: dict[str, Any]
+    at: datetime  # when it is due
+
+
+def _gpus(held: Holding) -> str:
+    return ", ".join(
+        f"{host} GPU {index}" if index is not None else host
+        for host, index in sorted(held.gpus.values(), key=lambda g: (g[0], g[1] or 0))
+    )
+
+
+def reminders(held: Holding, start_lead_min: int, end_lead_min: int) -> list[Due]:
+    """The two reminders of one reservation, with when each is due (pure)."""
+    found = []
+    for kind, at, lead, verb in (
+        ("reservation_starting", held.start, start_lead_min, "starts"),
+        ("reservation_ending", held.end, end_lead_min, "ends"),
+    ):
+        note = {
+            "user": held.owner,
+            "kind": kind,
+            "title": f"Your reservation #{held.reservation_id} {verb} soon",
+            "text": f"Reservation #{held.reservation_id} on {_gpus(held)} {verb} at "
+            f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC.",
+            "key": f"reservation:{held.reservation_id}:{kind}:{at.isoformat()}",
+        }
+        found.append(Due(note, at - timedelta(minutes=lead)))
+    return found
+
+
+def plan(
+    holdings: Iterable[Holding], leads: dict[str, tuple[int, int]], now: datetime
+) -> tuple[list[dict[str, Any]], datetime | None]:
+    """(notes due now, when the next one is due) for `holdings` (pure)."""
+    due: list[dict[str, Any]] = []
+    upcoming: list[datetime] = []
+    for held in holdings:
+        start_lead, end_lead = leads.get(held.owner, (10, 10))
+        for reminder, moment in zip(
+            reminders(held, start_lead, end_lead), (held.start, held.end), strict=True
+        ):
+            if now >= moment:
+                continue  # it has started (or ended): too late to remind
+            if reminder.at <= now:
+                minutes = math.ceil((moment - now).total_seconds() / 60)
+                note = dict(reminder.note)
+                note["text"] = f"{note['text']} (in {minutes} min)"
+                due.append(note)
+            else:
+                upcoming.append(reminder.at)
+    return due, min(upcoming, default=None)
+
+
+class Reminders:
+    def __init__(
+        self,
+        holdings: Callable[[], list[Holding]],
+        leads: Leads,
+        notify: Callable[[dict[str, Any]], Awaitable[Any]],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.holdings = holdings
+        self.leads = leads
+        self.notify = notify
+        self.clock = clock
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        """Look again now: a reservation or a lead time changed."""
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def pass_once(self) -> datetime | None:
+        """Send what is due; when the next one is."""
+        held = self.holdings()
+        leads = await self.leads({h.owner for h in held})
+        due, upcoming = plan(held, leads, self.clock())
+        for note in due:
+            await self.notify(note)  # the key makes a second pass send nothing
+        return upcoming
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                upcoming = await self.pass_once()
+            except Exception:  # the service may be starting: try again later
+                log.exception("reminders: a pass failed")
+                upcoming = None
+            wait = MAX_SLEEP_S
+            if upcoming is not None:
+                wait = min(wait, max((upcoming - self.clock()).total_seconds(), 0.05))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)

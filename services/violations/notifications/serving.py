@@ -1,0 +1,137 @@
+"""The notification path as the violations service serves it: its RPC handlers, its event
+consumers, and how it starts (the senders, the reminders)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+from services.reservations import api as reservations_api
+from services.shared.bus import Bus, EventHandler, RpcHandler
+from services.shared.config import Settings
+from services.shared.contracts import Envelope
+from services.shared.reservation_book import ReservationBook
+from services.shared.rpc import Method
+from services.shared.store import Store, now_ms
+from services.violations import api
+from services.violations.actions.mail import MailSender
+from services.violations.actions.webhook import WebhookSender
+from services.violations.notifications import preferences, producers, records
+from services.violations.notifications.notifier import Notifier
+from services.violations.notifications.reminders import Reminders
+
+
+class Notifications:
+    """Everything of the path one service runs: `start` it, then serve `rpc` and `events`."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        store: Store,
+        settings: Settings,
+        on_commit: Callable[[], None],
+        labels_of: Callable[[str], Sequence[str]] = lambda _host: (),
+    ) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.labels_of = labels_of
+        self.store = store
+        violations = settings.violations
+        # The user's own chat webhook is one target among none configured: same pacing and
+        # retries as the violation handlers' webhooks.
+        self.webhooks = WebhookSender((), retries=violations.webhook_retries)
+        self.notifier = Notifier(
+            store,
+            smtp=violations.smtp,
+            mail=MailSender(violations.smtp),
+            webhooks=self.webhooks,
+            address_of=self.address_of,
+            per_minute=violations.notify_per_minute,
+            on_commit=on_commit,
+        )
+        # Its own copy of the calendar (the tracker's is the tracker's to change).
+        self.book = ReservationBook()
+        self.reminders = Reminders(self.book.all, self.leads, self.notifier.notify)
+
+    def load_reservations(self, found: list[dict[str, Any]]) -> None:
+        """The current and coming reservations, from the reservations service at start."""
+        self.book.load(found)
+        self.reminders.wake()
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        await self.webhooks.start()
+        stack.push_async_callback(self.webhooks.close)
+        await self.reminders.start()
+        stack.push_async_callback(self.reminders.stop)
+
+    async def address_of(self, username: str) -> str | None:
+        contacts: dict[str, Any] = await reservations_api.CONTACTS.call(
+            self.bus, {"usernames": [username]}
+        )
+        found = (contacts["users"].get(username) or {}).get("email")
+        return str(found) if found else None
+
+    async def leads(self, owners: Iterable[str]) -> dict[str, tuple[int, int]]:
+        found = {}
+        async with self.store.read() as conn:
+            for owner in owners:
+                prefs, _, _ = await records.load_prefs(conn, owner)
+                found[owner] = (prefs.start_lead_min, prefs.end_lead_min)
+        return found
+
+    def told_by_steps(self, incident: Mapping[str, Any]) -> frozenset[str]:
+        violations = self.settings.violations
+        host = str(incident.get("host"))
+        steps = violations.steps_for(host, self.labels_of(host))
+        return producers.owner_mailed_by_steps(steps, violations.handlers)
+
+    # -- RPC ---------------------------------------------------------------------------------
+
+    async def get_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return preferences.answer(*await records.load_prefs(conn, args["user"]))
+
+    async def set_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = args["user"]
+        async with self.store.write() as conn:
+            prefs, chat_format, chat_url = await records.load_prefs(conn, user)
+            prefs = prefs.changed(args)
+            if "chat_url" in args:
+                chat_url = args["chat_url"] or None
+            if "chat_format" in args:
+                chat_format = args["chat_format"]
+            await records.save_prefs(conn, user, prefs, chat_format, chat_url, now_ms())
+        self.reminders.wake()  # a lead time may have changed
+        return preferences.answer(prefs, chat_format, chat_url)
+
+    async def list_sent(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return await records.list_sent(conn, args["user"], args["limit"], args["offset"])
+
+    def rpc(self) -> dict[Method, RpcHandler]:
+        return rpc_handlers(self)
+
+    def events(self) -> dict[tuple[str, str, str], EventHandler]:
+        async def reservation_changed(envelope: Envelope) -> None:
+            self.book.apply(envelope.type, envelope.data)
+            self.reminders.wake()
+
+        return {
+            **producers.event_handlers(self.notifier.notify, self.told_by_steps),
+            ("reservations", "reservation.*", "notify-reminders"): reservation_changed,
+        }
+
+
+def rpc_handlers(notifications: Notifications) -> dict[Method, RpcHandler]:
+    """The path's RPC handlers; building the table uses nothing of `notifications` yet."""
+
+    async def notify(args: dict[str, Any]) -> dict[str, Any]:
+        return await notifications.notifier.notify(args)
+
+    return {
+        api.NOTIFY: notify,
+        api.NOTIFICATION_PREFS: lambda args: notifications.get_prefs(args),
+        api.SET_NOTIFICATION_PREFS: lambda args: notifications.set_prefs(args),
+        api.LIST_NOTIFICATIONS: lambda args: notifications.list_sent(args),
+    }

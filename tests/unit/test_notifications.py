@@ -1,0 +1,294 @@
+"""The notification path's pure parts (preferences, rate limit, reminders' plan, what producers
+make of events, the chat and e-mail bodies) and the notifier over a real SQLite database with
+recording senders: dedupe by key, preferences off, rate limit recorded as limited."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from services.gateway.auth import Caller
+from services.gateway.stream import Event, visible_data
+from services.shared.config import SmtpSettings, WebhookTarget
+from services.shared.config.escalation import parse_step
+from services.shared.reservation_book import Holding
+from services.shared.store import Store
+from services.violations.actions.base import ActionOutcome
+from services.violations.api import NOTIFICATION_KINDS
+from services.violations.notifications import channels, producers, records
+from services.violations.notifications.channels import Note
+from services.violations.notifications.limits import RateLimiter
+from services.violations.notifications.notifier import Notifier
+from services.violations.notifications.preferences import Preferences, answer, mask
+from services.violations.notifications.reminders import plan
+from services.violations.tables import metadata
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+# --- preferences ---------------------------------------------------------------------------
+
+
+def test_defaults_send_every_kind_to_the_browser_and_only_urgent_ones_by_mail() -> None:
+    prefs = Preferences()
+    for kind in NOTIFICATION_KINDS:
+        assert "browser" in prefs.channels_for(kind)
+    assert prefs.channels_for("job_failed") == ["email", "chat", "browser"]
+    assert prefs.channels_for("reservation_idle") == ["email", "chat", "browser"]
+    assert prefs.channels_for("job_finished") == ["browser"]
+    assert prefs.channels_for("reservation_starting") == ["browser"]
+    assert (prefs.start_lead_min, prefs.end_lead_min) == (10, 10)
+
+
+def test_a_change_keeps_what_it_does_not_name_and_survives_storage() -> None:
+    changed = Preferences().changed(
+        {
+            "kinds": [{"kind": "job_failed", "email": False, "chat": False, "browser": False}],
+            "start_lead_min": 3,
+        }
+    )
+    assert changed.channels_for("job_failed") == []
+    assert changed.channels_for("reservation_idle") == ["email", "chat", "browser"]
+    assert (changed.start_lead_min, changed.end_lead_min) == (3, 10)
+    assert Preferences.from_json(changed.to_json()) == changed
+    assert Preferences.from_json(None) == Preferences()
+
+
+def test_a_kind_added_after_the_user_saved_starts_with_its_default() -> None:
+    stored = '{"kinds": {"job_failed": []}, "start_lead_min": 5, "end_lead_min": 7}'
+    prefs = Preferences.from_json(stored)
+    assert prefs.channels_for("job_failed") == []
+    assert prefs.channels_for("reservation_violated") == ["email", "chat", "browser"]
+
+
+def test_the_chat_url_is_only_ever_answered_masked() -> None:
+    url = "https://hooks.slack.com/services/T000/B000/SECRETTOKENabcd"
+    shown = answer(Preferences(), "slack", url)
+    assert shown["chat_handle"] == "hooks.slack.com/…abcd"
+    assert "SECRET" not in str(shown)
+    assert mask(None) is None
+    assert answer(Preferences(), "slack", None)["chat_format"] is None
+
+
+# --- rate limit ----------------------------------------------------------------------------
+
+
+def test_the_rate_limit_counts_per_user_and_channel_within_a_minute() -> None:
+    now = [0.0]
+    limiter = RateLimiter(2, clock=lambda: now[0])
+    assert limiter.allow("alice", "email") and limiter.allow("alice", "email")
+    assert not limiter.allow("alice", "email")
+    assert limiter.allow("alice", "browser")
+    assert limiter.allow("bob", "email")
+    now[0] = 59.9
+    assert not limiter.allow("alice", "email")
+    now[0] = 60.1
+    assert limiter.allow("alice", "email")
+
+
+# --- reminders -----------------------------------------------------------------------------
+
+
+def _held(start_in: timedelta, length: timedelta = timedelta(hours=1)) -> Holding:
+    return Holding(
+        7, "alice", frozenset(), NOW + start_in, NOW + start_in + length, {"u": ("h", 1)}
+    )
+
+
+def test_a_reminder_is_due_within_the_lead_time_and_keyed_by_what_it_reminds_of() -> None:
+    due, upcoming = plan([_held(timedelta(minutes=5))], {"alice": (10, 10)}, NOW)
+    assert [n["kind"] for n in due] == ["reservation_starting"]
+    assert due[0]["user"] == "alice"
+    assert (
+        due[0]["key"]
+        == f"reservation:7:reservation_starting:{(NOW + timedelta(minutes=5)).isoformat()}"
+    )
+    assert "in 5 min" in due[0]["text"]
+    assert upcoming == NOW + timedelta(minutes=65) - timedelta(minutes=10)
+
+
+def test_no_reminder_before_the_lead_time_nor_after_the_moment() -> None:
+    due, upcoming = plan([_held(timedelta(minutes=30))], {"alice": (10, 10)}, NOW)
+    assert due == [] and upcoming == NOW + timedelta(minutes=20)
+    started = _held(-timedelta(minutes=5), timedelta(minutes=60))
+    due, upcoming = plan([started], {"alice": (10, 10)}, NOW)
+    assert due == [] and upcoming == NOW + timedelta(minutes=45)
+
+
+# --- producers -----------------------------------------------------------------------------
+
+
+def test_a_job_tells_its_owner_when_it_ends_and_not_before() -> None:
+    base = {"id": 4, "owner": "alice", "name": "train", "previous_status": "running"}
+    failed = producers.job_note({**base, "status": "failed"})
+    assert failed is not None and failed["kind"] == "job_failed" and failed["user"] == "alice"
+    assert failed["key"] == "job:4:failed"
+    done = producers.job_note({**base, "status": "succeeded"})
+    assert done is not None and done["kind"] == "job_finished"
+    assert producers.job_note({**base, "status": "running", "previous_status": "starting"}) is None
+
+
+def test_a_violation_tells_the_owner_and_a_cancellation_only_when_rules_did_it() -> None:
+    incident = {"incident_id": "i1", "host": "h", "gpu_index": 2, "offender": "bob"}
+    note = producers.violation_note({**incident, "owner": "alice", "reservation_id": 3})
+    assert note is not None and note["user"] == "alice" and note["kind"] == "reservation_violated"
+    assert producers.violation_note({**incident, "owner": None}) is None
+    cancelled = {"id": 3, "owner": "alice", "title": "x", "start": "s", "end": "e"}
+    assert producers.cancelled_note({**cancelled, "by_rules": False}) is None
+    by_rules = producers.cancelled_note({**cancelled, "by_rules": True, "cancel_reason": "r"})
+    assert by_rules is not None and by_rules["kind"] == "reservation_cancelled"
+
+
+# --- bodies ----------------------------------------------------------------------------------
+
+
+NOTE = Note(
+    "alice", "reservation_idle", "GPU idle\nBcc: x@y", "Keep it?", (("Keep", "https://w/k"),)
+)
+
+
+@pytest.mark.parametrize("format", ["slack", "mattermost", "discord", "teams"])
+def test_each_chat_format_carries_the_title_and_links(format: str) -> None:
+    body = str(channels.chat(format, NOTE))
+    assert "GPU idle" in body and "https://w/k" in body
+
+
+def test_the_mail_subject_cannot_be_broken_into_headers() -> None:
+    message = channels.email(NOTE, "alice@lab.example", "warden@lab.example", NOW)
+    assert "\n" not in message["Subject"] and message["Bcc"] is None
+    assert "https://w/k" in message.get_content()
+
+
+# --- the notifier over SQLite ----------------------------------------------------------------
+
+
+class FakeMail:
+    def __init__(self) -> None:
+        self.sent: list[tuple[EmailMessage, str]] = []
+        self.fail = 0  # the next this many attempts fail
+
+    async def deliver(self, message: EmailMessage, address: str, label: str) -> ActionOutcome:
+        if self.fail:
+            self.fail -= 1
+            return ActionOutcome(address, False, "451 try again")
+        self.sent.append((message, address))
+        return ActionOutcome(address, True, "accepted")
+
+
+class FakeHooks:
+    def __init__(self) -> None:
+        self.posted: list[tuple[WebhookTarget, dict[str, Any]]] = []
+
+    async def post(self, target: WebhookTarget, body: dict[str, Any]) -> ActionOutcome:
+        self.posted.append((target, body))
+        return ActionOutcome(target.label, True, "200 after 1 attempt")
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/v.db")
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    yield Store(engine)
+    await engine.dispose()
+
+
+def _notifier(store: Store, mail: FakeMail, hooks: FakeHooks, per_minute: int = 5) -> Notifier:
+    async def address_of(user: str) -> str | None:
+        return f"{user}@lab.example"
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    return Notifier(
+        store,
+        smtp=SmtpSettings(host="127.0.0.1"),
+        mail=mail,  # type: ignore[arg-type]
+        webhooks=hooks,  # type: ignore[arg-type]
+        address_of=address_of,
+        per_minute=per_minute,
+        sleep=no_sleep,
+    )
+
+
+def _args(**extra: Any) -> dict[str, Any]:
+    return {"user": "alice", "kind": "job_failed", "title": "t", "text": "x", "links": [], **extra}
+
+
+async def _sent(store: Store) -> list[tuple[str, str]]:
+    async with store.read() as conn:
+        found = await records.list_sent(conn, "alice", 100, 0)
+    return sorted((item["channel"], item["outcome"]) for item in found["items"])
+
+
+async def test_the_same_key_is_sent_once(store: Store) -> None:
+    mail, hooks = FakeMail(), FakeHooks()
+    notifier = _notifier(store, mail, hooks)
+    first = await notifier.notify(_args(key="job:1:failed"))
+    assert first == {"duplicate": False, "channels": {"email": "sent", "browser": "sent"}}
+    again = await notifier.notify(_args(key="job:1:failed"))
+    assert again == {"duplicate": True, "channels": {}}
+    assert len(mail.sent) == 1
+    assert await _sent(store) == [("browser", "sent"), ("email", "sent")]
+
+
+async def test_channels_turned_off_get_nothing_and_chat_goes_to_the_users_hook(
+    store: Store,
+) -> None:
+    mail, hooks = FakeMail(), FakeHooks()
+    notifier = _notifier(store, mail, hooks)
+    url = "http://127.0.0.1:9/hook/SECRET"
+    async with store.write() as conn:
+        prefs = Preferences().changed(
+            {"kinds": [{"kind": "job_failed", "email": False, "chat": True, "browser": False}]}
+        )
+        await records.save_prefs(conn, "alice", prefs, "discord", url, 0)
+    answer = await notifier.notify(_args())
+    assert answer["channels"] == {"chat": "sent"}
+    assert mail.sent == []
+    assert [(t.url, t.format) for t, _ in hooks.posted] == [(url, "discord")]
+
+
+async def test_over_the_rate_limit_is_recorded_as_limited(store: Store) -> None:
+    notifier = _notifier(store, FakeMail(), FakeHooks(), per_minute=2)
+    outcomes = [(await notifier.notify(_args()))["channels"]["email"] for _ in range(3)]
+    assert outcomes == ["sent", "sent", "limited"]
+    assert (await _sent(store)).count(("email", "limited")) == 1
+
+
+async def test_a_failed_mail_is_retried(store: Store) -> None:
+    mail = FakeMail()
+    mail.fail = 2
+    answer = await _notifier(store, mail, FakeHooks()).notify(_args())
+    assert answer["channels"]["email"] == "sent" and len(mail.sent) == 1
+    mail.fail = 5
+    answer = await _notifier(store, mail, FakeHooks()).notify(_args())
+    assert answer["channels"]["email"] == "failed"
+
+
+def test_the_live_stream_shows_a_notification_only_to_its_user_not_even_admins() -> None:
+    data = {"id": "1", "user": "alice", "kind": "job_failed", "title": "t", "text": "x"}
+    sent = Event(1, "e-1", "notifications", "notification.sent", "2026-11-24T20:00:00Z", data)
+    assert visible_data(Caller("alice", False), sent) == data
+    assert visible_data(Caller("bob", False), sent) is None
+    assert visible_data(Caller("root", True), sent) is None
+
+
+def test_an_owner_mailed_by_the_escalation_is_not_mailed_again_by_the_notification() -> None:
+    owner_mail = [parse_step("0s terminal offender"), parse_step("60s email offender+owner")]
+    assert producers.owner_mailed_by_steps(owner_mail, ("terminal", "email")) == {"email"}
+    assert producers.owner_mailed_by_steps(owner_mail, ("terminal",)) == frozenset()
+    others = [parse_step("0s email offender+admins"), parse_step("0s webhook owner")]
+    assert producers.owner_mailed_by_steps(others, ("email", "webhook")) == frozenset()
+
+
+async def test_skipped_channels_are_left_out(store: Store) -> None:
+    mail = FakeMail()
+    answer = await _notifier(store, mail, FakeHooks()).notify(_args(), skip=frozenset({"email"}))
+    assert answer["channels"] == {"browser": "sent"} and mail.sent == []
