@@ -26,6 +26,10 @@ from services.reservations.api.answers import (
     GpuSchema,
     GroupDeletedSchema,
     GroupSchema,
+    IdleAnswerSchema,
+    IdleLinkSchema,
+    IdleNoticeSchema,
+    IdleStatsSchema,
     MembershipSchema,
     OverviewGpuSchema,
     OverviewHostSchema,
@@ -57,6 +61,8 @@ from services.reservations.api.arguments import (
     FindSlotArgs,
     GetReservationArgs,
     GroupArgs,
+    IdleAnswerArgs,
+    IdleNoticesArgs,
     ListRulesArgs,
     LoginArgs,
     LogoutArgs,
@@ -168,6 +174,51 @@ CALENDAR_FEED_OWNER = _method(
     "Whose calendar feed a token opens: {username}; NotFound for an unknown token",
     FeedTokenArgs,
     raises=(NotFound, InvalidRequest),
+)
+# Idle reservations given back (`idle.py`, `idle_watch.py`, `idle_calls.py`)
+IDLE_NOTICES = _method(
+    "idle_notices",
+    "The actor's reservations told idle and not answered yet (everyone's for an admin with all)",
+    IdleNoticesArgs,
+    answer=IdleNoticeSchema,
+    many=True,
+    raises=_ACTING,
+)
+KEEP_RESERVATION = _method(
+    "keep_reservation",
+    '"I still need it": answer the reservation\'s idle notice, snoozing its idle policy',
+    ReservationIdArgs,
+    answer=IdleAnswerSchema,
+    raises=(*_ACTING, NotFound, StateConflict),
+)
+RELEASE_RESERVATION = _method(
+    "release_reservation",
+    '"Release now": answer the reservation\'s idle notice by ending the rest of it',
+    ReservationIdArgs,
+    answer=IdleAnswerSchema,
+    raises=(*_ACTING, NotFound, StateConflict),
+)
+IDLE_LINK = _method(
+    "idle_link",
+    "What an idle notice's link is about (reading it does nothing); NotFound for a bad token",
+    FeedTokenArgs,
+    answer=IdleLinkSchema,
+    raises=(NotFound, InvalidRequest),
+)
+ANSWER_IDLE_LINK = _method(
+    "answer_idle_link",
+    "Answer an idle notice through its link (once): keep or release; StateConflict when used",
+    IdleAnswerArgs,
+    answer=IdleAnswerSchema,
+    raises=(NotFound, InvalidRequest, StateConflict),
+)
+IDLE_STATS = _method(
+    "idle_stats",
+    "Admins: per user, idle notices, keeps and releases",
+    ActorArgs,
+    answer=IdleStatsSchema,
+    many=True,
+    raises=_ACTING,
 )
 CONTACTS = _method(
     "contacts",
@@ -380,6 +431,12 @@ METHODS = (
     REVOKE_CALENDAR_FEED,
     CALENDAR_FEED_STATE,
     CALENDAR_FEED_OWNER,
+    IDLE_NOTICES,
+    KEEP_RESERVATION,
+    RELEASE_RESERVATION,
+    IDLE_LINK,
+    ANSWER_IDLE_LINK,
+    IDLE_STATS,
     CONTACTS,
     GET_USER,
     LIST_USERS,
@@ -442,6 +499,7 @@ async def fetch_calendar(
 __all__ = [
     "ACTIVE_RESERVATIONS",
     "ADD_GROUP_MEMBER",
+    "ANSWER_IDLE_LINK",
     "AUTHENTICATE",
     "CALENDAR",
     "CALENDAR_FEED_OWNER",
@@ -462,7 +520,11 @@ __all__ = [
     "FULL_DAY_NAMES",
     "GET_RESERVATION",
     "GET_USER",
+    "IDLE_LINK",
+    "IDLE_NOTICES",
+    "IDLE_STATS",
     "ISSUE_SETUP_TOKEN",
+    "KEEP_RESERVATION",
     "LIST_GPUS",
     "LIST_GROUPS",
     "LIST_RULES",
@@ -473,6 +535,7 @@ __all__ = [
     "METHODS",
     "OVERVIEW",
     "REFRESH_SESSION",
+    "RELEASE_RESERVATION",
     "REMOVE_GROUP_MEMBER",
     "RESERVATIONS_AHEAD",
     "REVOKE_CALENDAR_FEED",
