@@ -67,6 +67,18 @@ async def save(
         )
 
 
+async def mark_sent(conn: AsyncConnection, reservation_id: int, notice: int) -> None:
+    """The notification path took notice number `notice`: no need to send it again."""
+    await conn.execute(
+        update(idle_states)
+        .where(
+            idle_states.c.reservation_id == reservation_id,
+            idle_states.c.sent_notices < notice,
+        )
+        .values(sent_notices=notice)
+    )
+
+
 async def claim(
     conn: AsyncConnection, reservation_id: int, notice: int | None, values: dict[str, Any]
 ) -> bool:

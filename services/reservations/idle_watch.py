@@ -2,10 +2,14 @@
 
 Figures come from the usage tracker (each host.sampled, per reservation); every second the
 watch folds them into each running reservation's state, writes a state whose persisted part
-changed (so a restart neither tells twice nor skips a release), and does what is due. Telling
-the owner goes through the notifications' one path (`violations.notify`) and is best effort:
-a failure is logged once and tried again at a later check; until it went out, the grace does
-not start, so nothing is released without a notice.
+changed (so a restart neither tells twice nor skips a release), and does what is due.
+
+The notice starts when it is due: from then the owner's UI shows it (`GET /me/idle`, the banner)
+and the grace runs. Its message goes through the notifications' one path (`violations.notify`,
+keyed so a message sent again is sent once) and is best effort: a failure is logged once and
+tried again every NOTIFY_RETRY, after a restart too (`sent_notices`), and never holds back the
+release: a lost message does not keep an idle GPU booked for ever. Nothing is released without
+a notice given and its grace passed, and only where an admin turned a rule's policy on.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class IdleWatch:
         self._refreshed_at: datetime | None = None
         self._retry_at: dict[int, datetime] = {}
         self._failing: set[int] = set()
+        self._unsent: dict[int, int] = {}  # notices the notification path has not taken yet
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
@@ -158,9 +163,16 @@ class IdleWatch:
             seen = self._states.get(row.id, IdleState()).seen_at
             if state_row is not None:
                 self._states[row.id] = replace(idle_store.state_of(state_row), seen_at=seen)
+                waiting = state_row.notified_at_ms is not None
+                if waiting and state_row.sent_notices < state_row.notices:
+                    self._unsent[row.id] = state_row.notices
+                else:
+                    self._unsent.pop(row.id, None)
         self._running = running
         for gone in set(self._states) - set(running):
             self._states.pop(gone, None)
+        for gone in set(self._unsent) - set(running):
+            self._unsent.pop(gone, None)
         self._refreshed_at = now
 
     async def tick(self) -> None:
@@ -186,6 +198,9 @@ class IdleWatch:
                 action = decide(state, run.policy, now, self.stale_after)
                 if action is not None:
                     due.append((reservation_id, action))
+        for reservation_id, notice in list(self._unsent.items()):
+            if self._states.get(reservation_id, IdleState()).notices == notice:
+                await self._send(reservation_id, notice, now)
         for reservation_id, action in due:
             if action == "notify":
                 await self._notify(reservation_id, now)
@@ -207,12 +222,27 @@ class IdleWatch:
         ]
 
     async def _notify(self, reservation_id: int, now: datetime) -> None:
-        run, state = self._running.get(reservation_id), self._states.get(reservation_id)
-        if run is None or run.policy is None or state is None or self.bus is None:
+        """Start the notice (the grace runs from now; the UI shows it at once), then send it."""
+        run = self._running.get(reservation_id)
+        if run is None or run.policy is None:
+            return
+        async with self._lock:
+            current = self._states.get(reservation_id)
+            if current is None or current.since is None or current.notified_at is not None:
+                return  # busy again (or answered) meanwhile
+            told = notified(current, now)
+            await self._save(reservation_id, run.owner, told)
+            self._states[reservation_id] = told
+        log.info("reservation %d of %s is idle: telling them", reservation_id, run.owner)
+        await self._send(reservation_id, told.notices, now)
+
+    async def _send(self, reservation_id: int, notice: int, now: datetime) -> None:
+        """Hand the notice to the notification path (best effort: tried again later)."""
+        run = self._running.get(reservation_id)
+        if run is None or run.policy is None or self.bus is None:
             return
         if now < self._retry_at.get(reservation_id, now):
             return
-        notice = state.notices + 1
         grace = run.policy.grace_minutes
         try:
             await violations_api.NOTIFY.call(
@@ -233,6 +263,7 @@ class IdleWatch:
                 timeout=NOTIFY_TIMEOUT_S,
             )
         except Exception as err:
+            self._unsent[reservation_id] = notice
             self._retry_at[reservation_id] = now + NOTIFY_RETRY
             if reservation_id not in self._failing:
                 self._failing.add(reservation_id)
@@ -245,14 +276,9 @@ class IdleWatch:
             return
         self._failing.discard(reservation_id)
         self._retry_at.pop(reservation_id, None)
-        async with self._lock:
-            current = self._states.get(reservation_id)
-            if current is None or current.since is None or current.notified_at is not None:
-                return  # busy again (or answered) meanwhile: the notice is void
-            told = notified(current, self.clock())
-            await self._save(reservation_id, run.owner, told)
-            self._states[reservation_id] = told
-        log.info("told %s that reservation %d is idle", run.owner, reservation_id)
+        self._unsent.pop(reservation_id, None)
+        async with self.store.write() as conn:
+            await idle_store.mark_sent(conn, reservation_id, notice)
 
     async def _release_unanswered(self, reservation_id: int) -> None:
         run = self._running.get(reservation_id)

@@ -235,6 +235,8 @@ idle_states = Table(
     Column("notified_at_ms", BigInteger, nullable=True),
     Column("snoozed_until_ms", BigInteger, nullable=True),
     Column("notices", Integer, nullable=False, default=0),
+    # Notices the notification path took: fewer than `notices` means one is to be sent again.
+    Column("sent_notices", Integer, nullable=False, default=0),
     # The notice whose link was used (a link works once; a later notice signs new ones).
     Column("link_used_notice", Integer, nullable=True),
     Column("kept", Integer, nullable=False, default=0),  # "I still need it" answers

@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("notified_at_ms", sa.BigInteger, nullable=True),
         sa.Column("snoozed_until_ms", sa.BigInteger, nullable=True),
         sa.Column("notices", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("sent_notices", sa.Integer, nullable=False, server_default="0"),
         sa.Column("link_used_notice", sa.Integer, nullable=True),
         sa.Column("kept", sa.Integer, nullable=False, server_default="0"),
         sa.Column("outcome", sa.String(32), nullable=True),
