@@ -55,7 +55,10 @@ REFRESH_S = 5.0
 NOTIFY_RETRY = timedelta(seconds=30)
 NOTIFY_TIMEOUT_S = 10.0
 SYSTEM = Actor("warden", True)  # who ends a reservation released for want of an answer
-LINK_GONE = "this link was used already, or its notice is over (kept, released or busy again)"
+LINK_GONE = (
+    "no idle notice of this reservation waits for an answer: it was answered (a link works "
+    "once), the reservation was released or ended, or its GPUs are busy again"
+)
 
 
 @dataclass
@@ -313,6 +316,10 @@ class IdleWatch:
                 },
             )
 
+        async with self.store.read() as conn:  # said first: no notice is a 409, whatever else
+            waiting = await idle_store.row(conn, reservation_id)
+        if waiting is None or waiting.notified_at_ms is None or waiting.outcome is not None:
+            raise StateConflict(LINK_GONE, {"reservation": reservation_id})
         ended = await self.commands.end_now(actor, reservation_id, record)
         async with self._lock:
             run = self._running.pop(reservation_id, None)
