@@ -8,8 +8,10 @@ released 60 s later (time to answer); on sim-002 told after 3 s and released 6 s
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -18,6 +20,7 @@ import pytest_asyncio
 
 from services.shared.contracts import Envelope
 from tests.e2e.api import ApiClient, ApiSystem, running_system
+from tests.e2e.test_cli_client import Cli
 from tests.support.events import record
 from tests.support.notify_double import NotifyDouble
 
@@ -175,6 +178,9 @@ async def test_no_answer_releases_the_rest_and_a_busy_booking_is_left_alone(
 
 async def test_release_now_signed_in_and_the_admins_counts(
     system: tuple[ApiSystem, NotifyDouble, list[Envelope]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     api, double, _ = system
     alice, bob, admin = [await api.as_user(name) for name in ("alice", "bob", "admin")]
@@ -182,9 +188,15 @@ async def test_release_now_signed_in_and_the_admins_counts(
     await notice_of(api, double, booked["id"])
     refused = await bob.post(f"/reservations/{booked['id']}/release")
     assert refused.status == 403, refused.body
-    done = await alice.post(f"/reservations/{booked['id']}/release")
-    assert done.status == 200, done.body
-    assert done.body["action"] == "release"
+    cli = Cli(api, tmp_path, monkeypatch, capsys)
+    assert (await cli.login("alice")).code == 0
+    listed = await cli("idle")
+    assert listed.code == 0 and f"#{booked['id']} training on 2" in listed.out, listed
+    done = await cli("idle", "--release", str(booked["id"]), "--json")
+    assert done.code == 0, done
+    assert json.loads(done.out)["action"] == "release"
+    again = await cli("idle", "--keep", str(booked["id"]))
+    assert again.code == 1 and "no idle notice" in again.err, again
     assert (await alice.post(f"/reservations/{booked['id']}/keep")).status == 409
     ended = await alice.get(f"/reservations/{booked['id']}")
     assert ended.body["status"] == "ended"
