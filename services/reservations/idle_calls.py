@@ -38,10 +38,10 @@ class IdleCalls:
 
     async def _release_at(self, row: Any) -> str | None:
         """When an unanswered notice turns into a release (the policy may have changed)."""
-        run = self.watch._running.get(row.reservation_id)
-        if run is None or run.policy is None or row.notified_at_ms is None:
+        policy = self.watch.policy_of(row.reservation_id)
+        if policy is None or row.notified_at_ms is None:
             return None
-        grace = timedelta(minutes=run.policy.grace_minutes)
+        grace = timedelta(minutes=policy.grace_minutes)
         return iso_ms(to_ms(from_ms(row.notified_at_ms) + grace))
 
     async def notices(self, args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -106,6 +106,11 @@ class IdleWatch:
     def invalidate(self) -> None:
         self._refreshed_at = None
 
+    def policy_of(self, reservation_id: int) -> IdlePolicy | None:
+        """The policy of a running reservation as of the last check (None: none, or not running)."""
+        run = self._running.get(reservation_id)
+        return None if run is None else run.policy
+
     # --- the loop -----------------------------------------------------------------------------
 
     async def start(self) -> None:

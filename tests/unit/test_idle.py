@@ -19,6 +19,7 @@ from services.reservations.idle import (
     policy_problems,
     read_token,
 )
+from services.shared.http_errors import loggable_path
 
 POLICY = IdlePolicy(
     below_util_percent=5,
@@ -167,3 +168,9 @@ def test_links_are_signed_and_bound_to_their_notice() -> None:
     assert read_token("s" * 32, forged) is None
     for junk in ("", "a.b.c", "12.3", "12.3.x.y", "-1.3." + token.split(".")[2]):
         assert read_token("s" * 32, junk) is None
+
+
+def test_a_links_token_is_masked_in_logged_paths() -> None:
+    token = link_token("s" * 32, 12, 3)
+    assert loggable_path(f"/api/v1/idle/links/{token}") == "/api/v1/idle/links/***"
+    assert loggable_path("/api/v1/idle/stats") == "/api/v1/idle/stats"

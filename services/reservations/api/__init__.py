@@ -26,10 +26,6 @@ from services.reservations.api.answers import (
     GpuSchema,
     GroupDeletedSchema,
     GroupSchema,
-    IdleAnswerSchema,
-    IdleLinkSchema,
-    IdleNoticeSchema,
-    IdleStatsSchema,
     MembershipSchema,
     OverviewGpuSchema,
     OverviewHostSchema,
@@ -61,8 +57,6 @@ from services.reservations.api.arguments import (
     FindSlotArgs,
     GetReservationArgs,
     GroupArgs,
-    IdleAnswerArgs,
-    IdleNoticesArgs,
     ListRulesArgs,
     LoginArgs,
     LogoutArgs,
@@ -81,6 +75,18 @@ from services.reservations.api.arguments import (
     UserArgs,
     WindowArgs,
     day_index,
+)
+from services.reservations.api.idle import (
+    ANSWER_IDLE_LINK,
+    IDLE_LINK,
+    IDLE_NOTICES,
+    IDLE_STATS,
+    KEEP_RESERVATION,
+    RELEASE_RESERVATION,
+    IdleAnswerSchema,
+    IdleLinkSchema,
+    IdleNoticeSchema,
+    IdleStatsSchema,
 )
 from services.shared.bus import Bus
 from services.shared.errors import (
@@ -174,51 +180,6 @@ CALENDAR_FEED_OWNER = _method(
     "Whose calendar feed a token opens: {username}; NotFound for an unknown token",
     FeedTokenArgs,
     raises=(NotFound, InvalidRequest),
-)
-# Idle reservations given back (`idle.py`, `idle_watch.py`, `idle_calls.py`)
-IDLE_NOTICES = _method(
-    "idle_notices",
-    "The actor's reservations told idle and not answered yet (everyone's for an admin with all)",
-    IdleNoticesArgs,
-    answer=IdleNoticeSchema,
-    many=True,
-    raises=_ACTING,
-)
-KEEP_RESERVATION = _method(
-    "keep_reservation",
-    '"I still need it": answer the reservation\'s idle notice, snoozing its idle policy',
-    ReservationIdArgs,
-    answer=IdleAnswerSchema,
-    raises=(*_ACTING, NotFound, StateConflict),
-)
-RELEASE_RESERVATION = _method(
-    "release_reservation",
-    '"Release now": answer the reservation\'s idle notice by ending the rest of it',
-    ReservationIdArgs,
-    answer=IdleAnswerSchema,
-    raises=(*_ACTING, NotFound, StateConflict),
-)
-IDLE_LINK = _method(
-    "idle_link",
-    "What an idle notice's link is about (reading it does nothing); NotFound for a bad token",
-    FeedTokenArgs,
-    answer=IdleLinkSchema,
-    raises=(NotFound, InvalidRequest),
-)
-ANSWER_IDLE_LINK = _method(
-    "answer_idle_link",
-    "Answer an idle notice through its link (once): keep or release; StateConflict when used",
-    IdleAnswerArgs,
-    answer=IdleAnswerSchema,
-    raises=(NotFound, InvalidRequest, StateConflict),
-)
-IDLE_STATS = _method(
-    "idle_stats",
-    "Admins: per user, idle notices, keeps and releases",
-    ActorArgs,
-    answer=IdleStatsSchema,
-    many=True,
-    raises=_ACTING,
 )
 CONTACTS = _method(
     "contacts",
@@ -566,6 +527,10 @@ __all__ = [
     "GroupArgs",
     "GroupDeletedSchema",
     "GroupSchema",
+    "IdleAnswerSchema",
+    "IdleLinkSchema",
+    "IdleNoticeSchema",
+    "IdleStatsSchema",
     "ListRulesArgs",
     "LoginArgs",
     "LogoutArgs",
