@@ -44,7 +44,7 @@ from services.reservations.outbox import add_event
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.shared.bus import Bus
-from services.shared.errors import NotFound, StateConflict
+from services.shared.errors import Forbidden, NotFound, StateConflict
 from services.shared.failures import Retrying
 from services.violations import api as violations_api
 
@@ -194,7 +194,12 @@ class IdleWatch:
             due: list[tuple[int, Action]] = []
             for reservation_id, run in self._running.items():
                 if run.policy is None:
-                    self._states.pop(reservation_id, None)
+                    # No policy (any more): a notice waiting for an answer is void.
+                    gone = self._states.pop(reservation_id, None)
+                    if gone is not None and (gone.since or gone.notified_at):
+                        await self._save(
+                            reservation_id, run.owner, replace(gone, since=None, notified_at=None)
+                        )
                     continue
                 before = self._states.get(reservation_id, IdleState())
                 state = before
@@ -292,7 +297,13 @@ class IdleWatch:
         run = self._running.get(reservation_id)
         if run is None:
             return
-        await self.release(reservation_id, SYSTEM, "released_idle", None)
+        try:
+            await self.release(reservation_id, SYSTEM, "released_idle", None)
+        except (StateConflict, Forbidden):
+            # Answered, ended, or released by another replica meanwhile: nothing left to do.
+            async with self._lock:
+                self._states.pop(reservation_id, None)
+            self.invalidate()
 
     async def release(
         self, reservation_id: int, actor: Actor, outcome: str, notice: int | None
