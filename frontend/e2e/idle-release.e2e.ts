@@ -71,3 +71,13 @@ it('prompts the owner of an idle booking, and with no answer gives the GPU back'
   await expect.poll(() => row.textContent(), { timeout: 30_000 }).toMatch(/alice\s*1\s*0\s*0\s*1/)
   await admin.close()
 })
+
+it('opens a notice link signed out, and a link Warden did not sign does nothing', async () => {
+  const page = await browser.newPage()
+  await page.goto(`${base}/idle/1.1.${'0'.repeat(32)}?action=release`)
+  await expect.poll(() => page.getByRole('heading', { name: 'Idle reservation' }).isVisible()).toBe(true)
+  await expect.poll(() => page.getByText('no idle notice has this link').isVisible(), { timeout: 15_000 }).toBe(true)
+  expect(await page.getByRole('button', { name: 'Release now' }).count()).toBe(0)
+  expect(page.url()).toContain('/idle/') // not sent to the sign-in page
+  await page.close()
+})
