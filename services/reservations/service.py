@@ -43,6 +43,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             relay.kick()
             lifecycle.kick()
             usage.invalidate()
+            watch.invalidate()  # a new or changed booking: looked up at the next check
 
         lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
         # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
