@@ -1,7 +1,8 @@
 """Idle state survives a restart: the reservations service (SQLite and PostgreSQL) is told an
 owner's reservation is idle, is stopped and started again, and then neither tells the owner a
-second time nor skips the release. The figures come as the monitor's `host.sampled` events;
-`violations.notify` is a double that records what it is asked to send.
+second time nor skips the release. And a notice whose message fails is shown to the owner at
+once and its message sent again later, with the same links. The figures come as the monitor's
+`host.sampled` events; `violations.notify` is a double that records what it is asked to send.
 """
 
 from __future__ import annotations
@@ -163,6 +164,52 @@ async def test_a_restart_neither_tells_twice_nor_skips_the_release(settings: Set
             {"user": "alice", "notices": 1, "kept": 0, "released_idle": 1,
              "released_by_owner": 0},
         ]  # fmt: skip
+    finally:
+        await stop()
+        await bus.close()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_message_that_fails_is_sent_again_and_the_notice_stands(
+    settings: Settings,
+) -> None:
+    bus = InProcessBus()
+    await bus.start()
+    double = NotifyDouble(bus)
+    double.failures = 1
+    await double.serve()
+    stop: Teardown = await start_reservations(ServiceContext("reservations", settings, bus))
+    try:
+        await bus.emit(
+            "gpu.discovered",
+            {"host": "dgx1", "uuid": GPU, "index": 0, "name": "A100", "memory_total_mib": 40960.0},
+            source="monitor",
+        )
+
+        async def known() -> bool:
+            return len(await call(bus, "list_gpus")) == 1
+
+        await until(known, "the GPU known", 10)
+        await call(
+            bus, "create_rule", actor="admin", name="idle", users=["alice"], all_gpus=True,
+            idle_policy={**POLICY, "grace_minutes": 2},
+        )  # fmt: skip
+        now = datetime.now(UTC)
+        booked = await call(
+            bus, "create_reservation", actor="alice", gpus=[GPU], title="alice's run",
+            start=now.isoformat(), end=(now + timedelta(hours=1)).isoformat(),
+        )  # fmt: skip
+        key = f"reservation:{booked['id']}:"
+        async with sampling(bus):
+            await until(lambda: double.failed, "the first try of the message", 20)
+            waiting = await call(bus, "idle_notices", actor="alice")
+            assert [n["id"] for n in waiting] == [booked["id"]]  # the UI shows it already
+            await until(
+                lambda: double.of_kind("reservation_idle", key), "the message sent again", 60
+            )
+        [sent] = double.of_kind("reservation_idle", key)
+        [failed] = double.failed
+        assert sent["key"] == failed["key"] and sent["links"] == failed["links"]
     finally:
         await stop()
         await bus.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.shared.bus import Bus, Teardown
+from services.shared.errors import ServiceUnavailable
 from services.shared.rpc import served
 from services.violations import api as violations_api
 
@@ -21,9 +22,15 @@ class NotifyDouble:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.calls: list[dict[str, Any]] = []
+        self.failures = 0  # the next this many calls fail (as an unreachable service would)
+        self.failed: list[dict[str, Any]] = []
         self._stop: Teardown | None = None
 
     async def _notify(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.failures > 0:
+            self.failures -= 1
+            self.failed.append(args)
+            raise ServiceUnavailable("the notification path is down (test double)")
         self.calls.append(args)
         return {"channels": ["test"]}
 
