@@ -5,6 +5,7 @@ import { session } from './session'
 const routes: RouteRecordRaw[] = [
   { path: '/login', name: 'login', component: () => import('./pages/LoginPage.vue'), meta: { public: true, title: 'Sign in' } },
   { path: '/signup', name: 'signup', component: () => import('./pages/SignupPage.vue'), meta: { public: true, title: 'Sign up' } },
+  { path: '/idle/:token', name: 'idle-link', component: () => import('./pages/idle/IdleLinkPage.vue'), meta: { public: true, title: 'Idle reservation' } },
   { path: '/setup', name: 'setup', component: () => import('./pages/SetupPage.vue'), meta: { public: true, title: 'Set up' } },
   { path: '/', name: 'dashboard', component: () => import('./pages/dashboard/DashboardPage.vue'), meta: { title: 'Dashboard' } },
   { path: '/reservations', name: 'calendar', component: () => import('./pages/reservations/CalendarPage.vue'), meta: { title: 'Calendar' } },

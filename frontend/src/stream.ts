@@ -28,6 +28,7 @@ export const EVENT_TYPES = [
   'reservation.cancelled',
   'reservation.started',
   'reservation.ended',
+  'reservation.released_idle',
   'access.changed',
   'user.created',
   'user.updated',

@@ -1,5 +1,5 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, calendar-feed, jobs, submit, stop, logs, violations, report.
+reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, violations, report.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from services.client import (
     calendar_feed,
+    idle,
     jobs,
     notifications,
     reports,
@@ -33,6 +34,7 @@ _RESOURCES = (
     status,
     reservations,
     calendar_feed,
+    idle,
     notifications,
     jobs,
     violations,

@@ -3,7 +3,8 @@
 A rule grants its subjects (users, groups) its objects (GPUs, hosts, or all GPUs) within
 [valid_from, valid_until) and, if it has windows, only during them (wall-clock times in the
 rule's zone, so "08:00-18:00 Europe/Warsaw" follows daylight saving time). A rule with limits
-grants nothing to a request that breaks one of them; another rule may still grant it.
+grants nothing to a request that breaks one of them; another rule may still grant it. A rule's
+idle policy (`idle.py`) applies to the running reservations it grants: `idle_policy_of`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from services.reservations.domain import (
     AccessRule,
     Booking,
     Gpu,
+    IdlePolicy,
     Interval,
     Member,
     Refusal,
     WeeklyWindow,
 )
+from services.reservations.idle import most_lenient, policy_problems
 from services.reservations.intervals import intersect, merge, subtract, uncovered
 
 _DAY = timedelta(days=1)
@@ -124,6 +127,8 @@ def rule_problems(rule: AccessRule) -> dict[str, str]:
     if window_problem:
         problems["windows"] = window_problem
     problems.update(_limits_problems(rule))
+    if rule.idle_policy is not None:
+        problems.update(policy_problems(rule.idle_policy))
     if not (rule.all_gpus or rule.hosts or rule.gpus):
         problems["objects"] = "grant all GPUs, or name hosts or GPUs"
     return problems
@@ -165,6 +170,27 @@ def rule_intervals(rule: AccessRule, start: datetime, end: datetime) -> list[Int
 
 def rule_applies_to(rule: AccessRule, member: Member) -> bool:
     return member.username in rule.users or not rule.groups.isdisjoint(member.groups)
+
+
+def idle_policy_of(
+    rules: Sequence[AccessRule],
+    member: Member,
+    gpu_uuids: Sequence[str],
+    known: Mapping[str, Gpu],
+    at: datetime,
+) -> IdlePolicy | None:
+    """The idle policy of `member`'s reservation of `gpu_uuids` at `at`: of the rules that grant
+    the member any of those GPUs then and have a policy, the most lenient (`idle.most_lenient`).
+    Rules without a policy neither add one nor turn the others off."""
+    moment = Interval(at, at + timedelta(microseconds=1))
+    return most_lenient(
+        rule.idle_policy
+        for rule in rules
+        if rule.idle_policy is not None
+        and rule_applies_to(rule, member)
+        and any(_covers_uuid(rule, uuid, known) for uuid in gpu_uuids)
+        and intersect(rule_intervals(rule, moment.start, moment.end), [moment])
+    )
 
 
 def rule_covers(rule: AccessRule, gpu: Gpu) -> bool:

@@ -11,7 +11,7 @@ from services.reservations import api
 from services.reservations.activity import ActivityBoard
 from services.reservations.booking import START_GRACE
 from services.reservations.commands import Commands
-from services.reservations.domain import AccessRule, Limits, WeeklyWindow
+from services.reservations.domain import AccessRule, IdlePolicy, Limits, WeeklyWindow
 from services.reservations.queries import Queries
 from services.shared.errors import InvalidRequest
 
@@ -54,6 +54,7 @@ def access_rule(args: dict[str, Any], now: datetime) -> AccessRule:
             max_duration=None if max_duration is None else timedelta(seconds=max_duration),
             max_gpu_hours_per_week=args["max_gpu_hours_per_week"],
         ),
+        idle_policy=None if args.get("idle_policy") is None else IdlePolicy(**args["idle_policy"]),
     )
 
 

@@ -4,7 +4,7 @@ transaction, so a change is never half made nor made without its event.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,6 +44,8 @@ from services.shared.errors import (
 # Quota weeks start on a Monday in the rule's zone: look this far around a request for the
 # owner's other reservations that count against the same weeks.
 QUOTA_MARGIN = timedelta(days=8)
+
+Also = Callable[[AsyncConnection], Awaitable[None]]
 
 
 @dataclass
@@ -352,8 +354,11 @@ class Commands:
         self.on_commit()
         return cancelled
 
-    async def end_now(self, actor: Actor, reservation_id: int) -> dict[str, Any]:
-        """End a running reservation now; reservation.ended follows from the lifecycle."""
+    async def end_now(
+        self, actor: Actor, reservation_id: int, also: Also | None = None
+    ) -> dict[str, Any]:
+        """End a running reservation now; reservation.ended follows from the lifecycle.
+        `also` runs in the same transaction (an idle release records itself there)."""
         now = self.clock()
         async with self.store.write() as conn:
             current = await self._current(conn, reservation_id)
@@ -366,6 +371,8 @@ class Commands:
             ended = await self._finish(
                 conn, reservation_id, "reservation.updated", changed=["end"], actor=actor.username
             )
+            if also is not None:
+                await also(conn)
         self.on_commit()
         return ended
 

@@ -73,6 +73,21 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class IdlePolicy:
+    """When a reservation granted by a rule counts as idle, and what happens then (minutes may
+    be fractions: tests use seconds). See `idle.py`."""
+
+    below_util_percent: float  # every GPU under this utilisation ...
+    below_memory_mib: float  # ... and under this much memory used ...
+    for_minutes: float  # ... for this long: idle, the owner is told
+    grace_minutes: float  # no answer for this long after the notice: released
+    snooze_minutes: float  # "I still need it": no notice for this long
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
 class AccessRule:
     """Grants subjects (users, groups) the use of objects (GPUs) in a period and windows.
 
@@ -92,6 +107,7 @@ class AccessRule:
     windows: tuple[WeeklyWindow, ...] = ()
     timezone: str = "UTC"
     limits: Limits = field(default_factory=Limits)
+    idle_policy: IdlePolicy | None = None  # None: reservations it grants are never released
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from services.reservations import api
 from services.reservations import usage_report as usage
@@ -16,12 +17,16 @@ from services.reservations.calendar_feeds import CalendarFeedCalls
 from services.reservations.commands import Commands
 from services.reservations.directory import Directory
 from services.reservations.gpu_inventory import GpuInventory
+from services.reservations.idle_calls import IdleCalls
+from services.reservations.idle_watch import IdleWatch
 from services.reservations.queries import Queries
 from services.reservations.store import Store
 from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
 from services.shared.contracts import Envelope
 from services.shared.rpc import served
 from services.shared.usage_report import report_handler
+
+IDLE = timedelta(minutes=1)
 
 
 def rpc_methods(
@@ -30,8 +35,14 @@ def rpc_methods(
     queries: Queries,
     activity: ActivityBoard | None = None,
     directory: Directory | None = None,
+    watch: IdleWatch | None = None,
 ) -> dict[str, RpcHandler]:
     people = AccountCommands(store, commands, directory)
+    if watch is None:  # no loop: answers only (a random secret: no link it did not sign)
+        watch = IdleWatch(
+            store, commands, None, secret=secrets.token_hex(32), link_base="", stale_after=IDLE
+        )
+    idle = IdleCalls(store, commands, watch)
     bookings = BookingCalls(commands, queries, activity)
     feeds = CalendarFeedCalls(store, commands)
     return served(
@@ -50,6 +61,12 @@ def rpc_methods(
             api.CALENDAR_FEED_OWNER: feeds.owner,
             api.CHECK_SIGNUP: people.check_signup,
             api.SIGNUP: people.signup,
+            api.IDLE_NOTICES: idle.notices,
+            api.KEEP_RESERVATION: idle.keep,
+            api.RELEASE_RESERVATION: idle.release,
+            api.IDLE_LINK: idle.link,
+            api.ANSWER_IDLE_LINK: idle.answer_link,
+            api.IDLE_STATS: idle.stats,
             api.CONTACTS: people.contacts,
             api.GET_USER: people.get_user,
             api.LIST_USERS: people.list_users,

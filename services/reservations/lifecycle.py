@@ -28,6 +28,7 @@ from services.shared.failures import Retrying
 log = logging.getLogger("warden.reservations")
 
 TICK_S = 1.0
+Figure = tuple[float | None, float | None]  # one GPU's utilisation (%) and memory used (MiB)
 BATCH = 500
 
 
@@ -45,9 +46,12 @@ class UsageTracker:
         *,
         refresh_s: float = 10.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_figures: Callable[[int, datetime, list[Figure]], None] | None = None,
     ) -> None:
         self.store = store
         self.idle_below_percent = idle_below_percent
+        # Each reservation's figures of each sample, as they come: the idle watch (`idle.py`).
+        self.on_figures = on_figures
         self.refresh_s = refresh_s
         self.clock = clock
         self._ongoing: dict[str, list[tuple[int, int, int]]] = {}  # gpu -> (id, start, end)
@@ -98,7 +102,7 @@ class UsageTracker:
             at = datetime.fromisoformat(data["sampled_at"])
             at_ms = to_ms(at)
             host = data["host"]
-            figures: dict[int, list[tuple[float | None, float | None]]] = {}
+            figures: dict[int, list[Figure]] = {}
             for gpu in data["gpus"]:
                 for reservation_id, start_ms, end_ms in self._ongoing.get(gpu["uuid"], ()):
                     if start_ms <= at_ms < end_ms:
@@ -106,6 +110,8 @@ class UsageTracker:
                             (gpu.get("utilization_gpu_percent"), gpu.get("memory_used_mib"))
                         )
             for reservation_id, values in figures.items():
+                if self.on_figures is not None:
+                    self.on_figures(reservation_id, at, values)
                 last = self._last_ms.setdefault(reservation_id, {})
                 if at_ms <= last.get(host, -1) or reservation_id not in self._totals:
                     continue  # seen already (redelivered), or ended and frozen meanwhile

@@ -16,7 +16,14 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.booking import Clash, Current
-from services.reservations.domain import AccessRule, Booking, Gpu, Limits, WeeklyWindow
+from services.reservations.domain import (
+    AccessRule,
+    Booking,
+    Gpu,
+    IdlePolicy,
+    Limits,
+    WeeklyWindow,
+)
 from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.usage import from_row, summary
@@ -98,6 +105,7 @@ def rule_from_row(row: Row[Any]) -> AccessRule:
             else timedelta(seconds=row.max_duration_s),
             max_gpu_hours_per_week=row.max_gpu_hours_per_week,
         ),
+        idle_policy=None if row.idle_policy is None else IdlePolicy(**row.idle_policy),
     )
 
 
@@ -120,6 +128,7 @@ def rule_values(rule: AccessRule) -> dict[str, Any]:
         if limits.max_duration is None
         else int(limits.max_duration.total_seconds()),
         "max_gpu_hours_per_week": limits.max_gpu_hours_per_week,
+        "idle_policy": None if rule.idle_policy is None else rule.idle_policy.to_dict(),
     }
 
 
@@ -140,6 +149,7 @@ def rule_dict(row: Row[Any]) -> dict[str, Any]:
         "max_gpus": row.max_gpus,
         "max_duration_s": row.max_duration_s,
         "max_gpu_hours_per_week": row.max_gpu_hours_per_week,
+        "idle_policy": row.idle_policy,
         "created_by": row.created_by,
         "created_at": iso_ms(row.created_at_ms),
         "updated_at": iso_ms(row.updated_at_ms),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.directory import Directory
 from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
+from services.reservations.idle_watch import IdleWatch
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
 from services.reservations.store import Store
@@ -41,6 +43,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             relay.kick()
             lifecycle.kick()
             usage.invalidate()
+            watch.invalidate()  # a new or changed booking: looked up at the next check
 
         lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
         # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
@@ -54,10 +57,23 @@ async def start(ctx: ServiceContext) -> Teardown:
             on_commit=on_commit,
             host_offered=hosts.offers,
         )
+        gateway = ctx.settings.gateway
+        watch = IdleWatch(
+            store,
+            commands,
+            ctx.bus,
+            secret=ctx.settings.auth.jwt_secret or secrets.token_hex(32),
+            link_base=gateway.public_url or f"http://{gateway.host}:{gateway.port}",
+            # No action on figures older than three polls: the host's picture is not "now".
+            stale_after=3 * poll + timedelta(seconds=ctx.settings.monitor.poll_deadline_s),
+        )
+        usage.on_figures = watch.on_figures
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
+        await watch.start()
+        stack.push_async_callback(watch.stop)
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
         for teardown in await follow_activity(ctx.bus, activity):
@@ -68,7 +84,7 @@ async def start(ctx: ServiceContext) -> Teardown:
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, queries, activity, directory),
+            rpc_methods(store, commands, queries, activity, directory, watch),
             event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:

@@ -10,7 +10,7 @@ whether it is active). The database enforces it: on PostgreSQL with an exclusion
 also writes inside a serialised transaction on SQLite. Both are created by migration
 `reservations_0002`; `reservations_0003` adds the guests of shared bookings,
 `reservations_0004` the refresh-token sessions, `reservations_0006` the set-up tokens,
-`reservations_0007` the calendar-feed tokens.
+`reservations_0007` the calendar-feed tokens, `reservations_0008` the idle policies and states.
 """
 
 from sqlalchemy import (
@@ -112,6 +112,9 @@ access_rules = Table(
     Column("max_gpus", Integer, nullable=True),
     Column("max_duration_s", Integer, nullable=True),
     Column("max_gpu_hours_per_week", Float, nullable=True),
+    # {below_util_percent, below_memory_mib, for_minutes, grace_minutes, snooze_minutes}
+    # (services.reservations.idle); NULL: reservations it grants are never released as idle.
+    Column("idle_policy", JSON, nullable=True),
     Column("created_by", String(32), nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
@@ -214,6 +217,33 @@ calendar_feeds = Table(
     Column("username", String(32), primary_key=True),
     Column("token_hash", String(64), nullable=False, unique=True),
     Column("created_at_ms", BigInteger, nullable=False),
+)
+
+# Idle state of running reservations (services.reservations.idle), kept so a restarted service
+# neither tells an owner twice nor skips a release, and the answers for the admins' counts.
+idle_states = Table(
+    "reservations_idle",
+    metadata,
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("owner", String(32), nullable=False, index=True),
+    Column("since_ms", BigInteger, nullable=True),
+    Column("notified_at_ms", BigInteger, nullable=True),
+    Column("snoozed_until_ms", BigInteger, nullable=True),
+    Column("notices", Integer, nullable=False, default=0),
+    # Notices the notification path took: fewer than `notices` means one is to be sent again.
+    Column("sent_notices", Integer, nullable=False, default=0),
+    # The notice whose link was used (a link works once; a later notice signs new ones).
+    Column("link_used_notice", Integer, nullable=True),
+    Column("kept", Integer, nullable=False, default=0),  # "I still need it" answers
+    # released_idle (no answer within the grace) | released_by_owner ("release now")
+    Column("outcome", String(32), nullable=True),
+    Column("released_at_ms", BigInteger, nullable=True),
+    Column("updated_at_ms", BigInteger, nullable=False),
 )
 
 # Events written in the same transaction as the change they describe, published after the

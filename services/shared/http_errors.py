@@ -18,8 +18,9 @@ from services.shared.errors import WardenError
 
 log = logging.getLogger("warden.http")
 
-# Paths whose last part is a credential (a calendar feed's token): logged masked.
-_SECRET_IN_PATH = re.compile(r"(/calendar/)[^/]+?(\.ics)?$")
+# Paths whose last part is a credential (a calendar feed's token, an idle notice's link):
+# logged masked.
+_SECRET_IN_PATH = re.compile(r"(/calendar/|/idle/links/)[^/]+?(\.ics)?$")
 
 
 def loggable_path(path: str) -> str:

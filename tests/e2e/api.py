@@ -9,7 +9,7 @@ signs in as one of them. Deadlines are generous; nothing asserts how long anythi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,10 +123,15 @@ class ApiSystem:
 
 @contextlib.asynccontextmanager
 async def running_system(
-    tmp_path: Path, *, hosts: int = 2, gpus: int = 4, config: Mapping[str, Any] | None = None
+    tmp_path: Path,
+    *,
+    hosts: int = 2,
+    gpus: int = 4,
+    config: Mapping[str, Any] | None = None,
+    services: Sequence[str] = EVERY_SERVICE,
 ) -> AsyncIterator[ApiSystem]:
-    """Every service and the gateway, in this process, against a simulated fleet; `config`:
-    sections merged over the config (e.g. `{"violations": {"steps": [...]}}`)."""
+    """Every service (or `services`) and the gateway, in this process, against a simulated
+    fleet; `config`: sections merged over the config (e.g. `{"violations": {"steps": [...]}}`)."""
     fleet = SimFleet(hosts, gpus, seed=5, churn=False)
     with cheap_passwords():
         async with served_fleet(fleet, tmp_path) as served:
@@ -142,19 +147,27 @@ async def running_system(
             bus = InProcessBus()
             base = f"http://127.0.0.1:{port}"
             async with (
-                running_services(EVERY_SERVICE, settings, "inproc", bus) as services,
+                running_services(list(services), settings, "inproc", bus) as started,
                 aiohttp.ClientSession() as session,
             ):
                 system = ApiSystem(base, settings, fleet, bus, session, {})
-                await system.until(lambda: _answers(session, base, services), "the gateway")
+                await system.until(
+                    lambda: _answers(session, base, started, services), "the gateway"
+                )
                 yield system
 
 
-async def _answers(session: aiohttp.ClientSession, base: str, services: Services) -> bool:
+async def _answers(
+    session: aiohttp.ClientSession, base: str, services: Services, names: Sequence[str]
+) -> bool:
+    """Every service started answers the health check (those left out are down)."""
     if services.task is not None and services.task.done():
         services.task.result()  # a service failed to start: its error, not a timeout
     try:
         async with session.get(base + API + "/health") as response:
-            return response.status == 200
+            if response.status == 200:
+                return True
+            found = (await response.json()).get("services", {})
+            return all(found.get(name, {}).get("status") == "ok" for name in names)
     except aiohttp.ClientError:
         return False

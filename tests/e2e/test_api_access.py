@@ -149,6 +149,9 @@ OWNER_CASES: dict[tuple[str, str], Make] = {
     ("DELETE", "/reservations/{id}"): reservation_case(""),
     # Ending early is for a running reservation: alice's starts now.
     ("POST", "/reservations/{id}/end"): reservation_case("/end", hours=0),
+    # Answering an idle notice: the owner and an admin pass the check (then 409: none waits).
+    ("POST", "/reservations/{id}/keep"): reservation_case("/keep", hours=0),
+    ("POST", "/reservations/{id}/release"): reservation_case("/release", hours=0),
     ("PUT", "/jobs/{id}"): job_case("", _job_definition),
     ("DELETE", "/jobs/{id}"): job_case(""),
     ("POST", "/jobs/{id}/start"): job_case("/start"),

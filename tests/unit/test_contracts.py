@@ -142,6 +142,15 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "by_rules": False,
     },
     "reservation.started": dict(_RESERVATION),
+    "reservation.released_idle": {
+        **_RESERVATION,
+        "reason": "idle",
+        "released_by": "warden",
+        "idle_since": NOW,
+        "notified_at": NOW,
+        "snoozed_until": None,
+        "released_at": NOW,
+    },
     "reservation.ended": {
         **_RESERVATION,
         "usage": {

@@ -184,6 +184,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/idle/links/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What an idle notice's link is about; reading it does nothing
+         * @description The token is the credential. 404 for one Warden did not sign.
+         */
+        get: operations["link"];
+        put?: never;
+        /**
+         * Answer an idle notice through its link: keep or release (works once)
+         * @description 409 once the link was used, or its notice is over (answered, released, or the GPUs got busy again); 404 for a token Warden did not sign.
+         */
+        post: operations["answer_link"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/idle/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Per user: idle notices, how often they kept, released or let the grace run out */
+        get: operations["stats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/inventory/hosts": {
         parameters: {
             query?: never;
@@ -492,6 +533,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/idle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Your reservations told idle that wait for an answer (keep or release) */
+        get: operations["my_notices"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me/notifications": {
         parameters: {
             query?: never;
@@ -701,6 +759,46 @@ export interface paths {
         put?: never;
         /** End a running reservation now */
         post: operations["end_reservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/reservations/{id}/keep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * "I still need it": answer the reservation's idle notice; its idle policy snoozes
+         * @description 409 when no idle notice of it waits for an answer.
+         */
+        post: operations["keep"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/reservations/{id}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * "Release now": answer the reservation's idle notice by ending the rest of it
+         * @description 409 when no idle notice of it waits for an answer.
+         */
+        post: operations["release"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1021,6 +1119,13 @@ export interface components {
             /** @description the user Warden logs in as; required when probe is "ssh" */
             user?: string;
         };
+        AnswerBody: {
+            /**
+             * @description keep: "I still need it"; release: end the rest of it now
+             * @enum {string}
+             */
+            action: "keep" | "release";
+        };
         AuthMethods: {
             /** @description names without a local account sign in with the lab's directory account ([auth.ldap]) */
             ldap: boolean;
@@ -1294,6 +1399,80 @@ export interface components {
             /** Format: date-time */
             generated_at: string;
             hosts: components["schemas"]["HostState"][];
+        } & {
+            [key: string]: unknown;
+        };
+        IdleAnswer: {
+            /** @description keep | release */
+            action: string;
+            id: number;
+            /**
+             * Format: date-time
+             * @default null
+             */
+            released_at: string | null;
+            /**
+             * Format: date-time
+             * @default null
+             */
+            snoozed_until: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        IdleLink: {
+            id: number;
+            owner: string;
+            /** @description false: used, answered, or its notice is over */
+            pending: boolean;
+            /** Format: date-time */
+            release_at: string | null;
+            title: string;
+        } & {
+            [key: string]: unknown;
+        };
+        IdleNotice: {
+            /** Format: date-time */
+            end: string;
+            id: number;
+            /** Format: date-time */
+            idle_since: string | null;
+            /** Format: date-time */
+            notified_at: string | null;
+            owner: string;
+            /**
+             * Format: date-time
+             * @description released then, unless kept
+             */
+            release_at: string | null;
+            title: string;
+        } & {
+            [key: string]: unknown;
+        };
+        IdlePolicy: {
+            below_memory_mib: number;
+            below_util_percent: number;
+            for_minutes: number;
+            grace_minutes: number;
+            snooze_minutes: number;
+        } & {
+            [key: string]: unknown;
+        };
+        IdlePolicyArgs: {
+            below_memory_mib: number;
+            below_util_percent: number;
+            for_minutes: number;
+            grace_minutes: number;
+            snooze_minutes: number;
+        };
+        IdleStats: {
+            /** @description "I still need it" */
+            kept: number;
+            notices: number;
+            /** @description "release now" */
+            released_by_owner: number;
+            /** @description no answer in time */
+            released_idle: number;
+            user: string;
         } & {
             [key: string]: unknown;
         };
@@ -1771,6 +1950,7 @@ export interface components {
             groups: string[];
             hosts: string[];
             id: number;
+            idle_policy: (Record<string, never> | null) | components["schemas"]["IdlePolicy"];
             max_duration_s: number | null;
             max_gpu_hours_per_week: number | null;
             max_gpus: number | null;
@@ -1795,6 +1975,11 @@ export interface components {
             gpus?: string[];
             groups?: string[];
             hosts?: string[];
+            /**
+             * @description null: reservations it grants are never released as idle
+             * @default null
+             */
+            idle_policy: components["schemas"]["IdlePolicyArgs"] | (Record<string, never> | null);
             /** @default null */
             max_duration_s: number | null;
             /** @default null */
@@ -1830,6 +2015,7 @@ export interface components {
             groups: string[];
             hosts: string[];
             id: number;
+            idle_policy: (Record<string, never> | null) | components["schemas"]["IdlePolicy"];
             max_duration_s: number | null;
             max_gpu_hours_per_week: number | null;
             max_gpus: number | null;
@@ -2516,6 +2702,101 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HostState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    link: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdleLink"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    answer_link: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnswerBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdleAnswer"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    stats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdleStats"][];
                 };
             };
             /** @description an error (see `error` for the code) */
@@ -3258,6 +3539,38 @@ export interface operations {
             };
         };
     };
+    my_notices: {
+        parameters: {
+            query?: {
+                /** @description admins: every user's notices */
+                everyone?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdleNotice"][];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     get_prefs: {
         parameters: {
             query?: never;
@@ -3762,6 +4075,68 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    keep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdleAnswer"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    release: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdleAnswer"];
                 };
             };
             /** @description an error (see `error` for the code) */

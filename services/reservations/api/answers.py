@@ -66,6 +66,14 @@ class RuleWindowSchema(Answer):
     end = _Str(required=True, metadata={"example": "18:00"})
 
 
+class IdlePolicySchema(Answer):
+    below_util_percent = fields.Float(required=True)
+    below_memory_mib = fields.Float(required=True)
+    for_minutes = fields.Float(required=True)
+    grace_minutes = fields.Float(required=True)
+    snooze_minutes = fields.Float(required=True)
+
+
 class RuleSchema(Answer):
     id = fields.Integer(required=True)
     name = _Str(required=True)
@@ -82,6 +90,7 @@ class RuleSchema(Answer):
     max_gpus = fields.Integer(required=True, allow_none=True)
     max_duration_s = fields.Integer(required=True, allow_none=True)
     max_gpu_hours_per_week = fields.Float(required=True, allow_none=True)
+    idle_policy = fields.Nested(IdlePolicySchema, required=True, allow_none=True)
     created_by = _Str()
     created_at = _Time()
     updated_at = _Time()
@@ -223,3 +232,46 @@ class GpuSchema(Answer):
     name = _Str(required=True)
     memory_total_mib = fields.Integer(allow_none=True)
     present = fields.Boolean(required=True)
+
+
+class IdleNoticeSchema(Answer):
+    """A reservation whose owner was told it is idle and has not answered yet."""
+
+    id = fields.Integer(required=True)
+    owner = _Str(required=True)
+    title = _Str(required=True)
+    end = _Time(required=True)
+    idle_since = _Time(required=True, allow_none=True)
+    notified_at = _Time(required=True, allow_none=True)
+    release_at = _Time(
+        required=True, allow_none=True, metadata={"description": "released then, unless kept"}
+    )
+
+
+class IdleLinkSchema(Answer):
+    """What an idle notice's link is about (nothing is done by reading it)."""
+
+    id = fields.Integer(required=True)
+    title = _Str(required=True)
+    owner = _Str(required=True)
+    pending = fields.Boolean(
+        required=True, metadata={"description": "false: used, answered, or its notice is over"}
+    )
+    release_at = _Time(required=True, allow_none=True)
+
+
+class IdleAnswerSchema(Answer):
+    id = fields.Integer(required=True)
+    action = _Str(required=True, metadata={"description": "keep | release"})
+    snoozed_until = _Time(allow_none=True, load_default=None)
+    released_at = _Time(allow_none=True, load_default=None)
+
+
+class IdleStatsSchema(Answer):
+    """How a user answered idle notices."""
+
+    user = _Str(required=True)
+    notices = fields.Integer(required=True)
+    kept = fields.Integer(required=True, metadata={"description": '"I still need it"'})
+    released_idle = fields.Integer(required=True, metadata={"description": "no answer in time"})
+    released_by_owner = fields.Integer(required=True, metadata={"description": '"release now"'})

@@ -129,6 +129,26 @@ _SANE_TIME = validate.Range(
 )
 
 
+class IdlePolicyArgs(Schema):
+    """When a reservation this rule grants is idle and is given back (minutes may be fractions)."""
+
+    below_util_percent = fields.Float(
+        required=True, validate=validate.Range(min=0, max=100, min_inclusive=False)
+    )
+    below_memory_mib = fields.Float(
+        required=True, validate=validate.Range(min=0, max=1e9, min_inclusive=False)
+    )
+    for_minutes = fields.Float(
+        required=True, validate=validate.Range(min=0, max=1e6, min_inclusive=False)
+    )
+    grace_minutes = fields.Float(
+        required=True, validate=validate.Range(min=0, max=1e6, min_inclusive=False)
+    )
+    snooze_minutes = fields.Float(
+        required=True, validate=validate.Range(min=0, max=1e6, min_inclusive=False)
+    )
+
+
 class RuleArgs(ActorArgs):
     name = _Str(required=True, validate=validate.Length(min=1, max=128))
     description = _Str(load_default="", validate=validate.Length(max=500))
@@ -149,6 +169,12 @@ class RuleArgs(ActorArgs):
     )
     max_gpu_hours_per_week = fields.Float(
         load_default=None, allow_none=True, validate=validate.Range(min=0, max=1e9)
+    )
+    idle_policy = fields.Nested(
+        IdlePolicyArgs,
+        load_default=None,
+        allow_none=True,
+        metadata={"description": "null: reservations it grants are never released as idle"},
     )
 
 
@@ -205,6 +231,16 @@ class CheckSignupArgs(Schema):
 
 class SignupArgs(CheckSignupArgs):
     ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class IdleAnswerArgs(FeedTokenArgs):
+    """An idle notice's link (its token) and the answer chosen on its page."""
+
+    action = _Str(required=True, validate=validate.OneOf(("keep", "release")))
+
+
+class IdleNoticesArgs(ActorArgs):
+    everyone = fields.Boolean(load_default=False, metadata={"description": "admins: all users'"})
 
 
 class ContactsArgs(Schema):

@@ -149,6 +149,11 @@ class GatewaySettings:
     frontend_dir: str = option(
         "", "The built web UI served at /; empty: frontend/dist beside the code, when it exists."
     )
+    public_url: str = option(
+        "",
+        "The web UI's address as people reach it (e.g. https://warden.lab.example), for links "
+        "in messages (an idle reservation's keep/release links); empty: http://host:port.",
+    )
     trusted_proxies: tuple[IpNetwork, ...] = parsed(
         (),
         proxy_network,

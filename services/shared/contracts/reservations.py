@@ -64,6 +64,18 @@ class ReservationEnded(ReservationData):
     usage = fields.Nested(UsageSummary, allow_none=True, load_default=None)
 
 
+class ReservationReleasedIdle(ReservationData):
+    """The rest of an idle reservation was released (ended early with reason `idle`)."""
+
+    reason = Str(required=True, validate=validate.OneOf(("idle",)))
+    # warden: no answer within the grace; owner: "release now" (a link or the UI)
+    released_by = Str(required=True, validate=validate.OneOf(("warden", "owner")))
+    idle_since = fields.AwareDateTime(allow_none=True, load_default=None)
+    notified_at = fields.AwareDateTime(allow_none=True, load_default=None)
+    snoozed_until = fields.AwareDateTime(allow_none=True, load_default=None)
+    released_at = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
 class AccessChanged(Strict):
     """Rules or group memberships changed; future reservations were re-checked."""
 
@@ -133,6 +145,14 @@ EVENTS: tuple[EventType, ...] = (
         "reservations",
         ReservationEnded,
         "A reservation's end time came, or it was ended early; carries its final usage.",
+    ),
+    EventType(
+        "reservation.released_idle",
+        1,
+        "reservations",
+        ReservationReleasedIdle,
+        "The rest of an idle reservation was released: its owner was told it was idle and did "
+        'not answer within the grace, or chose "release now" (reservation.ended follows).',
     ),
     EventType(
         "access.changed",

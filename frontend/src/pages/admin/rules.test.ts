@@ -31,6 +31,7 @@ const rule: Rule = {
   max_gpus: 4,
   max_duration_s: 8 * 3600,
   max_gpu_hours_per_week: null,
+  idle_policy: null,
 }
 
 describe('rule sentence', () => {
@@ -93,6 +94,7 @@ describe('rule form and API body', () => {
       max_gpus: 4,
       max_duration_s: 28800,
       max_gpu_hours_per_week: null,
+      idle_policy: null,
       valid_until: null,
     })
     expect(new Date(body.valid_from!).getTime()).toBe(new Date(rule.valid_from).getTime())
@@ -148,5 +150,27 @@ describe('helpers', () => {
     expect(zones[0]).toBe('UTC')
     expect(zones).toContain('Europe/Warsaw')
     expect(zones.filter((z) => z === 'UTC')).toHaveLength(1)
+  })
+})
+
+describe('idle policy', () => {
+  const policy = { below_util_percent: 5, below_memory_mib: 1024, for_minutes: 60, grace_minutes: 30, snooze_minutes: 120 }
+  it('is off by default, with the example values ready', () => {
+    const form = emptyForm()
+    expect(form.idleOn).toBe(false)
+    expect(formToBody({ ...form, name: 'x' }).idle_policy).toBeNull()
+    expect(formToBody({ ...form, idleOn: true }).idle_policy).toEqual(policy)
+  })
+  it('goes to the form and back, and reads in the sentence', () => {
+    const withIdle = { ...rule, idle_policy: { ...policy, for_minutes: 0.5 } }
+    const form = ruleToForm(withIdle)
+    expect(form.idleOn).toBe(true)
+    expect(formToBody(form).idle_policy).toEqual({ ...policy, for_minutes: 0.5 })
+    expect(ruleSentence(withIdle)).toContain('idle (< 5 %, < 1024 MiB for 0.5 min) released after 30 min without an answer')
+  })
+  it('refuses empty or non-positive values only when on', () => {
+    expect(validateForm({ ...emptyForm(), idleGrace: '0' }).idleGrace).toBeUndefined()
+    const problems = validateForm({ ...emptyForm(), idleOn: true, idleGrace: '0', idleUtil: '150', idleFor: '' })
+    expect(problems).toMatchObject({ idleGrace: 'more than zero', idleUtil: 'at most 100 %', idleFor: 'more than zero' })
   })
 })

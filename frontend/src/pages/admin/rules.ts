@@ -30,7 +30,17 @@ export interface RuleForm {
   maxGpus: string // '' = no limit
   maxDurationHours: string
   maxGpuHoursPerWeek: string
+  // Idle policy: off by default; the example values are shown ready to switch on.
+  idleOn: boolean
+  idleUtil: string // below this utilisation (%) ...
+  idleMemory: string // ... and this much memory (MiB) ...
+  idleFor: string // ... for this many minutes: idle, the owner is told
+  idleGrace: string // minutes to answer before the rest is released
+  idleSnooze: string // minutes "I still need it" snoozes the policy
 }
+
+/** The example policy (README, `services/reservations/idle.py` EXAMPLE). */
+export const IDLE_EXAMPLE = { idleUtil: '5', idleMemory: '1024', idleFor: '60', idleGrace: '30', idleSnooze: '120' }
 
 export function emptyForm(timezone = 'UTC'): RuleForm {
   return {
@@ -48,6 +58,8 @@ export function emptyForm(timezone = 'UTC'): RuleForm {
     maxGpus: '',
     maxDurationHours: '',
     maxGpuHoursPerWeek: '',
+    idleOn: false,
+    ...IDLE_EXAMPLE,
   }
 }
 
@@ -72,6 +84,19 @@ export function ruleToForm(rule: Rule): RuleForm {
     maxGpus: rule.max_gpus == null ? '' : String(rule.max_gpus),
     maxDurationHours: rule.max_duration_s == null ? '' : num(rule.max_duration_s / 3600),
     maxGpuHoursPerWeek: rule.max_gpu_hours_per_week == null ? '' : num(rule.max_gpu_hours_per_week),
+    ...idleToForm(rule.idle_policy ?? null),
+  }
+}
+
+function idleToForm(policy: Rule['idle_policy'] | null): Pick<RuleForm, 'idleOn' | 'idleUtil' | 'idleMemory' | 'idleFor' | 'idleGrace' | 'idleSnooze'> {
+  if (!policy) return { idleOn: false, ...IDLE_EXAMPLE }
+  return {
+    idleOn: true,
+    idleUtil: num(policy.below_util_percent),
+    idleMemory: num(policy.below_memory_mib),
+    idleFor: num(policy.for_minutes),
+    idleGrace: num(policy.grace_minutes),
+    idleSnooze: num(policy.snooze_minutes),
   }
 }
 
@@ -99,6 +124,15 @@ export function formToBody(form: RuleForm): RuleBody {
     max_gpus: optionalNumber(form.maxGpus),
     max_duration_s: hours == null ? null : Math.round(hours * 3600),
     max_gpu_hours_per_week: optionalNumber(form.maxGpuHoursPerWeek),
+    idle_policy: form.idleOn
+      ? {
+          below_util_percent: Number(form.idleUtil),
+          below_memory_mib: Number(form.idleMemory),
+          for_minutes: Number(form.idleFor),
+          grace_minutes: Number(form.idleGrace),
+          snooze_minutes: Number(form.idleSnooze),
+        }
+      : null,
   }
 }
 
@@ -138,6 +172,13 @@ export function validateForm(form: RuleForm): Record<string, string> {
   if (!positive(form.maxGpus, true)) problems.maxGpus = 'a whole number, at least 1'
   if (!positive(form.maxDurationHours, false)) problems.maxDurationHours = 'more than zero hours'
   if (!positive(form.maxGpuHoursPerWeek, false)) problems.maxGpuHoursPerWeek = 'more than zero'
+  if (form.idleOn) {
+    const required = (text: string | number): boolean => optionalNumber(text) != null && positive(text, false)
+    for (const key of ['idleUtil', 'idleMemory', 'idleFor', 'idleGrace', 'idleSnooze'] as const) {
+      if (!required(form[key])) problems[key] = 'more than zero'
+    }
+    if (!problems.idleUtil && Number(form.idleUtil) > 100) problems.idleUtil = 'at most 100 %'
+  }
   return problems
 }
 
@@ -203,6 +244,13 @@ export function ruleSentence(rule: Rule, names: GpuNames = {}, now: Date = new D
   if (rule.max_gpus != null) parts.push(`max ${rule.max_gpus} GPU${rule.max_gpus === 1 ? '' : 's'}`)
   if (rule.max_duration_s != null) parts.push(`${hoursText(rule.max_duration_s)} per reservation`)
   if (rule.max_gpu_hours_per_week != null) parts.push(`${num(rule.max_gpu_hours_per_week)} GPU-h per week`)
+  const idle = rule.idle_policy
+  if (idle) {
+    parts.push(
+      `idle (< ${num(idle.below_util_percent)} %, < ${num(idle.below_memory_mib)} MiB for ${num(idle.for_minutes)} min) ` +
+        `released after ${num(idle.grace_minutes)} min without an answer`,
+    )
+  }
   return `${subjectsText(rule)}: ${parts.join(', ')}`
 }
 
