@@ -256,7 +256,9 @@ async def system(
                 aiohttp.ClientSession() as session,
             ):
                 found = ApiSystem(base, settings, fleet, client, session, {})  # type: ignore[arg-type]
-                await found.until(lambda: _answers(session, base, services), "the gateway")
+                await found.until(
+                    lambda: _answers(session, base, services, EVERY_SERVICE), "the gateway"
+                )
                 yield found
 
 
