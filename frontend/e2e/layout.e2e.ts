@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Browser, Page } from 'playwright-core'
 import { launch, screenshot, signedIn } from './browser.mjs'
-import { apiCall, control, gpus, tokenOf, type Gpu } from './system'
+import { apiCall, control, gpus, localDay, tokenOf, type Gpu } from './system'
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 let child: ChildProcess | undefined
@@ -119,8 +119,9 @@ describe('the calendar', () => {
 
   it('shows a booking\'s whole title', async () => {
     const title = 'ResNet-50 sweep with a learning-rate warm-up'
-    const start = new Date(Date.now() + 3_600_000)
-    start.setMinutes(0, 0, 0)
+    // Tomorrow 10:00-12:00: one block on one day, whatever the time the test runs at.
+    const start = new Date(Date.now() + 86_400_000)
+    start.setHours(10, 0, 0, 0)
     const token = await tokenOf(base, 'alice')
     await apiCall(base, token, 'POST', '/reservations', {
       gpus: [gpuOf('sim-001', 0).uuid],
@@ -129,7 +130,7 @@ describe('the calendar', () => {
       title,
     })
     const alice = await signedIn(browser, base, 'alice', WIDE)
-    await alice.goto(`/reservations?gpus=${gpuOf('sim-001', 0).uuid},${gpuOf('sim-001', 5).uuid}`)
+    await alice.goto(`/reservations?gpus=${gpuOf('sim-001', 0).uuid},${gpuOf('sim-001', 5).uuid}&week=${localDay(start)}`)
     const block = alice.locator('[data-testid="reservation-block"]', { hasText: 'ResNet-50' })
     await block.waitFor()
     await block.scrollIntoViewIfNeeded()
