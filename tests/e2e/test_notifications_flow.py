@@ -18,7 +18,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from services.shared.bus import Bus
@@ -32,6 +31,7 @@ from tests.support.fleet import served_fleet
 from tests.support.polling import until
 from tests.support.ports import free_port
 from tests.support.system import buses, discovered_gpu, running_services, system_settings
+from tests.support.webhooks import webhook_receiver
 
 pytestmark = [pytest.mark.amqp, pytest.mark.timeout(300)]
 
@@ -66,25 +66,12 @@ class System:
         return await until(condition, what, DEADLINE_S, interval=0.1)
 
 
-async def _receiver(received: list[dict[str, Any]]) -> web.AppRunner:
-    async def hook(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/hooks/alice-TOKEN-1234", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
-
-
 @pytest.fixture
 async def system(tmp_path: Path, amqp_url: str) -> AsyncIterator[System]:
     mailbox, chat = Mailbox(), []
     smtp = Controller(mailbox, hostname="127.0.0.1", port=free_port())
     smtp.start()
-    receiver = await _receiver(chat)
+    receiver = await webhook_receiver(chat, "/hooks/alice-TOKEN-1234")
     chat_url = f"http://127.0.0.1:{receiver.addresses[0][1]}/hooks/alice-TOKEN-1234"
     fleet = SimFleet(1, 4, seed=5, churn=False)
     try:

@@ -22,7 +22,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from services.cli import main
@@ -43,6 +42,7 @@ from tests.support.system import (
     running_services,
     system_settings,
 )
+from tests.support.webhooks import webhook_receiver
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -109,19 +109,6 @@ class System:
         return any(p["pid"] == pid for p in self.fleet.snapshot(self.host)["hosts"][0]["processes"])
 
 
-async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
-    async def hook(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/hooks/chat", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
-
-
 @pytest.fixture(params=BUS_KINDS)
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
@@ -131,7 +118,7 @@ async def system(
     smtp_port = free_port()
     smtp = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
     smtp.start()
-    receiver = await _webhook_receiver(received)
+    receiver = await webhook_receiver(received, "/hooks/chat")
     hook_port = receiver.addresses[0][1]
     try:
         async with served_fleet(SimFleet(1, 4, seed=3, churn=False), tmp_path) as served:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from services.shared.bus import Bus
@@ -44,6 +43,7 @@ from tests.support.system import (
     running_services,
     system_settings,
 )
+from tests.support.webhooks import webhook_receiver
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -86,19 +86,6 @@ class System:
         )
 
 
-async def _webhook_receiver(received: list[dict[str, Any]]) -> web.AppRunner:
-    async def hook(request: web.Request) -> web.Response:
-        received.append(await request.json())
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/hooks/slack", hook)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner
-
-
 @pytest.fixture(params=BUS_KINDS)
 async def system(
     request: pytest.FixtureRequest, tmp_path: Path, cheap_passwords: None
@@ -109,7 +96,7 @@ async def system(
     smtp_port = free_port()
     smtp = Controller(mailbox, hostname="127.0.0.1", port=smtp_port)
     smtp.start()
-    receiver = await _webhook_receiver(received)
+    receiver = await webhook_receiver(received, "/hooks/slack")
     hook_port = receiver.addresses[0][1]
     try:
         async with served_fleet(SimFleet(2, 4, seed=3, churn=False), tmp_path) as served:
