@@ -31,6 +31,7 @@ from services.shared.contracts import HEALTH_METHOD, utc_now_iso
 from services.shared.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
 from services.shared.errors import ServiceUnavailable
 from services.shared.failures import database_unreachable, describe_failure
+from services.shared.replicas import Replicas
 
 log = logging.getLogger("warden.runtime")
 
@@ -45,6 +46,21 @@ class ServiceContext:
     bus: Bus
     # The engines `open_database` opened: `health` checks that they answer.
     databases: list[Any] = field(default_factory=list)
+    # This replica's heartbeat and its view of other replicas; a service sets its `role` and
+    # `details` and may `watch` services before `start_service` starts the heartbeat.
+    replicas: Replicas = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "replicas",
+            Replicas(
+                self.bus,
+                self.name,
+                heartbeat_s=self.settings.replicas.heartbeat_s,
+                dead_after_s=self.settings.replicas.dead_after_s,
+            ),
+        )
 
 
 Start = Callable[[ServiceContext], Awaitable[Teardown]]
@@ -82,6 +98,8 @@ def health_handler(ctx: ServiceContext) -> RpcHandler:
             "version": __version__,
             "pid": os.getpid(),
             "started_at": started_at,
+            "replica": ctx.replicas.replica_id,
+            "role": ctx.replicas.role(),
         }
         if problems:
             answer["detail"] = "; ".join(problems)
@@ -107,6 +125,8 @@ async def start_service(
         )
     stop_serving = await ctx.bus.serve(ctx.name, {HEALTH_METHOD: health_handler(ctx), **methods})
     stack.push_async_callback(stop_serving)
+    ctx.replicas.start()
+    stack.push_async_callback(ctx.replicas.stop)  # first to run: peers hear `stopping` at once
     log.info("%s service started", ctx.name, extra={"fields": {"version": __version__}})
     return stack.aclose
 

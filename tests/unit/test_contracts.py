@@ -185,6 +185,14 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "links": [{"label": "I still need it", "url": "https://warden.lab/keep/1"}],
         "at": NOW,
     },
+    "replica.heartbeat": {
+        "service": "monitor",
+        "replica": "monitor@head:4242-a1b2c3",
+        "role": "active",
+        "started_at": NOW,
+        "interval_s": 2.0,
+        "details": {"hosts": 12},
+    },
     "job.created": {**_JOB, "actor": "alice"},
     "job.updated": {**_JOB, "actor": "alice", "changed": ["queued"]},
     "job.deleted": {**_JOB, "actor": "admin"},
@@ -218,7 +226,7 @@ def test_every_type_has_an_example() -> None:
 def test_every_declared_type_is_well_formed(etype: Any) -> None:
     assert re.fullmatch(r"[a-z]+(_[a-z]+)*\.[a-z]+(_[a-z]+)*", etype.name), etype.name
     assert isinstance(etype.version, int) and etype.version >= 1
-    assert re.fullmatch(r"[a-z]+", etype.source)
+    assert re.fullmatch(r"[a-z]+|\*", etype.source)  # *: every service, named in its data
     assert etype.description.strip()
     assert issubclass(etype.schema, Schema)
     schema = etype.schema()
@@ -238,6 +246,13 @@ def test_types_are_declared_once_and_latest_wins() -> None:
         assert len(sources) == 1, f"{name} is published by more than one service"
 
 
+def test_a_heartbeat_is_published_by_the_service_it_names() -> None:
+    example = EXAMPLES["replica.heartbeat"]
+    assert make_envelope("replica.heartbeat", example, source="monitor").source == "monitor"
+    with pytest.raises(ContractError):
+        make_envelope("replica.heartbeat", example, source="jobs")
+
+
 def test_unknown_type_and_version_are_contract_errors() -> None:
     with pytest.raises(ContractError):
         event_type("host.exploded")
@@ -255,7 +270,10 @@ def test_make_envelope_accepts_the_example(type_name: str) -> None:
     declared = event_type(type_name)
     assert envelope.type == type_name
     assert envelope.version == declared.version
-    assert envelope.source == declared.source
+    # A type every service publishes (*) is sent by the service its data names.
+    assert envelope.source == (
+        EXAMPLES[type_name]["service"] if declared.source == "*" else declared.source
+    )
     assert envelope.data == EXAMPLES[type_name]
     uuid.UUID(envelope.id)
     occurred = datetime.fromisoformat(envelope.occurred_at)

@@ -24,6 +24,7 @@ from services.shared.config.settings import (
     HostConfig,
     JobSettings,
     MonitorSettings,
+    ReplicaSettings,
     ReservationSettings,
     Settings,
     StepOverride,
@@ -94,7 +95,13 @@ def _ssh_login(values: dict[str, Any]) -> None:
                 raise ValidationError("required for a host polled over SSH", key)
 
 
+def _dead_after_beats(values: dict[str, Any]) -> None:
+    if values["dead_after_s"] <= values["heartbeat_s"]:
+        raise ValidationError("must be longer than heartbeat_s", "dead_after_s")
+
+
 RULES: dict[type, tuple[Rule, ...]] = {
+    ReplicaSettings: (_dead_after_beats,),
     MonitorSettings: (_influx_keys,),
     ReservationSettings: (_durations,),
     ViolationSettings: (_smtp_login, _steps_in_order),

@@ -107,6 +107,24 @@ class BusConfig:
     )
 
 
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """Several replicas of a service: how they hear of each other."""
+
+    heartbeat_s: float = option(
+        2.0,
+        "Every replica of every service says it is alive this often (`replica.heartbeat`).",
+        min=0.05,
+        max=60,
+    )
+    dead_after_s: float = option(
+        6.0,
+        "A replica not heard from for this long counts as gone (its work is taken over).",
+        min=0.1,
+        max=600,
+    )
+
+
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -560,6 +578,7 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     bus: BusConfig = field(default_factory=BusConfig)
+    replicas: ReplicaSettings = field(default_factory=ReplicaSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     ssh: SshSettings = field(default_factory=SshSettings)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.shared.contracts.registry import event_type
+from services.shared.contracts.replicas import ANY_SOURCE
 from services.shared.errors import ContractError
 
 
@@ -50,7 +51,7 @@ def make_envelope(
 ) -> Envelope:
     """Build an envelope for publishing; invalid data is a programming error (ContractError)."""
     etype = event_type(type_name, version)
-    if source is not None and source != etype.source:
+    if etype.source != ANY_SOURCE and source is not None and source != etype.source:
         raise ContractError(
             f"{type_name!r} is published by {etype.source!r}, not {source!r}",
             {"type": type_name, "source": source},
@@ -61,6 +62,13 @@ def make_envelope(
             f"data of {type_name!r} v{etype.version} does not match its schema",
             {"type": type_name, "version": etype.version, "errors": errors},
         )
+    if etype.source == ANY_SOURCE:  # a type every service publishes: its data names the service
+        source = source or data["service"]
+        if source != data["service"]:
+            raise ContractError(
+                f"{type_name!r} is published by the service its data names",
+                {"type": type_name, "source": source},
+            )
     try:
         json.dumps(data)
     except (TypeError, ValueError) as err:
@@ -73,7 +81,7 @@ def make_envelope(
         type=etype.name,
         version=etype.version,
         occurred_at=utc_now_iso(),
-        source=etype.source,
+        source=etype.source if source is None else source,
         data=dict(data),
     )
 

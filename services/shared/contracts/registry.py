@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from services.shared.contracts import jobs, monitor, notifications, reservations, violations
+from services.shared.contracts import (
+    jobs,
+    monitor,
+    notifications,
+    replicas,
+    reservations,
+    violations,
+)
 from services.shared.contracts.validation import EventType
 from services.shared.errors import ContractError
 
@@ -12,6 +19,7 @@ EVENT_TYPES: tuple[EventType, ...] = (
     *jobs.EVENTS,
     *violations.EVENTS,
     *notifications.EVENTS,
+    *replicas.EVENTS,
 )
 
 _BY_KEY: dict[tuple[str, int], EventType] = {(t.name, t.version): t for t in EVENT_TYPES}

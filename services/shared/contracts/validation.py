@@ -85,6 +85,8 @@ def _compile_field(declared: fields.Field) -> Check | None:
         value_check = lambda v: type(v) is str  # noqa: E731
     elif type(declared) is fields.Boolean:
         value_check = lambda v: type(v) is bool  # noqa: E731
+    elif type(declared) is fields.Dict and declared.value_field is None:
+        value_check = lambda v: type(v) is dict and all(type(k) is str for k in v)  # noqa: E731
     else:
         return None
     if value_check is None:
