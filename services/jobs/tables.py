@@ -20,6 +20,7 @@ from sqlalchemy import (
 )
 
 from services.shared.db import applied_events_table
+from services.shared.leadership import lease_table
 from services.shared.outbox import outbox_table
 
 metadata = MetaData()
@@ -89,3 +90,6 @@ runs = Table(
 )
 
 outbox = outbox_table(metadata, "jobs")
+
+# Which replica leads (services/shared/leadership.py).
+leader_lease = lease_table(metadata, "jobs")

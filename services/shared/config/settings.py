@@ -123,6 +123,13 @@ class ReplicaSettings:
         min=0.1,
         max=600,
     )
+    lease_s: float = option(
+        6.0,
+        "Leader lease of the single-writer services (violations, jobs): the leader renews it "
+        "every third of this; a standby takes over once it expired (PostgreSQL only).",
+        min=0.3,
+        max=600,
+    )
 
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
