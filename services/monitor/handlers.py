@@ -1,5 +1,6 @@
-"""What the monitor answers: its RPC methods (declared in `api.py`, beside `health`). It
-consumes no events (it runs on timers).
+"""What the monitor answers: its RPC methods (declared in `api.py`, beside `health`), and the
+events each replica follows on queues of its own: the inventory's changes made through another
+replica, and the transitions of hosts other replicas poll (`fleet_view.py`).
 """
 
 from __future__ import annotations
@@ -8,20 +9,25 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.monitor import api
+from services.monitor.fleet_view import TRANSITIONS, FleetView
 from services.monitor.hosts_admin import HostsAdmin
 from services.monitor.monitor import Monitor, MonitorStats
+from services.monitor.replica_rpc import Peers, fleet_snapshot
 from services.monitor.tsdb.base import MetricsStore
 from services.shared.bus import EventHandler, RpcHandler
+from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.rpc import served
 
 
-def rpc_methods(monitor: Monitor, store: MetricsStore, admin: HostsAdmin) -> dict[str, RpcHandler]:
+def rpc_methods(
+    monitor: Monitor, store: MetricsStore, admin: HostsAdmin, peers: Peers
+) -> dict[str, RpcHandler]:
     async def snapshot(args: dict[str, Any]) -> dict[str, Any]:
         host = args["host"]
-        if host is not None and host not in monitor.states:
+        if host is not None and host not in admin.hosts and host not in monitor.states:
             raise NotFound(f"no host named {host!r}", {"host": host})
-        return monitor.snapshot(host)
+        return await fleet_snapshot(monitor, peers, admin.hosts, host)
 
     async def series(args: dict[str, Any]) -> dict[str, Any]:
         start: datetime = args["start"]
@@ -53,7 +59,12 @@ def rpc_methods(monitor: Monitor, store: MetricsStore, admin: HostsAdmin) -> dic
         }
 
     async def stats(args: dict[str, Any]) -> dict[str, Any]:
-        figures = {"hosts": len(monitor.states), **monitor.stats.as_dict()}
+        # This replica's figures (each replica polls its part of the hosts).
+        figures = {
+            "replica": peers.replicas.replica_id,
+            "hosts": len(monitor.states),
+            **monitor.stats.as_dict(),
+        }
         if args["reset"]:
             monitor.stats = MonitorStats()
         return figures
@@ -92,5 +103,20 @@ def rpc_methods(monitor: Monitor, store: MetricsStore, admin: HostsAdmin) -> dic
     )
 
 
-# The monitor runs on timers; it consumes no events.
+# The monitor runs on timers; the queues every replica has of its own are below.
 EVENT_HANDLERS: dict[tuple[str, str, str], EventHandler] = {}
+
+INVENTORY_CHANGES = ("host.added", "host.updated", "host.removed")
+
+
+def replica_handlers(admin: HostsAdmin, view: FleetView) -> dict[str, EventHandler]:
+    """Routing key -> handler of the monitor's own events, on transient queues per replica."""
+
+    async def inventory_changed(envelope: Envelope) -> None:
+        host = envelope.data["host"]
+        await admin.refresh(host if isinstance(host, str) else host["name"])
+
+    return {
+        **{event_type: inventory_changed for event_type in INVENTORY_CHANGES},
+        **{event_type: view.on_event for event_type in TRANSITIONS},
+    }

@@ -1,6 +1,8 @@
 """The inventory's commands (LIST/ADD/UPDATE/REMOVE/CHECK_HOST): each writes the database,
-brings the poll loops in line (`Monitor.add/remove/relabel`) and publishes host.added /
-host.updated / host.removed, so jobs, violations and the gateway follow without a restart.
+brings the poll loops in line (`Sharding.sync`: the replica that owns the host polls it) and
+publishes host.added / host.updated / host.removed, so jobs, violations, the gateway and the
+other monitor replicas follow without a restart (`refresh`, on those events, and `reload`,
+every 30 s, read the database again).
 
 Commands run one at a time (a lock): the row, the loops and the event of one change are never
 interleaved with another's.
@@ -10,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Protocol
 
 import asyncssh
 
@@ -22,13 +24,11 @@ from services.monitor.inventory import (
     LOCAL,
     InventoryHost,
     StoredHost,
-    diff_hosts,
+    active,
     host_from,
     problems,
 )
 from services.monitor.login_proof import prove_login
-from services.monitor.monitor import Monitor
-from services.monitor.readers import HostReader
 from services.shared.config import HostConfig
 from services.shared.errors import (
     AlreadyExists,
@@ -42,7 +42,11 @@ from services.shared.ssh import SshOptions
 log = logging.getLogger("warden.monitor")
 
 Publish = Callable[[str, dict[str, Any]], Awaitable[Any]]
-ReaderFor = Callable[[HostConfig], HostReader]
+
+
+class Polling(Protocol):
+    async def sync(self, *, now: Collection[str] = ()) -> None: ...
+
 
 CHECK_TIMEOUT_S = 30.0
 PROVE_TIMEOUT_S = 20.0  # per login; the method's deadline allows two in a row
@@ -65,18 +69,18 @@ class HostsAdmin:
     def __init__(
         self,
         store: HostStore,
-        monitor: Monitor,
+        polling: Polling,
         publish: Publish,
-        reader_for: ReaderFor,
         options: SshOptions,
-        hosts: Sequence[InventoryHost],
+        hosts: dict[str, InventoryHost],
+        local: HostConfig | None = None,
     ) -> None:
         self.store = store
-        self.monitor = monitor
+        self.polling = polling
         self.publish = publish
-        self.reader_for = reader_for
         self.options = options
-        self.hosts = {host.name: host for host in hosts}
+        self.hosts = hosts  # shared with the sharding, which polls this replica's part
+        self.local = local
         self._lock = asyncio.Lock()
 
     def records(self) -> list[dict[str, Any]]:
@@ -98,14 +102,32 @@ class HostsAdmin:
             )
 
     async def _poll(self, old: HostConfig | None, new: HostConfig | None) -> None:
-        running = {old.name: old} if old is not None else {}
-        diff = diff_hosts(running, [new] if new is not None else [])
-        for name in diff.removed:
-            await self.monitor.remove(name)
-        for host in [*diff.added, *diff.changed]:
-            await self.monitor.add(self.reader_for(host), host.labels)
-        for host in diff.relabeled:
-            self.monitor.relabel(host.name, host.labels)
+        await self.polling.sync(now=[new.name] if new is not None else [])
+
+    async def refresh(self, name: str) -> None:
+        """Another replica changed `name` (its host.* event): read its row again."""
+        async with self._lock:
+            row = await self.store.get(name)
+            found = None if row is None or row.removed else InventoryHost(row.host, row.source)
+            current = self.hosts.get(name)
+            if (current is not None and current.source == LOCAL) or found == current:
+                return  # this replica's own change, or this machine's NVML
+            if found is None:
+                del self.hosts[name]
+            else:
+                self.hosts[name] = found
+            await self._poll(current.host if current else None, found.host if found else None)
+
+    async def reload(self) -> None:
+        """The whole inventory again (heals a host.* event this replica missed)."""
+        async with self._lock:
+            wanted = {host.name: host for host in active(await self.store.all(), self.local)}
+            changed = [n for n in {*wanted, *self.hosts} if wanted.get(n) != self.hosts.get(n)]
+            if not changed:
+                return
+            self.hosts.clear()
+            self.hosts.update(wanted)
+            await self.polling.sync(now=[n for n in changed if n in wanted])
 
     async def _announce(self, event_type: str, data: dict[str, Any]) -> None:
         # Under the lock: events of two changes go out in the order they were made. The

@@ -1,10 +1,12 @@
 """The monitor's poll loops: every host on its own schedule, none waiting for another.
 
-Each host has a task that wakes at its ticks (hosts are spread evenly over the interval so a
-thousand hosts do not all poll at once), reads the host within a deadline shorter than the
-interval, turns the result into events through `HostState`, publishes them, keeps the latest
-state for `snapshot()` and hands the figures to the metrics writer. A host that fails is
-retried with back-off; its ticks in between are skipped, not counted as missed.
+Each host has a task that wakes at its ticks (each host on its own phase of the interval, from
+a hash of its name on the wall clock, so a thousand hosts do not all poll at once and a host
+that moves to another monitor replica keeps its moments: `shards.py`), reads the host within
+a deadline shorter than the interval, turns the result into events through `HostState`,
+publishes them, keeps the latest state for `snapshot()` and hands the figures to the metrics
+writer. A host that fails is retried with back-off; its ticks in between are skipped, not
+counted as missed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.readers import HostReader
+from services.monitor.shards import next_tick
 from services.monitor.state import Event, HostState
 from services.monitor.tsdb.base import GPU_METRICS, GpuPoint, HostPoint
 from services.monitor.writer import MetricsWriter
@@ -101,14 +104,21 @@ class Monitor:
         self._publish_failing = False
         self._started = False
 
+    def next_tick(self, name: str, after: float | None = None) -> float:
+        """`name`'s first tick (monotonic) at or after `after` (default now), on its phase."""
+        now_mono, now_wall = time.monotonic(), time.time()
+        after_wall = now_wall + ((after if after is not None else now_mono) - now_mono)
+        return next_tick(name, self.interval_s, after_wall) - now_wall + now_mono
+
+    def hosts(self) -> list[str]:
+        return list(self.readers)
+
     async def start(self) -> None:
         if self.writer is not None:
             self.writer.start()
         self._started = True
-        first_tick = time.monotonic()
-        count = max(1, len(self.readers))
-        for i, reader in enumerate(self.readers.values()):
-            self._start_loop(reader, first_tick + self.interval_s * i / count)
+        for reader in self.readers.values():
+            self._start_loop(reader, self.next_tick(reader.name))
         log.info(
             "monitoring %d host(s) every %gs",
             len(self.readers),
@@ -121,16 +131,24 @@ class Monitor:
             self._poll_forever(reader, first_tick), name=f"poll {reader.name}"
         )
 
-    async def add(self, reader: HostReader, labels: Sequence[str] = ()) -> None:
-        """Watch one more host, polled at once (then every interval). One of that name is
-        replaced."""
+    async def add(
+        self,
+        reader: HostReader,
+        labels: Sequence[str] = (),
+        *,
+        first_tick: float | None = None,
+        state: HostState | None = None,
+    ) -> None:
+        """Watch one more host, polled at `first_tick` (monotonic; default at once), then on
+        its phase. One of that name is replaced. `state`: what is known of it already (a
+        host taken over from another replica), so its GPUs are not announced again."""
         if reader.name in self.readers:
             await self.remove(reader.name)
         self.readers[reader.name] = reader
-        self.states[reader.name] = HostState(reader.name)
+        self.states[reader.name] = state or HostState(reader.name)
         self.labels[reader.name] = tuple(labels)
         if self._started:
-            self._start_loop(reader, time.monotonic())
+            self._start_loop(reader, time.monotonic() if first_tick is None else first_tick)
         log.info("now monitoring %s", reader.name)
 
     async def remove(self, name: str) -> None:
@@ -177,7 +195,9 @@ class Monitor:
                 tick += self.interval_s
                 continue
             await self.poll_once(reader, state, tick)
-            tick += self.interval_s
+            # The next tick on the host's phase (a first poll at once may be off it: then the
+            # next tick comes sooner than an interval, rather than a tick being skipped).
+            tick = self.next_tick(reader.name, tick + self.interval_s / 100)
 
     async def poll_once(self, reader: HostReader, state: HostState, tick: float) -> None:
         self.stats.polls += 1
@@ -232,20 +252,23 @@ class Monitor:
 
     def snapshot(self, host: str | None = None) -> dict[str, Any]:
         """The latest state of every host (or one): figures, GPUs, processes, reachability."""
-        hosts = []
-        for name, state in self.states.items():
-            if host is not None and name != host:
-                continue
-            hosts.append(
-                {
-                    "name": name,
-                    "labels": list(self.labels.get(name, ())),
-                    "reachable": state.reachable,
-                    "down_since": state.down_since.isoformat() if state.down_since else None,
-                    "down_reason": state.down_reason,
-                    "last_seen": state.last_seen.isoformat() if state.last_seen else None,
-                    "sample": state.last_sample,
-                    "processes": state.last_processes,
-                }
-            )
+        hosts = [
+            host_entry(name, self.labels.get(name, ()), state)
+            for name, state in self.states.items()
+            if host is None or name == host
+        ]
         return {"generated_at": datetime.now(UTC).isoformat(), "hosts": hosts}
+
+
+def host_entry(name: str, labels: Sequence[str], state: HostState) -> dict[str, Any]:
+    """One host of `snapshot`."""
+    return {
+        "name": name,
+        "labels": list(labels),
+        "reachable": state.reachable,
+        "down_since": state.down_since.isoformat() if state.down_since else None,
+        "down_reason": state.down_reason,
+        "last_seen": state.last_seen.isoformat() if state.last_seen else None,
+        "sample": state.last_sample,
+        "processes": state.last_processes,
+    }

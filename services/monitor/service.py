@@ -1,5 +1,5 @@
 """Composition root of the monitor: the inventory (seeded from [[hosts]]), readers for every
-host, the poll loops, the metrics store."""
+host, the poll loops of this replica's part of the hosts (`sharding.py`), the metrics store."""
 
 from __future__ import annotations
 
@@ -10,18 +10,22 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any
 
-from services.monitor.handlers import EVENT_HANDLERS, rpc_methods
+from services.monitor.fleet_view import FleetView
+from services.monitor.handlers import EVENT_HANDLERS, replica_handlers, rpc_methods
 from services.monitor.host_store import HostStore
 from services.monitor.hosts_admin import HostsAdmin
 from services.monitor.inventory import active, local_host
 from services.monitor.monitor import Monitor
 from services.monitor.nvml import load_nvml
 from services.monitor.readers import HostReader, LocalNvmlReader, SshReader
+from services.monitor.replica_rpc import Peers, replica_methods, rpc_name
+from services.monitor.sharding import Sharding
 from services.monitor.tsdb.base import MetricsStore
 from services.monitor.tsdb.influx import InfluxMetricsStore
 from services.monitor.tsdb.sqlite import SqlMetricsStore
 from services.monitor.writer import MetricsWriter
 from services.shared.bus import Teardown
+from services.shared.bus.inproc import InProcessBus
 from services.shared.config import HostConfig, MonitorSettings, Settings
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.ssh import SshHostShell, SshOptions
@@ -29,6 +33,7 @@ from services.shared.ssh import SshHostShell, SshOptions
 log = logging.getLogger("warden.monitor")
 
 PRUNE_EVERY_S = 600.0
+RELOAD_EVERY_S = 30.0  # the inventory read again: heals a host.* event this replica missed
 
 
 def reader_factory(settings: Settings, nvml: Any | None) -> Callable[[HostConfig], HostReader]:
@@ -63,6 +68,15 @@ async def _prune_forever(store: MetricsStore) -> None:
             log.exception("pruning old metrics failed")
 
 
+async def _reload_forever(admin: HostsAdmin) -> None:
+    while True:
+        await asyncio.sleep(RELOAD_EVERY_S)
+        try:
+            await admin.reload()
+        except Exception as err:
+            log.warning("reading the inventory again failed: %s", err)
+
+
 async def start(ctx: ServiceContext) -> Teardown:
     stack = AsyncExitStack()
     try:
@@ -80,30 +94,66 @@ async def start(ctx: ServiceContext) -> Teardown:
         stored = await host_store.seed(ctx.settings.hosts)
         configured = [row.host for row in stored if not row.removed]
         local = local_host(ctx.settings, configured, local_has_nvml=nvml is not None)
-        hosts = active(stored, local)
+        inventory = {host.name: host for host in active(stored, local)}
         reader_for = reader_factory(ctx.settings, nvml)
         settings = ctx.settings.monitor
+        # Hosts are added by the sharding, once this replica knows which are its own.
         monitor = Monitor(
-            [reader_for(host.host) for host in hosts],
+            [],
             publish,
             interval_s=settings.interval_s,
             poll_deadline_s=settings.poll_deadline_s,
             writer=MetricsWriter(store),
-            labels={host.name: host.host.labels for host in hosts},
         )
+        replicas, view = ctx.replicas, FleetView()
+        peers = Peers(ctx.bus, replicas)
+
+        async def ask_peers(ids: list[str]) -> None:
+            for answer in await peers.ask("transitions", {}, only=ids):
+                view.load(answer["hosts"])
+
+        sharding = Sharding(
+            monitor,
+            reader_for,
+            inventory,
+            replicas,
+            view,
+            # On the in-process bus this replica is the only one: no peers to wait for.
+            settle_s=0.0 if isinstance(ctx.bus, InProcessBus) else replicas.heartbeat_s * 1.5,
+            ask_peers=ask_peers,
+        )
+        own_rpc = rpc_name(replicas.replica_id)
+        replicas.role = sharding.role
+        replicas.details = lambda: {**sharding.details(), "rpc": own_rpc}
         admin = HostsAdmin(
             host_store,
-            monitor,
+            sharding,
             publish,
-            reader_for,
             SshOptions.from_settings(ctx.settings.ssh),
-            hosts,
+            inventory,
+            local,
         )
+        # This replica's own queues: its RPC, other replicas' inventory changes, transitions.
+        stack.push_async_callback(
+            await ctx.bus.serve(own_rpc, replica_methods(monitor, replicas.replica_id))
+        )
+        suffix = own_rpc.removeprefix("monitor-")
+        for event_type, handler in replica_handlers(admin, view).items():
+            stack.push_async_callback(
+                await ctx.bus.subscribe(
+                    "monitor", event_type, f"monitor.replica-{suffix}", handler, transient=True
+                )
+            )
+        await replicas.watch("monitor")
         await monitor.start()
         stack.push_async_callback(monitor.stop)  # stops polling, flushes the writer
+        sharding.start()
+        stack.push_async_callback(sharding.stop)
         pruner = asyncio.create_task(_prune_forever(store), name="prune metrics")
         stack.callback(pruner.cancel)
-        handlers = rpc_methods(monitor, store, admin)
+        reloader = asyncio.create_task(_reload_forever(admin), name="reload inventory")
+        stack.callback(reloader.cancel)
+        handlers = rpc_methods(monitor, store, admin, peers)
         return await start_service(ctx, stack, handlers, EVENT_HANDLERS)
     except BaseException:
         await stack.aclose()

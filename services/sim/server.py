@@ -343,6 +343,16 @@ class SimServer:
         """How many SSH connections to `host` are open now (a client still polling it)."""
         return len(self._connections.get(host, ()))
 
+    def client_ports(self, host: str) -> list[int]:
+        """The client-side ports of the SSH connections to `host` open now: which process
+        polls it (tests match them to processes)."""
+        ports = []
+        for conn in self._connections.get(host, ()):
+            peer = conn.get_extra_info("peername")
+            if peer:
+                ports.append(int(peer[1]))
+        return sorted(ports)
+
     def known_hosts_lines(self) -> list[str]:
         """One known_hosts line per host: `[127.0.0.1]:PORT ssh-ed25519 AAAA...`."""
         if self.host_key is None:

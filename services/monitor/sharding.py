@@ -1,0 +1,209 @@
+"""Which hosts of the inventory this monitor replica polls, kept in line with its peers.
+
+Every replica hears the others' heartbeats (`services/shared/replicas.py`) and gives each
+host to the replica that rendezvous hashing picks among the *active* ones (`shards.py`). A
+replica that starts says `joining` for a heartbeat and a half, so it has heard its peers (and
+asked them what they announced of their hosts) before it takes any host; then it says
+`active`, at once, and starts its hosts at their next tick, while the replicas that held them
+stop them as soon as they hear it. A host therefore moves with no gap, and is polled twice only
+if its tick falls in the few milliseconds the heartbeat takes to arrive.
+
+A replica that stops cleanly says `stopping` before it stops polling: the others take its hosts
+at their next tick. One that dies (kill -9, cut off) is counted gone after `[replicas]
+dead_after_s`; the others then poll its hosts at once (spread over a second), as they are
+already stale, and go on at their ticks.
+
+This machine read through NVML (a `local` host) is always polled by its own replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from services.monitor.fleet_view import FleetView
+from services.monitor.inventory import LOCAL, InventoryHost, diff_hosts
+from services.monitor.monitor import Monitor
+from services.monitor.readers import HostReader
+from services.monitor.shards import owner
+from services.shared.config import HostConfig
+from services.shared.replicas import Replicas
+
+log = logging.getLogger("warden.monitor")
+
+SERVICE = "monitor"
+ACTIVE, JOINING = "active", "joining"
+ORPHANS_SPREAD_S = 1.0  # hosts of a replica that died are polled within this, not all at once
+
+ReaderFor = Callable[[HostConfig], HostReader]
+AskPeers = Callable[[list[str]], Awaitable[None]]
+
+
+class Sharding:
+    def __init__(
+        self,
+        monitor: Monitor,
+        reader_for: ReaderFor,
+        inventory: Mapping[str, InventoryHost],
+        replicas: Replicas,
+        view: FleetView,
+        *,
+        settle_s: float,
+        check_s: float = 0.5,
+        ask_peers: AskPeers | None = None,
+    ) -> None:
+        self.monitor = monitor
+        self.reader_for = reader_for
+        self.inventory = inventory
+        self.replicas = replicas
+        self.view = view
+        self.settle_s = settle_s
+        self.check_s = check_s
+        self.ask_peers = ask_peers
+        self.ready = False
+        self.running: dict[str, HostConfig] = {}
+        self._owners: list[str] = []
+        self._heard: dict[str, float] = {}  # when each active owner was last heard
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        replicas.on_change(self._on_change)
+
+    @property
+    def me(self) -> str:
+        return self.replicas.replica_id
+
+    def role(self) -> str:
+        return ACTIVE if self.ready else JOINING
+
+    def details(self) -> dict[str, Any]:
+        return {"hosts": len(self.running)}
+
+    def _on_change(self, service: str) -> None:
+        if service == SERVICE:
+            self._wake.set()
+
+    def owners(self) -> list[str]:
+        """The active replicas (this one once it is), by id; asking also expires the silent
+        ones, and notes when each was last heard (to tell one that died from one that left)."""
+        found = [
+            r
+            for r in self.replicas.live(SERVICE)
+            # This one by what it is now, not by its last heartbeat heard back.
+            if (self.ready if r.replica == self.me else r.role == ACTIVE)
+        ]
+        for replica in found:
+            self._heard[replica.replica] = replica.heard_at
+        return [r.replica for r in found]
+
+    def mine(self, owners: list[str]) -> list[HostConfig]:
+        if not self.ready:
+            return []
+        return [
+            host.host
+            for name, host in self.inventory.items()
+            if host.source == LOCAL or owner(name, owners) == self.me
+        ]
+
+    # --- running -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="monitor sharding")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        if self.settle_s > 0:
+            # Hear the peers before taking hosts: alone for a moment, this replica would
+            # take every host from them.
+            await asyncio.sleep(self.settle_s)
+            peers = [r.replica for r in self.replicas.live(SERVICE) if r.replica != self.me]
+            if peers and self.ask_peers is not None:
+                try:
+                    await self.ask_peers(peers)
+                except Exception as err:  # their hosts' GPUs are announced again: harmless
+                    log.warning("could not ask the other monitor replicas: %s", err)
+        self.ready = True
+        await self.sync()
+        with contextlib.suppress(Exception):  # the next beat says it otherwise
+            await self.replicas.beat()
+        log.info(
+            "monitor replica %s polls %d of %d host(s) (%d active replica(s))",
+            self.me,
+            len(self.running),
+            len(self.inventory),
+            len(self._owners),
+        )
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.check_s)
+            self._wake.clear()
+            # `owners` asks for the live replicas, which also expires the silent ones.
+            if self.owners() != self._owners:
+                try:
+                    await self.sync()
+                except Exception:
+                    log.exception("rebalancing the hosts failed")
+
+    async def sync(self, *, now: Collection[str] = ()) -> None:
+        """Poll exactly this replica's hosts: start the ones it gained, stop the ones it lost.
+
+        `now`: hosts added or changed through the inventory, polled at once.
+        """
+        async with self._lock:
+            before = self._owners
+            owners = self.owners()
+            moment = time.monotonic()
+            limit = (self.replicas.heartbeat_s + self.replicas.dead_after_s) / 2
+            # Went silent (not `stopping`): its hosts are stale by now.
+            died = {
+                r
+                for r in before
+                if r not in owners and moment - self._heard.get(r, moment) >= limit
+            }
+            self._owners = owners
+            self._heard = {r: self._heard[r] for r in owners if r in self._heard}
+            diff = diff_hosts(self.running, self.mine(owners))
+            for name in diff.removed:
+                self.running.pop(name, None)
+                await self.monitor.remove(name)
+            orphans = [h.name for h in diff.added if before and owner(h.name, before) in died]
+            spread = {name: i / len(orphans) * ORPHANS_SPREAD_S for i, name in enumerate(orphans)}
+            for host in diff.added:
+                if host.name in now:
+                    first: float | None = None
+                elif host.name in spread:
+                    first = moment + spread[host.name]
+                else:
+                    first = self.monitor.next_tick(host.name)
+                state = self.view.seed(host.name)
+                await self.monitor.add(
+                    self.reader_for(host), host.labels, first_tick=first, state=state
+                )
+                self.running[host.name] = host
+            for host in diff.changed:  # read differently now: a new reader, polled at once
+                await self.monitor.add(self.reader_for(host), host.labels)
+                self.running[host.name] = host
+            for host in diff.relabeled:
+                self.monitor.relabel(host.name, host.labels)
+                self.running[host.name] = host
+            if before and (diff.added or diff.removed):
+                log.info(
+                    "hosts rebalanced over %d monitor replica(s): %d gained%s, %d given away; "
+                    "polling %d",
+                    len(owners),
+                    len(diff.added),
+                    f" ({len(orphans)} of a replica gone silent)" if orphans else "",
+                    len(diff.removed),
+                    len(self.running),
+                )

@@ -1,0 +1,327 @@
+"""Two monitor replicas, each its own OS process (`warden run monitor`), on RabbitMQ with one
+PostgreSQL database, against a simulated fleet served over real SSH in this process.
+
+What is observed, not asked: which process holds the SSH connection to each host (the sim's
+client ports, matched to processes through /proc), and every `host.sampled` event. A host's
+samples are placed in its tick slots (`shards.phase`): two samples in one slot are a double
+poll, a slot skipped between two samples is a gap. The replicas split the hosts, each host
+polled by exactly one; one replica killed with SIGKILL, the other polls all its hosts again;
+started again, the hosts rebalance with neither a double poll nor a gap; the other stopped
+cleanly (SIGTERM), its hosts move without a gap. Each GPU is announced once in all of it.
+
+Deadlines are generous; nothing asserts how long anything took (bench/_monitor_sharding.py
+measures that).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from services.monitor.shards import phase
+from services.shared.bus.amqp import AmqpBus
+from services.shared.contracts import Envelope
+from services.sim.model import SimFleet
+from tests.support.config import write_config
+from tests.support.events import record
+from tests.support.fleet import ServedFleet, served_fleet
+from tests.support.polling import until
+
+pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
+
+WARDEN = [sys.executable, "-m", "services.cli"]
+HOSTS = 12
+INTERVAL_S = 1.5
+DEADLINE_S = 60.0
+
+
+# --- which process holds which SSH connection -------------------------------------------------
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    found = set()
+    with os.scandir(f"/proc/{pid}/fd") as entries:
+        for entry in entries:
+            try:
+                target = os.readlink(entry.path)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                found.add(target[8:-1])
+    return found
+
+
+def _port_inodes() -> dict[int, str]:
+    """Local port -> socket inode, of every TCP socket on this machine."""
+    ports: dict[int, str] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                columns = line.split()
+                ports[int(columns[1].rsplit(":", 1)[1], 16)] = columns[9]
+    return ports
+
+
+def holders(served: ServedFleet, pids: list[int]) -> dict[str, set[int]]:
+    """Host -> the processes (of `pids`) with an SSH connection open to it."""
+    inodes = {pid: _socket_inodes(pid) for pid in pids}
+    ports = _port_inodes()
+    found: dict[str, set[int]] = {}
+    for host in served.fleet.hosts:
+        found[host] = {
+            pid
+            for port in served.server.client_ports(host)
+            for pid in pids
+            if ports.get(port) in inodes[pid]
+        }
+    return found
+
+
+# --- the replicas -------------------------------------------------------------------------------
+
+
+@dataclass
+class Replicas:
+    config: Path
+    tmp: Path
+    env: dict[str, str]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    starts: int = 0
+
+    def start(self, label: str) -> int:
+        self.starts += 1
+        log = (self.tmp / f"{label}-{self.starts}.log").open("wb")
+        self.processes[label] = subprocess.Popen(
+            [*WARDEN, "run", "monitor", "--config", str(self.config)],
+            env=self.env,
+            cwd=self.tmp,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        return self.processes[label].pid
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes.values() if p.poll() is None]
+
+    def stop(self, label: str, sig: int) -> None:
+        process = self.processes.pop(label)
+        process.send_signal(sig)
+        process.wait(timeout=30)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.tmp.glob("*.log"))
+        )
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+
+
+@pytest.fixture
+async def system(
+    tmp_path: Path, amqp_url: str, pg_url: str
+) -> AsyncIterator[tuple[ServedFleet, Replicas, list[Envelope]]]:
+    async with served_fleet(SimFleet(HOSTS, 2, seed=5, churn=False), tmp_path) as served:
+        config = write_config(
+            tmp_path / "warden.toml",
+            **served.config(),
+            bus={"amqp_url": amqp_url},
+            storage={"data_dir": str(tmp_path / "data"), "database_url": pg_url},
+            monitor={"local_nvml": "off", "interval_s": INTERVAL_S},
+            replicas={"heartbeat_s": 0.5, "dead_after_s": 2.0},
+            log={"level": "info"},
+        )
+        env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+        subprocess.run(
+            [*WARDEN, "db", "upgrade", "monitor", "--config", str(config)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        replicas = Replicas(config, tmp_path, env)
+        client = AmqpBus(amqp_url, name="test-client")
+        await client.start()
+        events: list[Envelope] = []
+        try:
+            await record(client, events, "monitor", "host.sampled")
+            await record(client, events, "monitor", "gpu.*")
+            yield served, replicas, events
+        finally:
+            replicas.close()
+            await client.close()
+
+
+# --- what the samples say -----------------------------------------------------------------------
+
+
+def _slot(host: str, sampled_at: str) -> int:
+    at = datetime.fromisoformat(sampled_at).timestamp()
+    return math.floor((at - phase(host, INTERVAL_S) + 0.05) / INTERVAL_S)
+
+
+def slots(events: list[Envelope], since: float = 0.0) -> dict[str, list[int]]:
+    """Host -> the tick slots of its samples taken after `since` (Unix time), in order."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for event in events:
+        if event.type == "host.sampled":
+            at = event.data["sampled_at"]
+            if datetime.fromisoformat(at).timestamp() > since:
+                found[event.data["host"]].append(_slot(event.data["host"], at))
+    return {host: sorted(values) for host, values in found.items()}
+
+
+def double_polls(events: list[Envelope]) -> dict[str, list[int]]:
+    return {
+        host: [s for s in set(values) if values.count(s) > 1]
+        for host, values in slots(events).items()
+        if len(set(values)) != len(values)
+    }
+
+
+def gaps(events: list[Envelope], since: float, until_: float) -> dict[str, list[int]]:
+    """Hosts with a tick slot skipped between `since` and `until_`."""
+    found = {}
+    for host, values in slots(events, since).items():
+        end = _slot(host, datetime.fromtimestamp(until_).astimezone().isoformat())
+        inside = [s for s in values if s <= end]
+        skipped = [b for a, b in zip(inside, inside[1:], strict=False) if b - a > 1]
+        if skipped:
+            found[host] = skipped
+    return found
+
+
+def sampled_after(events: list[Envelope], since: float) -> set[str]:
+    return set(slots(events, since))
+
+
+# --- the test -----------------------------------------------------------------------------------
+
+
+def shares(served: ServedFleet, replicas: Replicas) -> dict[int, set[str]] | None:
+    """Process -> its hosts, when every host is held by exactly one process and each process
+    holds at least one; else None."""
+    pids = replicas.pids()
+    held = holders(served, pids)
+    if any(len(owners) != 1 for owners in held.values()):
+        return None
+    found: dict[int, set[str]] = {pid: set() for pid in pids}
+    for host, owners in held.items():
+        found[next(iter(owners))].add(host)
+    return found if all(found.values()) else None
+
+
+async def test_two_replicas_split_fail_over_and_rebalance(
+    system: tuple[ServedFleet, Replicas, list[Envelope]],
+) -> None:
+    served, replicas, events = system
+    all_hosts = set(served.fleet.hosts)
+    report = replicas.logs
+
+    # One replica alone polls every host.
+    first = replicas.start("a")
+    await until(
+        lambda: sampled_after(events, 0) == all_hosts,
+        "every host sampled",
+        DEADLINE_S,
+        report=report,
+    )
+    assert (
+        await until(lambda: shares(served, replicas), "a holding all", DEADLINE_S, report=report)
+    ) == {first: all_hosts}
+
+    # A second one joins: the hosts are split, each held by exactly one process.
+    joined_at = datetime.now().timestamp()
+    second = replicas.start("b")
+    split = await until(
+        lambda: (found := shares(served, replicas)) and len(found) == 2 and found,
+        "the hosts split over two replicas",
+        DEADLINE_S,
+        report=report,
+    )
+    assert split[first] | split[second] == all_hosts and not split[first] & split[second]
+    steady = datetime.now().timestamp()
+    await until(
+        lambda: (
+            all(len(v) >= 3 for v in slots(events, steady).values())
+            and sampled_after(events, steady) == all_hosts
+        ),
+        "three more samples of every host",
+        DEADLINE_S,
+        report=report,
+    )
+    assert double_polls(events) == {}
+    assert gaps(events, joined_at - INTERVAL_S, datetime.now().timestamp()) == {}
+
+    # SIGKILL the second: the first polls its hosts again.
+    killed_at = datetime.now().timestamp()
+    replicas.stop("b", signal.SIGKILL)
+    await until(
+        lambda: (
+            sampled_after(events, killed_at) >= split[second]
+            and shares(served, replicas) == {first: all_hosts}
+        ),
+        "the killed replica's hosts sampled again, by the survivor",
+        DEADLINE_S,
+        report=report,
+    )
+
+    # Started again: the hosts rebalance without a double poll or a gap.
+    rejoined_at = datetime.now().timestamp()
+    third = replicas.start("b")
+    again = await until(
+        lambda: (found := shares(served, replicas)) and len(found) == 2 and found,
+        "the hosts split again",
+        DEADLINE_S,
+        report=report,
+    )
+    assert again[first] | again[third] == all_hosts  # a new id: a share of its own
+    settled = datetime.now().timestamp()
+    await until(
+        lambda: (
+            all(len(v) >= 2 for v in slots(events, settled).values())
+            and sampled_after(events, settled) == all_hosts
+        ),
+        "two more samples of every host",
+        DEADLINE_S,
+        report=report,
+    )
+    assert double_polls(events) == {}
+    assert gaps(events, rejoined_at - INTERVAL_S, datetime.now().timestamp()) == {}
+
+    # The first stops cleanly: its hosts move to the other without a gap.
+    stopped_at = datetime.now().timestamp()
+    replicas.stop("a", signal.SIGTERM)
+    await until(
+        lambda: shares(served, replicas) == {third: all_hosts},
+        "the remaining replica holding every host",
+        DEADLINE_S,
+        report=report,
+    )
+    after = datetime.now().timestamp()
+    await until(
+        lambda: all(len(v) >= 2 for v in slots(events, after).values()),
+        "two more samples of every host",
+        DEADLINE_S,
+        report=report,
+    )
+    assert double_polls(events) == {}
+    assert gaps(events, stopped_at - INTERVAL_S, datetime.now().timestamp()) == {}
+
+    # Hosts moved four times; each GPU was announced once.
+    discovered = [(e.data["host"], e.data["uuid"]) for e in events if e.type == "gpu.discovered"]
+    assert len(discovered) == len(set(discovered)) == HOSTS * 2
