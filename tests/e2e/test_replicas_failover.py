@@ -18,7 +18,11 @@ What must hold afterwards, whatever was killed when:
 - after a restart of the broker or the database, health is ok again on both gateways without
   anyone's help, and squats made afterwards are detected and escalated, once.
 
-Deadlines are generous (the machine is shared); nothing asserts how long anything took.
+The reservations replicas start first and the others once one answers: the reservations
+service learns of GPUs only from the monitor's `gpu.discovered`, sent once per GPU, so one that
+starts after the monitors' first poll never learns of them (a start-up race of its own, not
+what this test is about). Deadlines are generous (the machine is shared); nothing asserts how
+long anything took.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import aiohttp
 import pytest
 
 from services.shared.bus import Bus
+from services.shared.errors import WardenError
 from services.shared.replicas import Replicas
 from services.shared.runtime import make_bus
 from services.sim.model import SimFleet
@@ -229,6 +234,19 @@ class System:
         return victim
 
 
+async def answers(bus: Bus, service: str) -> bool:
+    with contextlib.suppress(WardenError):
+        await bus.call(service, "health", {}, timeout=1)
+        return True
+    return False
+
+
+async def every_gpu_known(bus: Bus, count: int) -> bool:
+    with contextlib.suppress(WardenError):
+        return len(await bus.call("reservations", "list_gpus", {})) == count
+    return False
+
+
 async def load(system: System, gpus: list[str], stop: asyncio.Event) -> None:
     """alice books 30-minute slots from tomorrow, round robin over `gpus` (never overlapping),
     and reads back one she got, until `stop`."""
@@ -272,7 +290,7 @@ async def replicated_system(
                 storage={"database_url": database_url},
                 gateway={"port": ports[0], "frontend_dir": str(tmp_path / "no-frontend")},
                 monitor={"interval_s": 1.0},
-                replicas={"heartbeat_s": 0.5, "dead_after_s": 2.5},
+                replicas={"heartbeat_s": 0.5, "dead_after_s": 2.5, "lease_s": 3.0},
                 jobs={"poll_interval_s": 0.5, "int_grace_s": 1.0, "term_grace_s": 1.0},
                 violations={
                     "steps": STEPS,
@@ -290,14 +308,28 @@ async def replicated_system(
             bus = make_bus(settings, "amqp", name="test")
             await bus.start()
             with replica_processes(tmp_path, tmp_path / "warden.toml") as cluster:
+                # The reservations service first: it hears of GPUs only from `gpu.discovered`,
+                # which a monitor sends once, at its first poll (see the module's notes).
                 for service in BACKENDS:
                     cluster.start(service)
                     cluster.start(service)
+                    if service == "reservations":
+                        await until(
+                            lambda: answers(bus, "reservations"),
+                            "the reservations service answering",
+                            DEADLINE_S,
+                            interval=0.25,
+                            report=cluster.logs,
+                        )
                 system = System(fleet, cluster, GatewayPool(session, ports), ports, hooks, bus)
                 for port in ports:
                     gateway = cluster.start("gateway", env={"WARDEN_GATEWAY_PORT": str(port)})
                     system.gateway_ports[gateway.label] = port
                 await system.health_ok("every service ok on both gateways")
+                await system.until(
+                    lambda: every_gpu_known(bus, len(fleet.hosts) * 4),
+                    "every GPU known to the reservations service",
+                )
                 status, signed_in = await system.pool.call(
                     "POST", "/session", {"username": "alice", "password": PASSWORD}
                 )
