@@ -19,6 +19,11 @@ from services.shared.errors import InvalidRequest, RemoteError, ServiceUnavailab
 
 def database_unreachable(err: BaseException) -> bool:
     """Is `err` a database that is down, refusing, or gone in the middle of a transaction?"""
+    # SQLSTATE 57P01-57P05: PostgreSQL shutting down, starting up or restarting ("the database
+    # system is shutting down"): the server is away for a moment, as when it refuses.
+    state = getattr(getattr(err, "orig", None), "sqlstate", None) or getattr(err, "sqlstate", None)
+    if isinstance(state, str) and state.startswith("57P"):
+        return True
     if isinstance(err, sa.DBAPIError):
         return err.connection_invalidated or isinstance(
             err, sa.OperationalError | sa.InterfaceError
@@ -29,6 +34,13 @@ def database_unreachable(err: BaseException) -> bool:
     return isinstance(err, ConnectionError | TimeoutError) or (
         type(err).__module__.startswith("asyncpg") and "Connection" in type(err).__name__
     )
+
+
+def outage(err: BaseException) -> bool:
+    """Did an event handler fail for want of a server, not because of its message? Its
+    database is unreachable, or a service it asked is (the bus reconnecting, a leader being
+    replaced): the message waits with back-off and goes again, never dead-lettered for it."""
+    return database_unreachable(err) or isinstance(err, ServiceUnavailable)
 
 
 def describe_failure(err: BaseException) -> str:
@@ -80,8 +92,8 @@ def log_rpc_failure(
 class Retrying:
     """A loop that keeps trying something (a tick, a flush): one log line when it starts to
     fail and one when it works again, not one per turn, and a growing wait in between so a
-    dead database is no busy loop. A failure that is not an outage (a bug) is logged with
-    its traceback, once.
+    dead database is no busy loop. A failure that is not an outage (a bug: not a database or
+    a service out of reach, see `outage`) is logged with its traceback, once.
 
         retrying = Retrying(log, "publishing the outbox", first_wait_s=0.5)
         while True:
@@ -116,7 +128,7 @@ class Retrying:
                 "%s failed (%s); retrying with back-off",
                 self.what,
                 describe_failure(err),
-                exc_info=None if database_unreachable(err) else err,
+                exc_info=None if outage(err) else err,
             )
         else:
             self._wait_s = min(self._wait_s * 2, self.max_wait_s)

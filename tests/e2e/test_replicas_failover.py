@@ -70,8 +70,8 @@ SQUAT_HOSTS = (0, 1)  # hosts whose GPUs squats take; jobs run on host 2
 JOB_HOST = 2
 LOAD_HOST = 1  # the load books its GPUs tomorrow: no overlap with the squats of today
 DEADLINE_S = 60.0
-# A POST whose answer never came may still have been carried out; these are not refusals.
-NO_ANSWER = (0, 502, 503, 504)
+# No answer (the request may still have been carried out): no gateway or no service reached.
+NO_ANSWER = (0, 503)
 
 
 @dataclass

@@ -63,8 +63,8 @@ from services.shared.errors import (
 from services.shared.failures import (
     ConsumerOutages,
     Unreachable,
-    database_unreachable,
     log_rpc_failure,
+    outage,
 )
 
 log = logging.getLogger("warden.bus")
@@ -333,7 +333,7 @@ class AmqpBus(Bus):
             await quietly(message.nack(requeue=True))
             raise
         except Exception as err:
-            if database_unreachable(err):
+            if outage(err):
                 # Nothing wrong with the message: it waits (back-off) and goes again, not
                 # counted towards dead-lettering; one log line per outage, per queue.
                 await asyncio.sleep(self._outages.failed(queue, err))

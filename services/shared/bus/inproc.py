@@ -40,8 +40,8 @@ from services.shared.errors import (
 from services.shared.failures import (
     ConsumerOutages,
     Unreachable,
-    database_unreachable,
     log_rpc_failure,
+    outage,
 )
 
 log = logging.getLogger("warden.bus")
@@ -152,7 +152,7 @@ class InProcessBus(Bus):
                 queue.messages.put_nowait(message)
                 raise
             except Exception as err:
-                if database_unreachable(err):
+                if outage(err):
                     # Nothing wrong with the message: it waits and goes again, uncounted.
                     message.deliveries -= 1
                     await asyncio.sleep(self._outages.failed(queue.name, err))
