@@ -65,7 +65,9 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app[LIMITS] = limits_from(
         gateway.login_window_s, gateway.login_failures_per_user, gateway.login_failures_per_ip
     )
-    app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
+    app[STREAM] = StreamHub(
+        bus, gateway.stream_replay_events, resume_window_s=gateway.stream_resume_window_s
+    )
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])
     app[BOARD] = FleetBoard(app[CALENDAR])
