@@ -56,7 +56,9 @@ class Replica:
 
 def envelope(n: int, source: str = "reservations") -> Envelope:
     data = {"n": n}
-    return Envelope(f"evt-{n:04d}", "reservation.updated", 1, "2026-11-24T20:00:00+00:00", source, data)
+    return Envelope(
+        f"evt-{n:04d}", "reservation.updated", 1, "2026-11-24T20:00:00+00:00", source, data
+    )
 
 
 def missed_ids(hub: StreamHub, last_id: str) -> set[str] | None:
