@@ -139,6 +139,16 @@ class CalendarView:
             self.covers_from = horizon
         self._tell(changed)
 
+    def forget(self) -> None:
+        """Events were missed (the broker was away): nothing here can be vouched for. The copy
+        covers nothing (lists are asked of the service) until it is loaded again."""
+        changed = set(self._by_gpu)
+        self._by_id.clear()
+        self._by_gpu.clear()
+        self._cancelled.clear()
+        self.covers_from = self.covers_until = None
+        self._tell(changed)
+
     def _tell(self, gpus: Set[str]) -> None:
         if gpus:
             changed = frozenset(gpus)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 from services.gateway.calendar import KEEP_PAST, LOAD_AHEAD, CalendarView
@@ -17,6 +18,7 @@ log = logging.getLogger("warden.gateway")
 # The reservations service answers at most this range per calendar call.
 CHUNK = timedelta(weeks=8)
 PRUNE_EVERY_S = 3600.0
+RECONNECT_CHECK_S = 1.0
 
 
 def follow_events(view: CalendarView, hub: StreamHub) -> None:
@@ -55,8 +57,17 @@ async def load(view: CalendarView, bus: Bus, retry_max_s: float = 30.0) -> None:
 
 
 async def keep(view: CalendarView, bus: Bus) -> None:
-    """Load, then prune once an hour (a long-running task of the app)."""
+    """Load, then prune once an hour (a long-running task of the app); load again after a
+    broker reconnection, since the events published meanwhile never reached this replica."""
     await load(view, bus)
+    reconnections, pruned = bus.reconnections, time.monotonic()
     while True:
-        await asyncio.sleep(PRUNE_EVERY_S)
-        view.prune(datetime.now(UTC))
+        await asyncio.sleep(RECONNECT_CHECK_S)
+        if bus.reconnections != reconnections:
+            reconnections = bus.reconnections
+            log.info("the broker was away: the calendar copy is loaded again")
+            view.forget()
+            await load(view, bus)
+        if time.monotonic() - pruned >= PRUNE_EVERY_S:
+            pruned = time.monotonic()
+            view.prune(datetime.now(UTC))

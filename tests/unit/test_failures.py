@@ -12,7 +12,13 @@ from sqlalchemy import exc as sa
 
 from services.shared.bus.inproc import InProcessBus
 from services.shared.errors import InvalidRequest, RemoteError, ServiceUnavailable
-from services.shared.failures import Unreachable, describe_failure, rpc_error
+from services.shared.failures import (
+    Unreachable,
+    database_unreachable,
+    describe_failure,
+    outage,
+    rpc_error,
+)
 
 INTERNALS = "ConnectionRefusedError ('127.0.0.1', 5433) password=hunter2"
 
@@ -93,3 +99,19 @@ def test_a_request_past_its_callers_deadline_is_dropped_by_the_service() -> None
     assert not _expired(request())  # an older caller's request: no deadline said, none applied
     # A float would travel as single precision (128 s apart today): never trusted.
     assert not _expired(request(**{DEADLINE_HEADER: float(now_ms - 1)}))
+
+
+def test_postgresql_shutting_down_or_starting_up_is_an_outage_not_a_bug() -> None:
+    import asyncpg
+
+    for err in (
+        asyncpg.exceptions.CannotConnectNowError("the database system is shutting down"),
+        asyncpg.exceptions.AdminShutdownError("terminating connection"),
+    ):
+        wrapped = sa.DBAPIError("SELECT 1", {}, err)
+        wrapped.orig = err
+        assert database_unreachable(wrapped) and outage(wrapped)
+        assert isinstance(rpc_error("jobs", "get_job", wrapped), ServiceUnavailable)
+    # a service out of reach is an outage for an event handler (it waits, never dead-lettered)
+    assert outage(ServiceUnavailable("the message bus is unavailable"))
+    assert not outage(KeyError("a bug"))

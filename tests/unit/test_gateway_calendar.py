@@ -177,3 +177,14 @@ def test_a_moved_reservation_takes_its_new_place_on_each_of_its_gpus() -> None:
     view.apply("reservation.cancelled", reservation(1, ["g0", "g1"], 1, 1, status="cancelled"))
     assert held(view, "g0", T0) == (None, 2)
     assert held(view, "g1", T0) == (None, None)
+
+
+def test_a_copy_that_missed_events_is_forgotten_then_loaded_anew() -> None:
+    view = loaded(reservation(1, ["g0"], 0, 1), reservation(2, ["g1"], 2, 1))
+    heard: list[frozenset[str]] = []
+    view.listeners.append(heard.append)
+    view.forget()  # the broker was away: a cancel of 2 may have been missed
+    assert len(view) == 0 and not view.covers(T0, T0 + timedelta(hours=1))
+    assert heard == [frozenset({"g0", "g1"})]
+    view.load([reservation(1, ["g0"], 0, 1)], T0 - timedelta(days=1), T0 + timedelta(days=7))
+    assert [r["id"] for r in view.between(T0, T0 + timedelta(days=1), None)] == [1]
