@@ -95,6 +95,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             on_elected,
             lease_s=ctx.settings.replicas.lease_s,
             solo=is_solo(ctx.bus, store),
+            connected=lambda: ctx.bus.connected,
         )
         store.fence = leadership.fence
         ctx.replicas.role = leadership.role

@@ -173,6 +173,7 @@ class Leadership:
         *,
         lease_s: float = 6.0,
         solo: bool = False,
+        connected: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.service = service
@@ -182,7 +183,12 @@ class Leadership:
         self.lease_s = lease_s
         self.renew_s = lease_s / 3
         self.solo = solo
+        # Whether this replica reaches the broker: one that cannot hear events or publish
+        # must not lead (it steps down after a lease length) nor take over.
+        self.connected = connected
         self.clock = clock
+        self._cut_off_since: float | None = None
+        self._failing = False
         self.token: int | None = None  # held while not None
         self.ready = False  # the office is set up: the replica acts
         self.took_office_at: float | None = None  # clock() when it last became ready
@@ -249,18 +255,40 @@ class Leadership:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.renew_s)
             self._wake.clear()
+            if self._stepping_down is not None and not self._stepping_down.done():
+                continue  # the old office is still being torn down
             try:
                 if self.token is None:
-                    await self._try_acquire()
+                    if self.connected():
+                        await self._try_acquire()
                 else:
                     await self._renew(self.token)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                log.warning("%s: the lease could not be reached: %s", self.service, err)
-            if self.token is not None and self.clock() > self._valid_until - self.renew_s / 2:
-                # Not renewed in time (database away): another replica may take it soon.
-                await self._step_down("the lease could not be renewed")
+                if not self._failing:
+                    log.warning("%s: the lease could not be reached: %s", self.service, err)
+                self._failing = True
+            else:
+                if self._failing:
+                    log.info("%s: the lease can be reached again", self.service)
+                self._failing = False
+            if self.token is not None:
+                await self._check_still_fit(self.token)
+
+    async def _check_still_fit(self, token: int) -> None:
+        now = self.clock()
+        if self.connected():
+            self._cut_off_since = None
+        elif self._cut_off_since is None:
+            self._cut_off_since = now
+        if now > self._valid_until - self.renew_s / 2:
+            # Not renewed in time (database away): another replica may take it soon.
+            await self._step_down("the lease could not be renewed")
+        elif self._cut_off_since is not None and now - self._cut_off_since > self.lease_s:
+            await self._step_down("the message broker cannot be reached")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.lease.release(self.replica_id, token), self.renew_s)
 
     async def _try_acquire(self) -> None:
         started = self.clock()
@@ -288,8 +316,13 @@ class Leadership:
         except asyncio.CancelledError:
             raise
         except Exception:
+            if self.solo:  # the service's start fails (and is retried) as it always did
+                await office.aclose()
+                raise
             log.exception("%s: setting up the leader failed; standing down", self.service)
             self._lost(token)
+            with contextlib.suppress(Exception):  # another replica may do better
+                await asyncio.wait_for(self.lease.release(self.replica_id, token), self.renew_s)
             return
         if self.token == token:
             self.ready = True
@@ -308,7 +341,12 @@ class Leadership:
 
     async def _step_down(self, why: str) -> None:
         was_leading = self._office is not None
-        self.token = None if not self.solo else self.token
+        self._cut_off_since = None
+        # A clean stop keeps the token while the office closes (its last writes, such as the
+        # outbox's final flush, still count); losing the lease drops it first.
+        stopping = why == "stopping"
+        if not stopping and not self.solo:
+            self.token = None
         self.ready = False
         setting_up, self._setting_up = self._setting_up, None
         if setting_up is not None and not setting_up.done():
@@ -321,7 +359,9 @@ class Leadership:
                 await office.aclose()
             except Exception:
                 log.exception("%s: error while standing down", self.service)
-        if was_leading and why != "stopping":
+        if stopping and not self.solo:
+            self.token = None
+        if was_leading and not stopping:
             log.warning("%s: this replica stands by (%s)", self.service, why)
 
 

@@ -101,7 +101,8 @@ class ReplicaSet:
                 "webhooks": [{"url": hook_url, "format": "json", "name": "receiver"}],
             },
         )
-        done = subprocess.run(
+        done = await asyncio.to_thread(
+            subprocess.run,
             [*WARDEN, "--config", str(self._config), "db", "upgrade"],
             cwd=REPO,
             env=self._env(),
