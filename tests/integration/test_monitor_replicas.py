@@ -15,13 +15,15 @@ measures that).
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import math
 import os
 import signal
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -147,12 +149,10 @@ async def system(
             log={"level": "info"},
         )
         env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-        subprocess.run(
-            [*WARDEN, "db", "upgrade", "monitor", "--config", str(config)],
-            env=env,
-            check=True,
-            capture_output=True,
+        migrate = await asyncio.create_subprocess_exec(
+            *WARDEN, "db", "upgrade", "monitor", "--config", str(config), env=env
         )
+        assert await migrate.wait() == 0
         replicas = Replicas(config, tmp_path, env)
         client = AmqpBus(amqp_url, name="test-client")
         await client.start()
@@ -199,7 +199,7 @@ def gaps(events: list[Envelope], since: float, until_: float) -> dict[str, list[
     for host, values in slots(events, since).items():
         end = _slot(host, datetime.fromtimestamp(until_).astimezone().isoformat())
         inside = [s for s in values if s <= end]
-        skipped = [b for a, b in zip(inside, inside[1:], strict=False) if b - a > 1]
+        skipped = [b for a, b in itertools.pairwise(inside) if b - a > 1]
         if skipped:
             found[host] = skipped
     return found
