@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
 
 WARDEN = [sys.executable, "-m", "services.cli"]
 HOSTS = 12
+ADDED = 4  # more hosts served, added through the API once both replicas run
 INTERVAL_S = 1.5
 DEADLINE_S = 60.0
 
@@ -75,12 +76,12 @@ def _port_inodes() -> dict[int, str]:
     return ports
 
 
-def holders(served: ServedFleet, pids: list[int]) -> dict[str, set[int]]:
+def holders(served: ServedFleet, pids: list[int], hosts: set[str]) -> dict[str, set[int]]:
     """Host -> the processes (of `pids`) with an SSH connection open to it."""
     inodes = {pid: _socket_inodes(pid) for pid in pids}
     ports = _port_inodes()
     found: dict[str, set[int]] = {}
-    for host in served.fleet.hosts:
+    for host in hosts:
         found[host] = {
             pid
             for port in served.server.client_ports(host)
@@ -98,6 +99,7 @@ class Replicas:
     config: Path
     tmp: Path
     env: dict[str, str]
+    hosts: set[str] = field(default_factory=set)  # the inventory's
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     starts: int = 0
 
@@ -137,11 +139,12 @@ class Replicas:
 @pytest.fixture
 async def system(
     tmp_path: Path, amqp_url: str, pg_url: str
-) -> AsyncIterator[tuple[ServedFleet, Replicas, list[Envelope]]]:
-    async with served_fleet(SimFleet(HOSTS, 2, seed=5, churn=False), tmp_path) as served:
+) -> AsyncIterator[tuple[ServedFleet, Replicas, list[Envelope], AmqpBus]]:
+    async with served_fleet(SimFleet(HOSTS + ADDED, 2, seed=5, churn=False), tmp_path) as served:
         config = write_config(
             tmp_path / "warden.toml",
-            **served.config(),
+            ssh=served.config()["ssh"],
+            hosts=served.hosts()[:HOSTS],
             bus={"amqp_url": amqp_url},
             storage={"data_dir": str(tmp_path / "data"), "database_url": pg_url},
             monitor={"local_nvml": "off", "interval_s": INTERVAL_S},
@@ -153,14 +156,14 @@ async def system(
             *WARDEN, "db", "upgrade", "monitor", "--config", str(config), env=env
         )
         assert await migrate.wait() == 0
-        replicas = Replicas(config, tmp_path, env)
+        replicas = Replicas(config, tmp_path, env, {h["name"] for h in served.hosts()[:HOSTS]})
         client = AmqpBus(amqp_url, name="test-client")
         await client.start()
         events: list[Envelope] = []
         try:
             await record(client, events, "monitor", "host.sampled")
             await record(client, events, "monitor", "gpu.*")
-            yield served, replicas, events
+            yield served, replicas, events, client
         finally:
             replicas.close()
             await client.close()
@@ -216,7 +219,7 @@ def shares(served: ServedFleet, replicas: Replicas) -> dict[int, set[str]] | Non
     """Process -> its hosts, when every host is held by exactly one process and each process
     holds at least one; else None."""
     pids = replicas.pids()
-    held = holders(served, pids)
+    held = holders(served, pids, replicas.hosts)
     if any(len(owners) != 1 for owners in held.values()):
         return None
     found: dict[int, set[str]] = {pid: set() for pid in pids}
@@ -226,10 +229,10 @@ def shares(served: ServedFleet, replicas: Replicas) -> dict[int, set[str]] | Non
 
 
 async def test_two_replicas_split_fail_over_and_rebalance(
-    system: tuple[ServedFleet, Replicas, list[Envelope]],
+    system: tuple[ServedFleet, Replicas, list[Envelope], AmqpBus],
 ) -> None:
-    served, replicas, events = system
-    all_hosts = set(served.fleet.hosts)
+    served, replicas, events, client = system
+    all_hosts = set(replicas.hosts)
     report = replicas.logs
 
     # One replica alone polls every host.
@@ -266,6 +269,26 @@ async def test_two_replicas_split_fail_over_and_rebalance(
     )
     assert double_polls(events) == {}
     assert gaps(events, joined_at - INTERVAL_S, datetime.now().timestamp()) == {}
+
+    # Hosts added through the API (whichever replica answers) are polled by their owner, and
+    # any replica's snapshot shows every host, each from the replica that polls it.
+    added_at = datetime.now().timestamp()
+    for entry in served.hosts()[HOSTS:]:
+        await client.call("monitor", "add_host", entry, timeout=30)
+        replicas.hosts.add(entry["name"])
+    all_hosts = set(replicas.hosts)
+    split = await until(
+        lambda: (found := shares(served, replicas)) and len(found) == 2 and found,
+        "the added hosts held by one replica each",
+        DEADLINE_S,
+        report=report,
+    )
+    await until(
+        lambda: sampled_after(events, added_at) == all_hosts, "the added hosts sampled", DEADLINE_S
+    )
+    for _ in range(4):  # answered by either replica
+        snapshot = await client.call("monitor", "snapshot", {}, timeout=10)
+        assert {h["name"] for h in snapshot["hosts"] if h["last_seen"]} == all_hosts
 
     # SIGKILL the second: the first polls its hosts again.
     killed_at = datetime.now().timestamp()
@@ -324,4 +347,4 @@ async def test_two_replicas_split_fail_over_and_rebalance(
 
     # Hosts moved four times; each GPU was announced once.
     discovered = [(e.data["host"], e.data["uuid"]) for e in events if e.type == "gpu.discovered"]
-    assert len(discovered) == len(set(discovered)) == HOSTS * 2
+    assert len(discovered) == len(set(discovered)) == (HOSTS + ADDED) * 2
