@@ -348,3 +348,21 @@ async def test_two_replicas_split_fail_over_and_rebalance(
     # Hosts moved four times; each GPU was announced once.
     discovered = [(e.data["host"], e.data["uuid"]) for e in events if e.type == "gpu.discovered"]
     assert len(discovered) == len(set(discovered)) == (HOSTS + ADDED) * 2
+
+
+async def test_replicas_starting_together_seed_the_inventory_once(pg_url: str) -> None:
+    from services.monitor.host_store import HostStore
+    from services.shared import db
+    from services.shared.config import HostConfig
+
+    engine = db.create_engine(pg_url)
+    try:
+        await db.upgrade(engine, "monitor")
+        configured = [
+            HostConfig(name=f"h{i:03d}", address="10.0.0.1", user="warden") for i in range(300)
+        ]
+        seeded = await asyncio.gather(*(HostStore(engine).seed(configured) for _ in range(4)))
+        assert all([row.name for row in rows] == [h.name for h in configured] for rows in seeded)
+        assert len(await HostStore(engine).all()) == len(configured)
+    finally:
+        await engine.dispose()
