@@ -68,7 +68,19 @@ class HostStore:
         return _stored(row) if row is not None else None
 
     async def seed(self, configured: Sequence[HostConfig]) -> list[StoredHost]:
-        """Apply `[[hosts]]` to the rows (`inventory.seed_plan`); the rows after it."""
+        """Apply `[[hosts]]` to the rows (`inventory.seed_plan`); the rows after it.
+
+        Monitor replicas that start together seed at once: one whose insert loses the race
+        plans again from the rows the other wrote."""
+        for attempt in range(1, 4):
+            try:
+                return await self._seed(configured)
+            except sa.exc.IntegrityError:
+                if attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _seed(self, configured: Sequence[HostConfig]) -> list[StoredHost]:
         async with self.engine.begin() as conn:
             stored = await self._all(conn)
             plan = seed_plan(stored, configured)

@@ -17,7 +17,7 @@ from typing import Any
 
 from services.monitor.fleet_view import transitions
 from services.monitor.inventory import InventoryHost
-from services.monitor.monitor import Monitor, host_entry
+from services.monitor.monitor import Monitor, MonitorStats, host_entry
 from services.monitor.state import HostState
 from services.shared.bus import Bus, RpcHandler
 from services.shared.replicas import Replicas
@@ -38,7 +38,10 @@ def replica_methods(monitor: Monitor, replica_id: str) -> dict[str, RpcHandler]:
         return monitor.snapshot(args.get("host"))
 
     async def stats(args: dict[str, Any]) -> dict[str, Any]:
-        return {"replica": replica_id, "hosts": len(monitor.states), **monitor.stats.as_dict()}
+        figures = {"replica": replica_id, "hosts": len(monitor.states), **monitor.stats.as_dict()}
+        if args.get("reset"):
+            monitor.stats = MonitorStats()
+        return figures
 
     async def announced(args: dict[str, Any]) -> dict[str, Any]:
         return {"hosts": [transitions(state) for state in monitor.states.values()]}

@@ -15,13 +15,15 @@ measures that).
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import math
 import os
 import signal
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +43,7 @@ pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
 
 WARDEN = [sys.executable, "-m", "services.cli"]
 HOSTS = 12
+ADDED = 4  # more hosts served, added through the API once both replicas run
 INTERVAL_S = 1.5
 DEADLINE_S = 60.0
 
@@ -73,12 +76,12 @@ def _port_inodes() -> dict[int, str]:
     return ports
 
 
-def holders(served: ServedFleet, pids: list[int]) -> dict[str, set[int]]:
+def holders(served: ServedFleet, pids: list[int], hosts: set[str]) -> dict[str, set[int]]:
     """Host -> the processes (of `pids`) with an SSH connection open to it."""
     inodes = {pid: _socket_inodes(pid) for pid in pids}
     ports = _port_inodes()
     found: dict[str, set[int]] = {}
-    for host in served.fleet.hosts:
+    for host in hosts:
         found[host] = {
             pid
             for port in served.server.client_ports(host)
@@ -96,6 +99,7 @@ class Replicas:
     config: Path
     tmp: Path
     env: dict[str, str]
+    hosts: set[str] = field(default_factory=set)  # the inventory's
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     starts: int = 0
 
@@ -135,11 +139,12 @@ class Replicas:
 @pytest.fixture
 async def system(
     tmp_path: Path, amqp_url: str, pg_url: str
-) -> AsyncIterator[tuple[ServedFleet, Replicas, list[Envelope]]]:
-    async with served_fleet(SimFleet(HOSTS, 2, seed=5, churn=False), tmp_path) as served:
+) -> AsyncIterator[tuple[ServedFleet, Replicas, list[Envelope], AmqpBus]]:
+    async with served_fleet(SimFleet(HOSTS + ADDED, 2, seed=5, churn=False), tmp_path) as served:
         config = write_config(
             tmp_path / "warden.toml",
-            **served.config(),
+            ssh=served.config()["ssh"],
+            hosts=served.hosts()[:HOSTS],
             bus={"amqp_url": amqp_url},
             storage={"data_dir": str(tmp_path / "data"), "database_url": pg_url},
             monitor={"local_nvml": "off", "interval_s": INTERVAL_S},
@@ -147,20 +152,18 @@ async def system(
             log={"level": "info"},
         )
         env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-        subprocess.run(
-            [*WARDEN, "db", "upgrade", "monitor", "--config", str(config)],
-            env=env,
-            check=True,
-            capture_output=True,
+        migrate = await asyncio.create_subprocess_exec(
+            *WARDEN, "db", "upgrade", "monitor", "--config", str(config), env=env
         )
-        replicas = Replicas(config, tmp_path, env)
+        assert await migrate.wait() == 0
+        replicas = Replicas(config, tmp_path, env, {h["name"] for h in served.hosts()[:HOSTS]})
         client = AmqpBus(amqp_url, name="test-client")
         await client.start()
         events: list[Envelope] = []
         try:
             await record(client, events, "monitor", "host.sampled")
             await record(client, events, "monitor", "gpu.*")
-            yield served, replicas, events
+            yield served, replicas, events, client
         finally:
             replicas.close()
             await client.close()
@@ -199,7 +202,7 @@ def gaps(events: list[Envelope], since: float, until_: float) -> dict[str, list[
     for host, values in slots(events, since).items():
         end = _slot(host, datetime.fromtimestamp(until_).astimezone().isoformat())
         inside = [s for s in values if s <= end]
-        skipped = [b for a, b in zip(inside, inside[1:], strict=False) if b - a > 1]
+        skipped = [b for a, b in itertools.pairwise(inside) if b - a > 1]
         if skipped:
             found[host] = skipped
     return found
@@ -216,7 +219,7 @@ def shares(served: ServedFleet, replicas: Replicas) -> dict[int, set[str]] | Non
     """Process -> its hosts, when every host is held by exactly one process and each process
     holds at least one; else None."""
     pids = replicas.pids()
-    held = holders(served, pids)
+    held = holders(served, pids, replicas.hosts)
     if any(len(owners) != 1 for owners in held.values()):
         return None
     found: dict[int, set[str]] = {pid: set() for pid in pids}
@@ -226,10 +229,10 @@ def shares(served: ServedFleet, replicas: Replicas) -> dict[int, set[str]] | Non
 
 
 async def test_two_replicas_split_fail_over_and_rebalance(
-    system: tuple[ServedFleet, Replicas, list[Envelope]],
+    system: tuple[ServedFleet, Replicas, list[Envelope], AmqpBus],
 ) -> None:
-    served, replicas, events = system
-    all_hosts = set(served.fleet.hosts)
+    served, replicas, events, client = system
+    all_hosts = set(replicas.hosts)
     report = replicas.logs
 
     # One replica alone polls every host.
@@ -266,6 +269,26 @@ async def test_two_replicas_split_fail_over_and_rebalance(
     )
     assert double_polls(events) == {}
     assert gaps(events, joined_at - INTERVAL_S, datetime.now().timestamp()) == {}
+
+    # Hosts added through the API (whichever replica answers) are polled by their owner, and
+    # any replica's snapshot shows every host, each from the replica that polls it.
+    added_at = datetime.now().timestamp()
+    for entry in served.hosts()[HOSTS:]:
+        await client.call("monitor", "add_host", entry, timeout=30)
+        replicas.hosts.add(entry["name"])
+    all_hosts = set(replicas.hosts)
+    split = await until(
+        lambda: (found := shares(served, replicas)) and len(found) == 2 and found,
+        "the added hosts held by one replica each",
+        DEADLINE_S,
+        report=report,
+    )
+    await until(
+        lambda: sampled_after(events, added_at) == all_hosts, "the added hosts sampled", DEADLINE_S
+    )
+    for _ in range(4):  # answered by either replica
+        snapshot = await client.call("monitor", "snapshot", {}, timeout=10)
+        assert {h["name"] for h in snapshot["hosts"] if h["last_seen"]} == all_hosts
 
     # SIGKILL the second: the first polls its hosts again.
     killed_at = datetime.now().timestamp()
@@ -324,4 +347,22 @@ async def test_two_replicas_split_fail_over_and_rebalance(
 
     # Hosts moved four times; each GPU was announced once.
     discovered = [(e.data["host"], e.data["uuid"]) for e in events if e.type == "gpu.discovered"]
-    assert len(discovered) == len(set(discovered)) == HOSTS * 2
+    assert len(discovered) == len(set(discovered)) == (HOSTS + ADDED) * 2
+
+
+async def test_replicas_starting_together_seed_the_inventory_once(pg_url: str) -> None:
+    from services.monitor.host_store import HostStore
+    from services.shared import db
+    from services.shared.config import HostConfig
+
+    engine = db.create_engine(pg_url)
+    try:
+        await db.upgrade(engine, "monitor")
+        configured = [
+            HostConfig(name=f"h{i:03d}", address="10.0.0.1", user="warden") for i in range(300)
+        ]
+        seeded = await asyncio.gather(*(HostStore(engine).seed(configured) for _ in range(4)))
+        assert all([row.name for row in rows] == [h.name for h in configured] for rows in seeded)
+        assert len(await HostStore(engine).all()) == len(configured)
+    finally:
+        await engine.dispose()
