@@ -12,11 +12,14 @@ A browser reconnecting with `Last-Event-ID`:
   this replica's buffer. Replicas may receive events of different publishers and families in a
   different order, but only events that arrived within a short time of each other swap places;
   so it receives every event that arrived here from `resume_window_s` before that event on,
-  some of them again (the client drops them by `event_id`). When this replica cannot vouch for
-  that (it does not have the event, even after waiting `resume_wait_s` for it to arrive; or its
-  buffer does not reach back the window, or its copy of the events broke off when its broker
-  connection did) the client gets one `reset` event and reloads its state once: never a
-  silent gap, never a storm of re-sends.
+  some of them again (the client drops them by `event_id`). That holds while no replica
+  receives an event more than half the window after it occurred (by its `occurred_at`): a
+  replica that did (a queue of its fell behind) names no event in its ids for a window, and a
+  replica where the client's last event itself came that late does not resume from it. When
+  this replica cannot vouch for the resume (that, or it does not have the event, even after
+  waiting `resume_wait_s` for it to arrive; or its buffer does not reach back the window, or
+  its copy of the events broke off when its broker connection did) the client gets one `reset`
+  event and reloads its state once: never a silent gap, never a storm of re-sends.
 A client too slow to keep up is disconnected and resumes the same way.
 """
 
@@ -33,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -77,6 +81,7 @@ class Event:
     data: dict[str, Any]
     event_id: str = ""  # the envelope's, the same on every replica ("" when unusable in an id)
     received: float = 0.0  # when it arrived here (monotonic clock)
+    lag: float = 0.0  # seconds from occurred_at (the publisher's clock) to its arrival here
 
 
 def parse_id(last_event_id: str) -> tuple[str, int | None, str]:
@@ -147,6 +152,7 @@ class StreamHub:
         heartbeat_s: float = HEARTBEAT_S,
         epoch: Callable[[], str] = lambda: secrets.token_hex(4),
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.bus = bus
         self._new_epoch = epoch
@@ -156,6 +162,9 @@ class StreamHub:
         self.resume_wait_s = resume_wait_s
         self.heartbeat_s = heartbeat_s
         self._clock = clock
+        self._wall = wall
+        # Until when this replica cannot vouch for its positions (it received events late).
+        self._lagging_until = float("-inf")
         self._seq = 0
         self._recent: deque[Event] = deque()
         self._by_event: dict[str, Event] = {}
@@ -220,17 +229,26 @@ class StreamHub:
         event_id = envelope.id if _SAFE_ID.fullmatch(envelope.id) else ""
         if event_id and event_id in self._by_event:
             return None  # the same event again (published twice, redelivered)
+        lag = self._lag(envelope.occurred_at)
+        if lag > self.resume_window_s / 2:
+            if self._clock() >= self._lagging_until:
+                log.info("live events arrive %.1fs late: resumes from here reset for now", lag)
+            # Events that reach this replica this late may reach another replica long before
+            # or after their neighbours here: another replica cannot place a client from here
+            # by its last event for a while (its ids name none: a resume there is a reset).
+            self._lagging_until = self._clock() + self.resume_window_s
         self._seq += 1
         self._generations[topic] = self._generations.get(topic, 0) + 1
         event = Event(
             seq=self._seq,
-            id=f"{self.epoch}-{self._seq}-{event_id}",
+            id=f"{self.epoch}-{self._seq}-{self._vouched(event_id)}",
             event_id=event_id,
             topic=topic,
             type=envelope.type,
             occurred_at=envelope.occurred_at,
             data=envelope.data,
             received=self._clock(),
+            lag=lag,
         )
         self._keep(event)
         for listener in self.listeners:
@@ -238,6 +256,16 @@ class StreamHub:
         for client in self._clients:
             client.offer(event)
         return event
+
+    def _lag(self, occurred_at: str) -> float:
+        try:
+            return max(0.0, self._wall() - datetime.fromisoformat(occurred_at).timestamp())
+        except ValueError:
+            return 0.0  # the contract's ISO-8601: not reached
+
+    def _vouched(self, event_id: str) -> str:
+        """The event id for an SSE id, or "" while this replica received events late."""
+        return "" if self._clock() < self._lagging_until else event_id
 
     def _keep(self, event: Event) -> None:
         self._recent.append(event)
@@ -267,8 +295,8 @@ class StreamHub:
         if anchor is None:
             return None
         horizon = anchor.received - self.resume_window_s
-        if horizon < self._complete_since:
-            return None  # what swapped places with it may be gone from here
+        if horizon < self._complete_since or anchor.lag > self.resume_window_s / 2:
+            return None  # what swapped places with it may be gone from here, or not come yet
         return [e for e in self._recent if e.received >= horizon and e is not anchor]
 
     async def _arrival(self, last_event_id: str | None) -> None:
@@ -292,7 +320,7 @@ class StreamHub:
     def _position(self) -> str:
         """The SSE id of a `reset`: this replica's place, after its newest event."""
         newest = self._recent[-1].event_id if self._recent else ""
-        return f"{self.epoch}-{self._seq}-{newest}"
+        return f"{self.epoch}-{self._seq}-{self._vouched(newest)}"
 
     async def serve(
         self,
