@@ -75,9 +75,19 @@ async def violations_part(quick: bool) -> dict[str, Any]:
 
 
 async def run(hosts: int, interval_s: float, quick: bool) -> tuple[dict[str, Any], ...]:
-    monitor = await monitor_part(hosts, interval_s, quick)
-    violations = await violations_part(quick)
-    return monitor, violations
+    """Both parts; one that fails (say, the replicas never settle on a split on a machine too
+    busy for the fleet) is reported with its reason and its figures as nan."""
+    parts: list[dict[str, Any]] = []
+    for name, part in (
+        ("monitor sharding", monitor_part(hosts, interval_s, quick)),
+        ("violations failover", violations_part(quick)),
+    ):
+        try:
+            parts.append(await part)
+        except RuntimeError as err:
+            print(f"{name} failed: {str(err).splitlines()[0]}", flush=True)
+            parts.append({"failed": str(err).splitlines()[0]})
+    return tuple(parts)
 
 
 def figure(value: Any, digits: int = 1) -> str:
@@ -112,11 +122,12 @@ def main() -> None:
         run(hosts, interval_s, args.quick),
         "replicas and simulator stopped, vhosts, databases and folders removed",
     )
-    p99 = float(monitor["p99_sample_age_ms"])
-    monitor_s = float(monitor["monitor_failover_s"])
-    violations_s = float(violations["violations_failover_s"])
-    duplicates = int(violations["duplicate_notifications"])
-    lost = int(violations["lost_incidents"])
+    nan = float("nan")
+    p99 = float(monitor.get("p99_sample_age_ms", nan))
+    monitor_s = float(monitor.get("monitor_failover_s", nan))
+    violations_s = float(violations.get("violations_failover_s", nan))
+    duplicates = violations.get("duplicate_notifications", "nan")
+    lost = violations.get("lost_incidents", "nan")
     print()
     common.print_machine(
         f"RabbitMQ {common.rabbitmq_version()}",
@@ -125,6 +136,7 @@ def main() -> None:
     print()
     rows: list[list[str] | str] = ["monitor sharding (2 replicas)"]
     for key in (
+        "failed",
         "hosts",
         "gpus",
         "interval_s",
@@ -147,6 +159,8 @@ def main() -> None:
         if key in monitor:
             rows.append([f"  {key}", figure(monitor[key])])
     rows.append("violations failover (2 replicas, leader killed)")
+    if "failed" in violations:
+        rows.append(["  failed", violations["failed"]])
     for n, each in enumerate(violations.get("rounds", []), 1):
         rows.append(
             [
@@ -158,18 +172,20 @@ def main() -> None:
     rows.append(["  violations_failover_s (worst round)", figure(violations_s, 2)])
     common.print_table(["figure", "value"], rows, "<<")
     print()
+    dup_n = float(duplicates) if isinstance(duplicates, int) else nan
+    lost_n = float(lost) if isinstance(lost, int) else nan
     verdicts = [
-        ("p99 sample age", f"{figure(p99)} ms", f"< {TARGET_P99_MS:,.0f} ms", p99 < TARGET_P99_MS),
-        ("monitor failover", f"{figure(monitor_s)} s", f"< {TARGET_FAILOVER_S:g} s",
-         monitor_s < TARGET_FAILOVER_S),
+        ("p99 sample age", f"{figure(p99)} ms", f"< {TARGET_P99_MS:,.0f} ms", p99, TARGET_P99_MS),
+        ("monitor failover", f"{figure(monitor_s)} s", f"< {TARGET_FAILOVER_S:g} s", monitor_s,
+         TARGET_FAILOVER_S),
         ("violations failover", f"{figure(violations_s, 2)} s", f"< {TARGET_FAILOVER_S:g} s",
-         violations_s < TARGET_FAILOVER_S),
-        ("duplicate notifications", str(duplicates), "0", duplicates == 0),
-        ("lost incidents", str(lost), "0", lost == 0),
+         violations_s, TARGET_FAILOVER_S),
+        ("duplicate notifications", str(duplicates), "0", dup_n, 0.5),
+        ("lost incidents", str(lost), "0", lost_n, 0.5),
     ]  # fmt: skip
     common.print_table(
         ["target", "measured", "aim", "verdict"],
-        [[name, got, aim, "met" if met else "MISSED"] for name, got, aim, met in verdicts],
+        [[n, got, aim, common.verdict(v < bound, v)] for n, got, aim, v, bound in verdicts],
         "<><<",
     )
     if hosts < HOSTS:
