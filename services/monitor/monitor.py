@@ -231,6 +231,14 @@ class Monitor:
                 return
             self._due[reader.name] = tick
             await asyncio.sleep(max(0.0, tick - time.monotonic()))
+            late = time.monotonic() - tick
+            if late >= self.interval_s:
+                # The loop was too busy to start this poll in its own interval.
+                skipped = int(late // self.interval_s)
+                self.stats.missed_ticks += skipped
+                tick += skipped * self.interval_s
+            if self._drain_at is not None and tick >= self._drain_at:
+                return
             if tick >= self._until.get(reader.name, math.inf):
                 # Handed off: the other replica polls this tick. Removed by another task,
                 # which waits for this one to end.
@@ -239,12 +247,6 @@ class Monitor:
                 self._handing_off.add(task)
                 task.add_done_callback(self._handing_off.discard)
                 return
-            late = time.monotonic() - tick
-            if late >= self.interval_s:
-                # The loop was too busy to start this poll in its own interval.
-                skipped = int(late // self.interval_s)
-                self.stats.missed_ticks += skipped
-                tick += skipped * self.interval_s
             if state.reachable is False and time.monotonic() < state.retry_at:
                 tick += self.interval_s
                 continue

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.fleet_view import FleetView
@@ -139,6 +140,11 @@ class Sharding:
         async with self._lock:
             # Still `active` until the `stopping` heartbeat, which says when polling stopped.
             self.stopped_at = await self.monitor.drain()
+            log.info(
+                "stopped polling %d host(s) at %s, for the other replicas to take over",
+                len(self.running),
+                datetime.fromtimestamp(self.stopped_at, UTC).isoformat(),
+            )
             await self.monitor.remove(*self.running)
             self.running.clear()
 
@@ -248,7 +254,9 @@ class Sharding:
                     self.reader_for(host), host.labels, first_tick=first, state=state
                 )
                 self.running[host.name] = host
-            for replica in handed:
+            for replica, at in handed.items():
+                stopped = datetime.fromtimestamp(at - time.monotonic() + time.time(), UTC)
+                log.info("%s stopped polling at %s: its hosts from then on", replica, stopped)
                 self.replicas.left.pop(replica, None)
             for host in diff.changed:  # read differently now: a new reader, polled at once
                 await self.monitor.add(self.reader_for(host), host.labels)
