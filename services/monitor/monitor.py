@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -103,6 +104,10 @@ class Monitor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._publish_failing = False
         self._started = False
+        self._due: dict[str, float] = {}  # the tick each loop waits for or polls
+        self._drain_at: float | None = None  # no tick from then on is polled here
+        self._until: dict[str, float] = {}  # hosts handed off: polled up to that tick only
+        self._handing_off: set[asyncio.Task[None]] = set()
 
     def next_tick(self, name: str, after: float | None = None) -> float:
         """`name`'s first tick (monotonic) at or after `after` (default now), on its phase."""
@@ -149,21 +154,59 @@ class Monitor:
         self.labels[reader.name] = tuple(labels)
         if self._started:
             self._start_loop(reader, time.monotonic() if first_tick is None else first_tick)
-        log.info("now monitoring %s", reader.name)
+        log.debug("now monitoring %s", reader.name)
 
-    async def remove(self, name: str) -> None:
-        """Stop watching a host: its loop ends, its connection closes, its state goes."""
-        task = self._tasks.pop(name, None)
-        if task is not None:
+    async def remove(self, *names: str) -> None:
+        """Stop watching hosts: their loops end (all at once: hosts handed to another replica
+        are not polled here a moment longer), their connections close, their state goes."""
+        tasks = [task for name in names if (task := self._tasks.pop(name, None)) is not None]
+        for task in tasks:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        reader = self.readers.pop(name, None)
-        self.states.pop(name, None)
-        self.labels.pop(name, None)
-        if reader is not None:
-            with contextlib.suppress(Exception):
-                await reader.close()
-            log.info("no longer monitoring %s", name)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        readers = []
+        for name in names:
+            reader = self.readers.pop(name, None)
+            self.states.pop(name, None)
+            self.labels.pop(name, None)
+            self._due.pop(name, None)
+            self._until.pop(name, None)
+            if reader is not None:
+                readers.append(reader)
+        await asyncio.gather(*(reader.close() for reader in readers), return_exceptions=True)
+        if len(readers) == 1:
+            log.info("no longer monitoring %s", readers[0].name)
+        elif readers:
+            log.info("no longer monitoring %d hosts", len(readers))
+
+    async def _handed_off(self, name: str, loop: asyncio.Task[Any] | None) -> None:
+        if loop is not None and self._tasks.get(name) is loop:  # not added again since
+            await self.remove(name)
+
+    def hand_off(self, names: Sequence[str], at: float) -> None:
+        """Stop polling `names` from their first tick at or after `at` (monotonic) on, when
+        another replica starts; a host's tick before it is still polled here."""
+        for name in names:
+            if name in self._tasks:
+                self._until[name] = at
+
+    async def drain(self) -> float:
+        """Stop polling: no tick from now on is polled here, a poll of an earlier one (under
+        way, or due and about to start) is let finish. Returns that moment (wall clock), from
+        which another replica takes the hosts over without a gap or a double poll."""
+        drain_at = self._drain_at = time.monotonic()
+        tasks, self._tasks = self._tasks, {}
+        finishing = []
+        for name, task in tasks.items():
+            if self._due.get(name, drain_at) < drain_at:
+                finishing.append(task)
+            else:
+                task.cancel()
+        if finishing:
+            await asyncio.wait(finishing, timeout=self.poll_deadline_s + 1.0)
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        return time.time() - (time.monotonic() - drain_at)
 
     def relabel(self, name: str, labels: Sequence[str]) -> None:
         if name in self.readers:
@@ -184,6 +227,9 @@ class Monitor:
         state = self.states[reader.name]  # this loop's own: a replaced host gets a new one
         tick = first_tick
         while True:
+            if self._drain_at is not None and tick >= self._drain_at:
+                return
+            self._due[reader.name] = tick
             await asyncio.sleep(max(0.0, tick - time.monotonic()))
             late = time.monotonic() - tick
             if late >= self.interval_s:
@@ -191,6 +237,16 @@ class Monitor:
                 skipped = int(late // self.interval_s)
                 self.stats.missed_ticks += skipped
                 tick += skipped * self.interval_s
+            if self._drain_at is not None and tick >= self._drain_at:
+                return
+            if tick >= self._until.get(reader.name, math.inf):
+                # Handed off: the other replica polls this tick. Removed by another task,
+                # which waits for this one to end.
+                ending = asyncio.current_task()
+                task = asyncio.create_task(self._handed_off(reader.name, ending))
+                self._handing_off.add(task)
+                task.add_done_callback(self._handing_off.discard)
+                return
             if state.reachable is False and time.monotonic() < state.retry_at:
                 tick += self.interval_s
                 continue

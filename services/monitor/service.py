@@ -154,7 +154,10 @@ async def start(ctx: ServiceContext) -> Teardown:
         reloader = asyncio.create_task(_reload_forever(admin), name="reload inventory")
         stack.callback(reloader.cancel)
         handlers = rpc_methods(monitor, store, admin, peers)
-        return await start_service(ctx, stack, handlers, EVENT_HANDLERS)
+        teardown = await start_service(ctx, stack, handlers, EVENT_HANDLERS)
+        # First of the teardown: stop polling, then the heartbeat says `stopping` and when.
+        stack.push_async_callback(sharding.hand_over)
+        return teardown
     except BaseException:
         await stack.aclose()
         raise

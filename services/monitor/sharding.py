@@ -4,14 +4,16 @@ Every replica hears the others' heartbeats (`services/shared/replicas.py`) and g
 host to the replica that rendezvous hashing picks among the *active* ones (`shards.py`). A
 replica that starts says `joining` for a heartbeat and a half, so it has heard its peers (and
 asked them what they announced of their hosts) before it takes any host; then it says
-`active`, at once, and starts its hosts at their next tick, while the replicas that held them
-stop them as soon as they hear it. A host therefore moves with no gap, and is polled twice only
-if its tick falls in the few milliseconds the heartbeat takes to arrive.
+`active` at once, with the moment, half a heartbeat later, from which it polls its hosts
+(`active_from`): the replicas that held them poll them up to their last tick before it. A host
+therefore moves with no gap, and is polled twice only if that heartbeat took longer than half a
+heartbeat to arrive.
 
-A replica that stops cleanly says `stopping` before it stops polling: the others take its hosts
-at their next tick. One that dies (kill -9, cut off) is counted gone after `[replicas]
-dead_after_s`; the others then poll its hosts at once (spread over a second), as they are
-already stale, and go on at their ticks.
+A replica that stops cleanly first stops polling, then says `stopping` and when it stopped: the
+others take its hosts from their first tick after that moment (one that passed while the news
+travelled is polled at once, late but not lost, and by one replica only). One that dies
+(kill -9, cut off) is counted gone after `[replicas] dead_after_s`; the others then poll its
+hosts at once (spread over a second), as they are already stale, and go on at their ticks.
 
 This machine read through NVML (a `local` host) is always polled by its own replica.
 """
@@ -23,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.fleet_view import FleetView
@@ -65,6 +68,10 @@ class Sharding:
         self.check_s = check_s
         self.ask_peers = ask_peers
         self.ready = False
+        self.stopped_at: float | None = None  # wall clock, once handed over
+        # Wall clock from which this replica polls its hosts: a moment after it said `active`,
+        # so the replicas that held them (told by that heartbeat) stop them from then on.
+        self.active_from: float | None = None
         self.running: dict[str, HostConfig] = {}
         self._owners: list[str] = []
         self._heard: dict[str, float] = {}  # when each active owner was last heard
@@ -81,7 +88,12 @@ class Sharding:
         return ACTIVE if self.ready else JOINING
 
     def details(self) -> dict[str, Any]:
-        return {"hosts": len(self.running)}
+        found: dict[str, Any] = {"hosts": len(self.running)}
+        if self.active_from is not None:
+            found["active_from"] = self.active_from
+        if self.stopped_at is not None:
+            found["stopped_at"] = self.stopped_at
+        return found
 
     def _on_change(self, service: str) -> None:
         if service == SERVICE:
@@ -122,6 +134,20 @@ class Sharding:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def hand_over(self) -> None:
+        """Stop polling, before this replica says `stopping` (with when it stopped)."""
+        await self.stop()
+        async with self._lock:
+            # Still `active` until the `stopping` heartbeat, which says when polling stopped.
+            self.stopped_at = await self.monitor.drain()
+            log.info(
+                "stopped polling %d host(s) at %s, for the other replicas to take over",
+                len(self.running),
+                datetime.fromtimestamp(self.stopped_at, UTC).isoformat(),
+            )
+            await self.monitor.remove(*self.running)
+            self.running.clear()
+
     async def _run(self) -> None:
         if self.settle_s > 0:
             # Hear the peers before taking hosts: alone for a moment, this replica would
@@ -134,6 +160,8 @@ class Sharding:
                 except Exception as err:  # their hosts' GPUs are announced again: harmless
                     log.warning("could not ask the other monitor replicas: %s", err)
         self.ready = True
+        if self.settle_s > 0:
+            self.active_from = time.time() + self.replicas.heartbeat_s / 2
         await self.sync()
         with contextlib.suppress(Exception):  # the next beat says it otherwise
             await self.replicas.beat()
@@ -155,6 +183,28 @@ class Sharding:
                 except Exception:
                     log.exception("rebalancing the hosts failed")
 
+    def _starts(self, owners: list[str]) -> dict[str, float]:
+        """When each active replica takes its hosts (monotonic), as it says (`active_from`)."""
+        offset = time.monotonic() - time.time()
+        found = {}
+        for replica in self.replicas.live(SERVICE):
+            details = self.details() if replica.replica == self.me else replica.details
+            at = details.get("active_from")
+            if replica.replica in owners and isinstance(at, int | float):
+                found[replica.replica] = at + offset
+        return found
+
+    def _handed_over(self, before: list[str], owners: list[str]) -> dict[str, float]:
+        """Replicas gone since `before` that said when they stopped polling: that moment, on
+        the monotonic clock."""
+        found = {}
+        offset = time.monotonic() - time.time()
+        for replica in before:
+            stopped_at = self.replicas.left.get(replica, {}).get("stopped_at")
+            if replica not in owners and isinstance(stopped_at, int | float):
+                found[replica] = stopped_at + offset
+        return found
+
     async def sync(self, *, now: Collection[str] = ()) -> None:
         """Poll exactly this replica's hosts: start the ones it gained, stop the ones it lost.
 
@@ -174,23 +224,40 @@ class Sharding:
             self._owners = owners
             self._heard = {r: self._heard[r] for r in owners if r in self._heard}
             diff = diff_hosts(self.running, self.mine(owners))
+            # Hosts that go to a replica that joins: polled here until it starts.
+            starts = self._starts(owners)
+            handed_off: dict[float, list[str]] = {}
             for name in diff.removed:
                 self.running.pop(name, None)
-                await self.monitor.remove(name)
+                gainer = owner(name, owners) if name in self.inventory else None
+                if gainer in starts and starts[gainer] > moment:
+                    handed_off.setdefault(starts[gainer], []).append(name)
+            for at, names in handed_off.items():
+                self.monitor.hand_off(names, at)
+            leaving = {n for names in handed_off.values() for n in names}
+            await self.monitor.remove(*(n for n in diff.removed if n not in leaving))
             orphans = [h.name for h in diff.added if before and owner(h.name, before) in died]
             spread = {name: i / len(orphans) * ORPHANS_SPREAD_S for i, name in enumerate(orphans)}
+            handed = self._handed_over(before, owners)
             for host in diff.added:
+                previous = owner(host.name, before) if before else None
                 if host.name in now:
                     first: float | None = None
                 elif host.name in spread:
                     first = moment + spread[host.name]
-                else:
-                    first = self.monitor.next_tick(host.name)
+                elif previous in handed:
+                    first = self.monitor.next_tick(host.name, handed[previous])
+                else:  # from this replica's start (or now, when that has passed)
+                    first = self.monitor.next_tick(host.name, max(moment, starts.get(self.me, 0)))
                 state = self.view.seed(host.name)
                 await self.monitor.add(
                     self.reader_for(host), host.labels, first_tick=first, state=state
                 )
                 self.running[host.name] = host
+            for replica, at in handed.items():
+                stopped = datetime.fromtimestamp(at - time.monotonic() + time.time(), UTC)
+                log.info("%s stopped polling at %s: its hosts from then on", replica, stopped)
+                self.replicas.left.pop(replica, None)
             for host in diff.changed:  # read differently now: a new reader, polled at once
                 await self.monitor.add(self.reader_for(host), host.labels)
                 self.running[host.name] = host

@@ -77,6 +77,8 @@ class Replicas:
         self.role = role
         self.details = details
         self._peers: dict[str, dict[str, Replica]] = {}
+        # What each replica that stopped cleanly said last (its `details`), by id.
+        self.left: dict[str, Mapping[str, Any]] = {}
         self._listeners: list[ChangeListener] = []
         self._teardowns: list[Teardown] = []
         self._task: asyncio.Task[None] | None = None
@@ -164,6 +166,7 @@ class Replicas:
         peers = self._peers.setdefault(service, {})
         before = peers.get(replica_id)
         if data["role"] == "stopping":
+            self.left[replica_id] = data.get("details") or {}
             if peers.pop(replica_id, None) is not None:
                 self._changed(service)
             return

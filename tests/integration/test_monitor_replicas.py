@@ -64,29 +64,32 @@ def _socket_inodes(pid: int) -> set[str]:
     return found
 
 
-def _port_inodes() -> dict[int, str]:
-    """Local port -> socket inode, of every TCP socket on this machine."""
-    ports: dict[int, str] = {}
+def _connection_inodes() -> dict[tuple[int, int], str]:
+    """(local port, remote port) -> socket inode, of every TCP socket on this machine."""
+    found: dict[tuple[int, int], str] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as lines:
             next(lines)
             for line in lines:
                 columns = line.split()
-                ports[int(columns[1].rsplit(":", 1)[1], 16)] = columns[9]
-    return ports
+                local = int(columns[1].rsplit(":", 1)[1], 16)
+                remote = int(columns[2].rsplit(":", 1)[1], 16)
+                found[(local, remote)] = columns[9]
+    return found
 
 
 def holders(served: ServedFleet, pids: list[int], hosts: set[str]) -> dict[str, set[int]]:
     """Host -> the processes (of `pids`) with an SSH connection open to it."""
     inodes = {pid: _socket_inodes(pid) for pid in pids}
-    ports = _port_inodes()
+    connections = _connection_inodes()
     found: dict[str, set[int]] = {}
     for host in hosts:
+        server_port = served.server.ports[host]
         found[host] = {
             pid
             for port in served.server.client_ports(host)
             for pid in pids
-            if ports.get(port) in inodes[pid]
+            if connections.get((port, server_port)) in inodes[pid]
         }
     return found
 
@@ -148,7 +151,10 @@ async def system(
             bus={"amqp_url": amqp_url},
             storage={"data_dir": str(tmp_path / "data"), "database_url": pg_url},
             monitor={"local_nvml": "off", "interval_s": INTERVAL_S},
-            replicas={"heartbeat_s": 0.5, "dead_after_s": 2.0},
+            # As by default, a replica counts as dead after more than an interval and a
+            # heartbeat: the survivor's first poll of a host is in a later tick slot than the
+            # dead one's last.
+            replicas={"heartbeat_s": 0.5, "dead_after_s": 2.5},
             log={"level": "info"},
         )
         env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
@@ -188,10 +194,11 @@ def slots(events: list[Envelope], since: float = 0.0) -> dict[str, list[int]]:
     return {host: sorted(values) for host, values in found.items()}
 
 
-def double_polls(events: list[Envelope]) -> dict[str, list[int]]:
+def double_polls(events: list[Envelope], since: float) -> dict[str, list[int]]:
+    """Hosts sampled twice in one tick slot, among the samples taken after `since`."""
     return {
         host: [s for s in set(values) if values.count(s) > 1]
-        for host, values in slots(events).items()
+        for host, values in slots(events, since).items()
         if len(set(values)) != len(values)
     }
 
@@ -233,7 +240,11 @@ async def test_two_replicas_split_fail_over_and_rebalance(
 ) -> None:
     served, replicas, events, client = system
     all_hosts = set(replicas.hosts)
-    report = replicas.logs
+
+    def report() -> str:
+        held = holders(served, replicas.pids(), replicas.hosts)
+        last = {h: max(v) for h, v in slots(events).items()}
+        return f"held: {held}\nlast slots: {last}\n{replicas.logs()}"
 
     # One replica alone polls every host.
     first = replicas.start("a")
@@ -267,7 +278,7 @@ async def test_two_replicas_split_fail_over_and_rebalance(
         DEADLINE_S,
         report=report,
     )
-    assert double_polls(events) == {}
+    assert double_polls(events, joined_at - INTERVAL_S) == {}
     assert gaps(events, joined_at - INTERVAL_S, datetime.now().timestamp()) == {}
 
     # Hosts added through the API (whichever replica answers) are polled by their owner, and
@@ -323,7 +334,7 @@ async def test_two_replicas_split_fail_over_and_rebalance(
         DEADLINE_S,
         report=report,
     )
-    assert double_polls(events) == {}
+    assert double_polls(events, rejoined_at) == {}
     assert gaps(events, rejoined_at - INTERVAL_S, datetime.now().timestamp()) == {}
 
     # The first stops cleanly: its hosts move to the other without a gap.
@@ -342,7 +353,12 @@ async def test_two_replicas_split_fail_over_and_rebalance(
         DEADLINE_S,
         report=report,
     )
-    assert double_polls(events) == {}
+    doubled = double_polls(events, stopped_at - INTERVAL_S)
+    assert doubled == {}, [
+        (e.data["host"], e.data["sampled_at"], e.id)
+        for e in events
+        if e.type == "host.sampled" and e.data["host"] in doubled
+    ][-6:]
     assert gaps(events, stopped_at - INTERVAL_S, datetime.now().timestamp()) == {}
 
     # Hosts moved four times; each GPU was announced once.
