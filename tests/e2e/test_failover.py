@@ -4,8 +4,9 @@
 - violations, in the middle of escalations: the standby takes over, and a real webhook
   receiver gets every escalation step of every squat exactly once (a step the dead leader
   had claimed but not sent may be missing: at most once, never twice), no incident lost;
-- jobs: calls reach either replica (the standby forwards them to the leader); after the kill
-  the standby leads with every job reloaded and takes new ones.
+- jobs: calls reach either replica (the standby forwards them to the leader); a task runs on
+  a simulated host over SSH when the leader is killed; the standby leads with every job
+  reloaded, follows that task to its end without starting it again, and takes new jobs.
 
 Deadlines are generous; the failover time is printed, never asserted (bench/ measures it).
 """
@@ -16,12 +17,16 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from services.shared.db import create_engine
+from services.shared.errors import ServiceUnavailable
+from services.sim.model import SimFleet
 from services.violations.tables import actions, step_claims
+from tests.support.fleet import served_fleet
 from tests.support.monitor_double import host_record
 from tests.support.polling import until
 from tests.support.replica_set import ReplicaSet
@@ -117,44 +122,95 @@ JOB_CALL_S = 30.0
 async def test_jobs_standby_forwards_calls_and_takes_over_with_every_job(
     tmp_path: Path, amqp_url: str, pg_url: str
 ) -> None:
-    async with ReplicaSet(tmp_path, amqp_url, pg_url, service="jobs") as system:
-        assert system.bus is not None
-        bus = system.bus
-        await system.monitor.add(host_record("jh1"))
-        system.start("a")
-        await until(lambda: system.leader() == "a", "a leads", DEADLINE_S, report=system.logs)
-        system.start("b")
-        await until(
-            lambda: system.role_of("b") == "standby", "b stands by", DEADLINE_S, report=system.logs
+    fleet = SimFleet(1, 2, seed=3, churn=False)
+    async with served_fleet(fleet, tmp_path) as served:
+        extra = {"ssh": served.config()["ssh"], "jobs": {"poll_interval_s": 0.3}}
+        async with ReplicaSet(
+            tmp_path / "set", amqp_url, pg_url, service="jobs", extra=extra
+        ) as system:
+            for entry in served.hosts():
+                await system.monitor.add(host_record(**entry))
+            await _jobs_failover(system, fleet.hosts[0])
+
+
+async def _jobs_failover(system: ReplicaSet, sim_host: str) -> None:
+    assert system.bus is not None
+    bus = system.bus
+    await system.monitor.add(host_record("jh1"))
+    system.start("a")
+    await until(lambda: system.leader() == "a", "a leads", DEADLINE_S, report=system.logs)
+    system.start("b")
+    await until(
+        lambda: system.role_of("b") == "standby", "b stands by", DEADLINE_S, report=system.logs
+    )
+
+    async def create(name: str) -> int:
+        task = {"host": "jh1", "command": "sleep 1"}
+        made = await bus.call(
+            "jobs",
+            "create_job",
+            {"actor": "alice", "name": name, "tasks": [task]},
+            timeout=JOB_CALL_S,
         )
+        return int(made["id"])
 
-        async def create(name: str) -> int:
-            task = {"host": "jh1", "command": "sleep 1"}
-            made = await bus.call(
-                "jobs",
-                "create_job",
-                {"actor": "alice", "name": name, "tasks": [task]},
-                timeout=JOB_CALL_S,
-            )
-            return int(made["id"])
+    async def listed() -> set[int]:
+        found = await bus.call("jobs", "list_jobs", {"limit": 100, "offset": 0}, timeout=JOB_CALL_S)
+        return {int(job["id"]) for job in found["jobs"]}
 
-        async def listed() -> set[int]:
-            found = await bus.call(
-                "jobs", "list_jobs", {"limit": 100, "offset": 0}, timeout=JOB_CALL_S
-            )
-            return {int(job["id"]) for job in found["jobs"]}
-
-        # Eight calls compete on the service's queue: both replicas answer some, the
-        # standby by forwarding to the leader; every job is there whoever took the call.
-        made = {await create(f"before {n}") for n in range(8)}
-        for _ in range(6):
-            assert await listed() == made
-
-        system.kill("a")
-        await until(lambda: system.leader() == "b", "b leads", DEADLINE_S, report=system.logs)
-        assert await listed() == made  # reloaded from the database
-        made.add(await create("after"))
+    # Eight calls compete on the service's queue: both replicas answer some, the
+    # standby by forwarding to the leader; every job is there whoever took the call.
+    made = {await create(f"before {n}") for n in range(8)}
+    for _ in range(6):
         assert await listed() == made
-        log_b = system.log_path("b").read_text()
-        assert "this replica leads" in log_b
-        assert "Traceback" not in log_b, system.logs()
+
+    # A task running on a (simulated) host over SSH while its leader dies.
+    task = {"host": sim_host, "command": "sleep 6"}
+    started = await bus.call(
+        "jobs",
+        "create_job",
+        {"actor": "alice", "name": "across the failover", "tasks": [task]},
+        timeout=JOB_CALL_S,
+    )
+    running = int(started["id"])
+    made.add(running)
+    await bus.call(
+        "jobs",
+        "start_job",
+        {"id": running, "actor": "alice", "admin": False},
+        timeout=JOB_CALL_S,
+    )
+
+    async def job(job_id: int) -> dict[str, Any]:
+        found: dict[str, Any] = await bus.call(
+            "jobs",
+            "get_job",
+            {"id": job_id, "actor": "alice", "admin": False},
+            timeout=JOB_CALL_S,
+        )
+        return found
+
+    async def status_is(*wanted: str) -> bool:
+        with contextlib.suppress(ServiceUnavailable):  # no leader during the takeover
+            return (await job(running))["status"] in wanted
+        return False
+
+    await until(lambda: status_is("running"), "the task running", DEADLINE_S)
+
+    system.kill("a")
+    await until(lambda: system.leader() == "b", "b leads", DEADLINE_S, report=system.logs)
+    assert await listed() == made  # reloaded from the database
+    # b follows the task it did not start to its end, and starts nothing again.
+    await until(
+        lambda: status_is("succeeded"),
+        "the task followed to its end",
+        DEADLINE_S,
+        report=system.logs,
+    )
+    [only] = (await job(running))["tasks"]
+    assert only["run"] == 1 and only["exit_code"] == 0, only
+    made.add(await create("after"))
+    assert await listed() == made
+    log_b = system.log_path("b").read_text()
+    assert "this replica leads" in log_b
+    assert "Traceback" not in log_b, system.logs()

@@ -70,6 +70,8 @@ class ReplicaSet:
     steps: tuple[str, ...] = ("0s webhook admins",)
     service: str = "violations"
     lease_s: float = 3.0
+    # More config sections (merged over the ones written here): [ssh], [jobs], [[hosts]] ...
+    extra: dict[str, Any] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # replica id -> role last heard
@@ -100,6 +102,7 @@ class ReplicaSet:
                 "webhook_min_interval_s": 0,
                 "webhooks": [{"url": hook_url, "format": "json", "name": "receiver"}],
             },
+            **self.extra,
         )
         done = await asyncio.to_thread(
             subprocess.run,
