@@ -19,6 +19,9 @@ WINDOW_S = 5.0
 MAX_LAG_S = WINDOW_S / 2 * 0.99  # the assumption: no replica receives an event later
 
 
+EPOCHS = itertools.count(1)
+
+
 @dataclass
 class FakeBus:
     reconnections: int = 0
@@ -39,13 +42,12 @@ class Replica:
     hub: StreamHub = field(init=False)
 
     def __post_init__(self) -> None:
-        epochs = (f"{n:08x}" for n in itertools.count(id(self) % 1000))
         self.hub = StreamHub(
             self.bus,  # type: ignore[arg-type]
             replay=10_000,
             resume_window_s=WINDOW_S,
             resume_wait_s=0,
-            epoch=lambda: next(epochs),
+            epoch=lambda: f"{next(EPOCHS):08x}",  # never the same twice, as secrets' are
             clock=self.clock,
             wall=self.clock,  # one clock: "now" is a Unix time in these tests
         )
