@@ -5,6 +5,7 @@ drops by `event_id`), or one reset when that replica cannot vouch for it. Never 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +18,9 @@ from services.shared.contracts import Envelope
 
 WINDOW_S = 5.0
 MAX_LAG_S = WINDOW_S / 2 * 0.99  # the assumption: no replica receives an event later
+
+
+EPOCHS = itertools.count(1)
 
 
 @dataclass
@@ -39,13 +43,12 @@ class Replica:
     hub: StreamHub = field(init=False)
 
     def __post_init__(self) -> None:
-        epochs = (f"{n:08x}" for n in itertools.count(id(self) % 1000))
         self.hub = StreamHub(
             self.bus,  # type: ignore[arg-type]
             replay=10_000,
             resume_window_s=WINDOW_S,
             resume_wait_s=0,
-            epoch=lambda: next(epochs),
+            epoch=lambda: f"{next(EPOCHS):08x}",  # never the same twice, as secrets' are
             clock=self.clock,
             wall=self.clock,  # one clock: "now" is a Unix time in these tests
         )
@@ -203,3 +206,18 @@ def test_a_replica_that_received_events_late_names_none_in_its_ids_for_a_window(
     again = a.receive(envelope(4, at=1020), 1020.1)  # a window later: it vouches again
     assert again is not None and parse_id(again)[2] == "evt-0004"
     assert a.hub.missed(late) is not None  # its own ids still resume exactly here
+
+
+async def test_a_resume_waits_a_moment_for_its_last_event_to_arrive_here() -> None:
+    b = Replica(Clock(0.0))
+    b.hub.resume_wait_s = 30.0
+    waiting = asyncio.create_task(b.hub._arrival("aaaaaaaa-1-evt-0003"))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # the other replica got evt-0003 first
+    b.receive(envelope(3), 1000.0)
+    await asyncio.wait_for(waiting, 5)
+    assert missed_ids(b.hub, "aaaaaaaa-1-evt-0003") == set()
+    b.hub.resume_wait_s = 0.01
+    await b.hub._arrival("aaaaaaaa-9-evt-0099")  # never comes: gives up, and it is a reset
+    assert b.hub.missed("aaaaaaaa-9-evt-0099") is None
+    assert b.hub._awaited == {}
