@@ -10,7 +10,8 @@ rabbitmqctl on amqp://guest:guest@127.0.0.1:5672/) and a fresh PostgreSQL databa
 postgresql://postgres@127.0.0.1:5432), all removed afterwards, also on error or Ctrl-C:
 
 1. Monitor sharding (`measure_monitor_sharding`, bench/_monitor_sharding.py): `warden sim` with
-   N hosts x 8 GPUs (default 2,000; --quick: 100 at a 2 s interval), two `warden run monitor`
+   N hosts x 8 GPUs (default 1,000, the largest that settled on 2 shared cores; the aim is
+   2,000: `--hosts 2000`; --quick: 100 at a 2 s interval), two `warden run monitor`
    processes splitting them by rendezvous hashing over the replicas they hear; after a warm-up,
    the sample age (a host's tick to its events published) over 4 intervals (the p99 given is
    the larger of the two replicas' p99s); then one replica is killed with SIGKILL and
@@ -40,8 +41,12 @@ import _common as common
 from _monitor_sharding import measure_monitor_sharding
 from _violations_failover import measure_violations_failover, postgres_database
 
+from services.shared.errors import WardenError
+
 ADMIN_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-HOSTS, QUICK_HOSTS = 2_000, 100
+# The aim is 2,000 hosts; 1,000 is the largest fleet two monitor replicas settled on here, on
+# 2 cores shared with the simulator (see the README's Performance section).
+AIM_HOSTS, HOSTS, QUICK_HOSTS = 2_000, 1_000, 100
 INTERVAL_S, QUICK_INTERVAL_S = 5.0, 2.0
 TARGET_P99_MS = 1_000.0
 TARGET_FAILOVER_S = 10.0
@@ -79,12 +84,12 @@ async def run(hosts: int, interval_s: float, quick: bool) -> tuple[dict[str, Any
     busy for the fleet) is reported with its reason and its figures as nan."""
     parts: list[dict[str, Any]] = []
     for name, part in (
-        ("monitor sharding", monitor_part(hosts, interval_s, quick)),
-        ("violations failover", violations_part(quick)),
+        ("monitor sharding", lambda: monitor_part(hosts, interval_s, quick)),
+        ("violations failover", lambda: violations_part(quick)),
     ):
         try:
-            parts.append(await part)
-        except RuntimeError as err:
+            parts.append(await part())
+        except (RuntimeError, WardenError) as err:  # a replica that never settled or answered
             print(f"{name} failed: {str(err).splitlines()[0]}", flush=True)
             parts.append({"failed": str(err).splitlines()[0]})
     return tuple(parts)
@@ -188,8 +193,8 @@ def main() -> None:
         [[n, got, aim, common.verdict(v < bound, v)] for n, got, aim, v, bound in verdicts],
         "<><<",
     )
-    if hosts < HOSTS:
-        print(f"(aim: {HOSTS:,} hosts x 8 GPUs at {INTERVAL_S:g} s; this run: {hosts:,})")
+    if hosts < AIM_HOSTS:
+        print(f"(aim: {AIM_HOSTS:,} hosts x 8 GPUs at {INTERVAL_S:g} s; this run: {hosts:,})")
     common.print_result(
         hosts=hosts,
         p99_sample_age_ms=whole(p99),
