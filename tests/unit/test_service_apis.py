@@ -27,7 +27,7 @@ from services.violations.notifications.serving import rpc_handlers
 NOTHING: Any = None
 TABLES: list[tuple[ModuleType, dict[str, Any]]] = [
     (reservations_api, reservations_handlers.rpc_methods(NOTHING, NOTHING, NOTHING)),
-    (monitor_api, monitor_handlers.rpc_methods(NOTHING, NOTHING, NOTHING)),
+    (monitor_api, monitor_handlers.rpc_methods(NOTHING, NOTHING, NOTHING, NOTHING)),
     (jobs_api, jobs_handlers.rpc_methods(NOTHING, NOTHING)),
     (
         violations_api,
