@@ -66,8 +66,7 @@ pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(240)]
 
 BACKENDS = ("reservations", "monitor", "jobs", "violations")
 STEPS = ["0s webhook owner", "6s webhook owner"]
-SQUAT_HOSTS = (0, 1)  # hosts whose GPUs squats take; jobs run on host 2
-JOB_HOST = 2
+JOB_HOST = 2  # squats take GPUs of hosts 0 and 1
 LOAD_HOST = 1  # the load books its GPUs tomorrow: no overlap with the squats of today
 DEADLINE_S = 60.0
 # No answer (the request may still have been carried out): no gateway or no service reached.
@@ -102,8 +101,13 @@ class System:
         return f"answers {dict(self.answers)}\nhooks {self.steps()}\n{self.cluster.logs()}"
 
     async def until(self, condition: Callable[[], Any], what: str) -> Any:
-        self.cluster.check_alive()
-        return await until(condition, what, DEADLINE_S, interval=0.25, report=self.report)
+        """`condition` until truthy; fails at once if a replica nobody killed has ended."""
+
+        def alive_and() -> Any:
+            self.cluster.check_alive()
+            return condition()
+
+        return await until(alive_and, what, DEADLINE_S, interval=0.25, report=self.report)
 
     # --- the gateways --------------------------------------------------------------------
 
