@@ -23,7 +23,8 @@ from services.reservations.intervals import merge
 from services.reservations.planner import FREE, MINE, NOT_ALLOWED, TAKEN
 
 Label = tuple[str, str | None, int | None]  # (state, owner, reservation_id)
-SlotRow = tuple[int, str, int, int]  # (reservation_id, owner, start_ms, end_ms) on one GPU
+# (gpu_uuid, reservation_id, owner, start_ms, end_ms): a row of `reads.busy_slots` as it is
+SlotRow = tuple[str, int, str, int, int]
 
 FREE_LABEL, MINE_LABEL, NOT_ALLOWED_LABEL = 0, 1, 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -60,7 +61,7 @@ class Grid:
         mine: list[SlotRow] = []
         others: list[SlotRow] = []
         for booking in bookings:
-            (mine if booking[1] == self.me else others).append(booking)
+            (mine if booking[2] == self.me else others).append(booking)
         if not mine and not others:
             row = self._idle.get(id(allowed))
             if row is None:
@@ -73,7 +74,7 @@ class Grid:
         taken, labels = self._taken, self.labels
         start_us, slot_us, slots = self._start_us, self._slot_us, self.slots
         for booking in (*others, *mine):
-            rid, owner, begin_ms, end_ms = booking
+            _, rid, owner, begin_ms, end_ms = booking
             if end_ms <= begin_ms:
                 continue
             # A booking marks every slot it overlaps: floor of its start to ceil of its end.
@@ -108,7 +109,7 @@ class Grid:
         return known[1], known[2]
 
 
-_START_ID = itemgetter(2, 0)
+_START_ID = itemgetter(3, 1)
 
 
 def _encode(cells: list[int], cuts: list[int], slots: int) -> list[int]:
@@ -151,9 +152,9 @@ def runs_of(row: Sequence[int], labels: Sequence[Label]) -> list[dict[str, Any]]
     return runs
 
 
-def by_gpu(rows: Iterable[tuple[str, int, str, int, int]]) -> dict[str, list[SlotRow]]:
-    """(gpu_uuid, reservation_id, owner, start_ms, end_ms) rows -> slot rows by GPU."""
+def by_gpu(rows: Iterable[SlotRow]) -> dict[str, list[SlotRow]]:
+    """Slot rows by their GPU (the rows themselves: no copy)."""
     found: dict[str, list[SlotRow]] = {}
-    for uuid, reservation_id, owner, start_ms, end_ms in rows:
-        found.setdefault(uuid, []).append((reservation_id, owner, start_ms, end_ms))
+    for row in rows:
+        found.setdefault(row[0], []).append(row)
     return found

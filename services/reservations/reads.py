@@ -58,8 +58,8 @@ async def _fetch(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> Seq
     values = [params[name] for name in names]
     driver = (await conn.get_raw_connection()).driver_connection
     if dialect == "postgresql":
-        return await driver.fetch(driver_sql, *values)  # type: ignore[union-attr,no-any-return]
-    return await driver.execute_fetchall(driver_sql, values)  # type: ignore[union-attr,no-any-return]
+        return await driver.fetch(driver_sql, *values)  # type: ignore[union-attr]
+    return await driver.execute_fetchall(driver_sql, values)  # type: ignore[union-attr]
 
 
 @cache
@@ -97,7 +97,7 @@ async def busy_slots(
     """Active GPU slots overlapping [start, end): (gpu_uuid, reservation_id, owner, start_ms,
     end_ms), on the GPUs of `gpu_uuids` (all when None)."""
     dialect = conn.dialect.name
-    return await _fetch(  # type: ignore[return-value]  # rows unpack as those tuples
+    return await _fetch(  # rows unpack as those tuples
         conn,
         _busy_statement(dialect, gpu_uuids is not None),
         _range_params(start_ms, end_ms, gpu_uuids, dialect),

@@ -32,7 +32,7 @@ def planner_runs(
     bookings = {
         uuid: [
             Booking(rid, owner, frozenset({uuid}), from_ms(a), from_ms(b))
-            for rid, owner, a, b in rows
+            for _, rid, owner, a, b in rows
         ]
         for uuid, rows in slot_rows.items()
     }
@@ -109,8 +109,8 @@ def test_grid_of_a_day() -> None:
     grid = Grid("me", T0, timedelta(minutes=30), 8)
     allowed = [Interval(T0 + timedelta(hours=1), T0 + timedelta(hours=3))]
     rows: list[SlotRow] = [
-        (5, "bob", ORIGIN_MS + 10 * MIN_MS, ORIGIN_MS + 40 * MIN_MS),
-        (6, "me", ORIGIN_MS + 120 * MIN_MS, ORIGIN_MS + 150 * MIN_MS),
+        ("GPU-0", 5, "bob", ORIGIN_MS + 10 * MIN_MS, ORIGIN_MS + 40 * MIN_MS),
+        ("GPU-0", 6, "me", ORIGIN_MS + 120 * MIN_MS, ORIGIN_MS + 150 * MIN_MS),
     ]
     row = grid.row(allowed, rows)
     assert row == [3, 2, 0, 2, 1, 1, 0, 1, 2, 2]
