@@ -262,8 +262,9 @@ async def overview(call: Call) -> dict[str, Any]:
         "start": start.isoformat(),
         "end": end.isoformat(),
         "slot_minutes": call.query["slot_minutes"],
-        "format": call.query["format"],
     }
+    if call.query["format"] != "full":  # only then: a service from before it answers the rest
+        args["format"] = call.query["format"]
     if call.query.get("gpus"):
         args["gpus"] = await resolve_gpus(call, call.query["gpus"])
     grid: dict[str, Any] = await call.rpc(api.OVERVIEW, args)
