@@ -52,16 +52,15 @@ class Grid:
         self._base: dict[int, tuple[Sequence[Interval], list[int], list[int]]] = {}
         self._idle: dict[int, list[int]] = {}  # encoded base rows, by id(allowed)
 
-    def row(self, allowed: Sequence[Interval], bookings: Iterable[SlotRow]) -> list[int]:
+    def row(self, allowed: Sequence[Interval], bookings: Sequence[SlotRow]) -> list[int]:
         """One GPU's cells. GPUs without bookings that share an allowed list share its row:
         do not mutate it."""
         if self.slots == 0:
             return []
         base, base_cuts = self._painted_base(allowed)
-        mine: list[SlotRow] = []
-        others: list[SlotRow] = []
-        for booking in bookings:
-            (mine if booking[2] == self.me else others).append(booking)
+        me = self.me
+        others = [b for b in bookings if b[2] != me]
+        mine = [b for b in bookings if b[2] == me] if len(others) < len(bookings) else []
         if not mine and not others:
             row = self._idle.get(id(allowed))
             if row is None:
@@ -69,28 +68,33 @@ class Grid:
             return row
         cells = base.copy()
         cuts = base_cuts.copy()
-        # Lowest (start, id) wins a slot: paint the others latest first.
+        # Lowest (start, id) wins a slot: paint the others latest first, then one's own.
         others.sort(key=_START_ID, reverse=True)
         taken, labels = self._taken, self.labels
         start_us, slot_us, slots = self._start_us, self._slot_us, self.slots
-        for booking in (*others, *mine):
-            _, rid, owner, begin_ms, end_ms = booking
-            if end_ms <= begin_ms:
-                continue
-            # A booking marks every slot it overlaps: floor of its start to ceil of its end.
-            first = max((begin_ms * 1000 - start_us) // slot_us, 0)
-            stop = min(-((start_us - end_ms * 1000) // slot_us), slots)
-            if first >= stop:
-                continue
-            if owner == self.me:
-                label = MINE_LABEL
-            else:
-                label = taken.get(rid, -1)
-                if label < 0:
-                    label = taken[rid] = len(labels)
-                    labels.append((TAKEN, owner, rid))
-            cells[first:stop] = [label] * (stop - first)
-            cuts += (first, stop)
+        for group in (others, mine):
+            for _, rid, owner, begin_ms, end_ms in group:
+                if end_ms <= begin_ms:
+                    continue
+                # Every slot it overlaps: floor of its start to ceil of its end (clipped).
+                first = (begin_ms * 1000 - start_us) // slot_us
+                if first < 0:
+                    first = 0
+                stop = -((start_us - end_ms * 1000) // slot_us)
+                if stop > slots:
+                    stop = slots
+                if first >= stop:
+                    continue
+                if group is mine:
+                    label = MINE_LABEL
+                else:
+                    label = taken.get(rid, -1)
+                    if label < 0:
+                        label = taken[rid] = len(labels)
+                        labels.append((TAKEN, owner, rid))
+                cells[first:stop] = [label] * (stop - first)
+                cuts.append(first)
+                cuts.append(stop)
         return _encode(cells, cuts, slots)
 
     def _painted_base(self, allowed: Sequence[Interval]) -> tuple[list[int], list[int]]:
@@ -116,13 +120,14 @@ def _encode(cells: list[int], cuts: list[int], slots: int) -> list[int]:
     """[label, count, ...] of `cells`, which change label only at some of `cuts` (0 among
     them, none past `slots`)."""
     row: list[int] = []
-    first = 0
+    first, last = 0, -1
     for stop in sorted({*cuts, slots})[1:]:  # the first is 0
         label = cells[first]
-        if row and row[-2] == label:
+        if label == last:
             row[-1] += stop - first
         else:
             row += (label, stop - first)
+            last = label
         first = stop
     return row
 
