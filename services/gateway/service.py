@@ -14,6 +14,7 @@ from services.gateway import setup_link
 from services.gateway.app import create_app
 from services.shared.bus import Teardown
 from services.shared.errors import ConfigError
+from services.shared.metrics import Sample
 from services.shared.runtime import ServiceContext, start_service
 
 log = logging.getLogger("warden.gateway")
@@ -25,6 +26,14 @@ async def start(ctx: ServiceContext) -> Teardown:
         # Every service's replicas, heard through their heartbeats: health lists them.
         await ctx.replicas.watch(*SERVICE_NAMES)
         stack.push_async_callback(ctx.replicas.stop)  # its queues, should the start fail
+
+        async def live() -> list[Sample]:
+            return [
+                ("warden_replicas_live", {"of": name}, float(len(ctx.replicas.live(name))))
+                for name in SERVICE_NAMES
+            ]
+
+        stack.push_async_callback(ctx.metered.add_probe(live))
         app = create_app(ctx.settings, ctx.bus, replicas=ctx.replicas)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
