@@ -104,6 +104,20 @@ class MeteredBus(Bus):
         concurrency: int = 1,
         transient: bool = False,
     ) -> Teardown:
+        teardown = await self.inner.subscribe(
+            source,
+            pattern,
+            consumer,
+            self._counted(handler),
+            concurrency=concurrency,
+            transient=transient,
+        )
+        if not transient:  # a transient queue is this replica's own and empties at once
+            name = queue_name(source, pattern, consumer)
+            self.queues.update((name, dead_letter_queue_name(name)))
+        return teardown
+
+    def _counted(self, handler: EventHandler) -> EventHandler:
         consumed = self._consumed
 
         async def counted(envelope: Envelope) -> None:
@@ -114,13 +128,7 @@ class MeteredBus(Bus):
                 raise
             consumed(envelope.type, "ok").inc()
 
-        teardown = await self.inner.subscribe(
-            source, pattern, consumer, counted, concurrency=concurrency, transient=transient
-        )
-        if not transient:  # a transient queue is this replica's own and empties at once
-            name = queue_name(source, pattern, consumer)
-            self.queues.update((name, dead_letter_queue_name(name)))
-        return teardown
+        return counted
 
     async def serve(self, service: str, methods: Mapping[str, RpcHandler]) -> Teardown:
         timed = {name: self._timed(name, handler) for name, handler in methods.items()}
