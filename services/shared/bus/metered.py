@@ -84,12 +84,13 @@ class MeteredBus(Bus):
         await self.inner.close()
 
     async def publish(self, envelope: Envelope) -> None:
-        self._published(envelope.type).inc()
         await self.inner.publish(envelope)
+        self._published(envelope.type).inc()  # once it went out (confirmed on AMQP)
 
     async def emit(self, type_name: str, data: Mapping[str, Any], *, source: str) -> Envelope:
+        envelope = await self.inner.emit(type_name, data, source=source)
         self._published(type_name).inc()
-        return await self.inner.emit(type_name, data, source=source)
+        return envelope
 
     async def publish_raw(self, source: str, routing_key: str, body: bytes) -> None:
         await self.inner.publish_raw(source, routing_key, body)
