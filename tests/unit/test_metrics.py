@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,8 +20,9 @@ from services.monitor.readers import FakeReader
 from services.shared.bus.inproc import InProcessBus
 from services.shared.bus.metered import MeteredBus
 from services.shared.contracts import Envelope, utc_now_iso
-from services.shared.errors import InvalidRequest, ServiceUnavailable
+from services.shared.errors import ConfigError, InvalidRequest, ServiceUnavailable
 from services.shared.metrics import PROBES, REGISTRY, Sample, render
+from services.shared.metrics.http import serve_metrics
 from services.shared.replicas import new_replica_id
 from tests.support.polling import until
 from tests.unit.test_monitor_loop import healthy
@@ -199,3 +201,19 @@ async def test_the_monitor_tells_each_poll_its_duration_and_age_or_failure() -> 
     ok = [(s, age) for s, age in told if age is not None]
     assert ok and all(s >= 0 and age >= 0 for s, age in ok)
     assert monitor.stats.failures == sum(1 for _, age in told if age is None)
+
+
+async def test_the_listener_serves_metrics_and_a_taken_port_says_what_to_set() -> None:
+    stop, port = await serve_metrics("127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                assert response.status == 200
+                assert "process_cpu_seconds_total" in await response.text()
+            async with session.get(f"http://127.0.0.1:{port}/") as response:
+                assert response.status == 404  # nothing else is served there
+        with pytest.raises(ConfigError) as taken:
+            await serve_metrics("127.0.0.1", port)
+        assert "metrics.port" in taken.value.message
+    finally:
+        await stop()
