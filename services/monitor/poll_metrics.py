@@ -1,4 +1,5 @@
-"""The monitor's Prometheus metrics: each poll's duration and sample age, and the hosts polled."""
+"""The monitor's Prometheus metrics (not the GPU metrics it stores: tsdb/): each poll's
+duration and sample age, and the hosts this replica polls."""
 
 from __future__ import annotations
 
