@@ -13,6 +13,7 @@ from services.gateway.fleet_board import FleetBoard
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus, Teardown
 from services.shared.config import Settings
+from services.shared.replicas import Replicas
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,5 @@ BOARD = web.AppKey("hosts_board", FleetBoard)
 FEED_FETCHES = web.AppKey("calendar_feed_fetches", LoginLimiter)
 BACKGROUND = web.AppKey("background", list[asyncio.Task[None]])
 BACKGROUND_TEARDOWNS = web.AppKey("background_teardowns", list[Teardown])
+# The live replicas of every service, as this gateway hears their heartbeats (health).
+REPLICAS = web.AppKey("replicas", Replicas)

@@ -1910,6 +1910,19 @@ export interface components {
         RefreshBody: {
             refresh_token: string;
         };
+        Replica: {
+            /** @description figures it tells of itself (e.g. hosts) */
+            details: {
+                [key: string]: unknown;
+            };
+            /** @description service@host:pid-random */
+            id: string;
+            /** @description seconds since its last heartbeat came */
+            last_heard_s: number;
+            /** @description active, or leader / standby where elected */
+            role: string;
+            started_at: string;
+        };
         Reservation: {
             cancel_reason?: string | null;
             /** Format: date-time */
@@ -2114,6 +2127,10 @@ export interface components {
         ServiceHealth: {
             /** @description why it is not ok */
             detail?: string;
+            /** @description the replica that leads, for a service that elects one (violations, jobs); null while none does */
+            leader?: string | null;
+            /** @description its live replicas, as the gateway hears their heartbeats */
+            replicas?: components["schemas"]["Replica"][];
             /** @description ok, unreachable or error (its database: see detail) */
             status: string;
             version: string | null;
