@@ -15,7 +15,6 @@ composition.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import operator
 import time
@@ -29,6 +28,7 @@ from services.gateway.calendar import CalendarView
 from services.gateway.visibility import reservation_for
 from services.monitor import api as monitor_api
 from services.reservations import api as reservations_api
+from services.shared import fastjson
 from services.shared.contracts import GpuSample, HostSampled
 from services.shared.errors import NotFound
 from services.shared.rpc import Method
@@ -53,8 +53,7 @@ HOST_FIGURES: tuple[str, ...] = tuple(
 )
 
 
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
+_dumps = fastjson.dumps
 
 
 def _participants(reservations: Iterable[dict[str, Any]]) -> set[str]:

@@ -19,7 +19,6 @@ delivery count in a header, up to `max_deliveries`, then rejected into the dead-
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -39,6 +38,7 @@ from aio_pika.abc import (
 from aio_pika.exceptions import AMQPError, ChannelNotFoundEntity, DeliveryError
 from aiormq import spec
 
+from services.shared import fastjson
 from services.shared.bus.acks import AckBatcher, quietly
 from services.shared.bus.base import (
     Bus,
@@ -458,7 +458,7 @@ class AmqpBus(Bus):
                 )
             )
         try:
-            args = json.loads(message.body)
+            args = fastjson.loads(message.body)
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as err:
@@ -512,7 +512,7 @@ class AmqpBus(Bus):
                 try:
                     await exchange.publish(
                         aio_pika.Message(
-                            json.dumps(dict(args or {})).encode(),
+                            fastjson.dumps(dict(args or {})),
                             content_type=JSON,
                             correlation_id=correlation_id,
                             reply_to=reply_queue.name,
@@ -537,7 +537,7 @@ class AmqpBus(Bus):
             raise ServiceUnavailable(
                 f"calling {service}.{method} failed: the message bus is unavailable", where
             ) from err
-        reply = json.loads(body)
+        reply = fastjson.loads(body)
         if not reply.get("ok"):
             raise error_from_dict(reply.get("error") or {})
         return reply.get("result")
