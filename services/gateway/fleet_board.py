@@ -15,6 +15,7 @@ composition.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import operator
 import time
@@ -117,6 +118,8 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
         hosts.append(host)
     return hosts
 
+
+_SERIALS = itertools.count(1)
 
 # Whoever takes part in no reservation: the view every outsider shares.
 OUTSIDER = Caller(username="", is_admin=False)
@@ -236,6 +239,8 @@ class Composition:
     hosts: dict[str, ShownHost]
     # Owners and guests who see more of a reservation shown than outsiders do.
     participants: frozenset[str] = field(init=False)
+    # Which composition this is, in this process (its answers' ETags name it).
+    serial: int = field(init=False, default_factory=lambda: next(_SERIALS))
     _answers: dict[tuple[str, str, str | None, str | None], bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -130,6 +130,9 @@ class Route:
     produces: str = "application/json"
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # Answers with an ETag and 304 to If-None-Match (services/gateway/etag.py; documented
+    # in the OpenAPI document from this flag).
+    conditional: bool = False
 
     @property
     def full_path(self) -> str:
