@@ -52,13 +52,25 @@ class Method:
         """The arguments validated and loaded; InvalidRequest names each bad field."""
         if self.args is None:
             return {}
-        return load_args(self.args(), dict(args))
+        return load_args(_schema(self.args), dict(args))
 
     async def call(
         self, bus: Bus, args: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> Any:
         deadline = timeout if timeout is not None else self.timeout_s
         return await bus.call(self.service, self.name, dict(args or {}), timeout=deadline)
+
+
+# One instance per schema class: making one costs more than most loads (a schema keeps no
+# state between loads).
+_SCHEMAS: dict[type[Schema], Schema] = {}
+
+
+def _schema(cls: type[Schema]) -> Schema:
+    found = _SCHEMAS.get(cls)
+    if found is None:
+        found = _SCHEMAS[cls] = cls()
+    return found
 
 
 def methods_of(service: str) -> Callable[..., Method]:

@@ -678,7 +678,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Reservations overlapping a time range (the calendar) */
+        /**
+         * Reservations overlapping a time range (the calendar)
+         * @description Answered from the gateway's copy of the calendar where it covers the range (8 weeks back, a year ahead), else by the reservations service.
+         */
         get: operations["list_reservations"];
         put?: never;
         /**
@@ -2426,7 +2429,10 @@ export interface operations {
                 /** @description only the GPUs of hosts that carry this label */
                 label?: string;
             };
-            header?: never;
+            header?: {
+                /** @description the ETag of the answer you have: 304 while it is still the answer */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2435,11 +2441,26 @@ export interface operations {
             /** @description success */
             200: {
                 headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Gpus"];
                 };
+            };
+            /** @description Not Modified: the answer tagged If-None-Match is still the answer (no body) */
+            304: {
+                headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description an error (see `error` for the code) */
             default: {
@@ -3857,7 +3878,10 @@ export interface operations {
                 owner?: string;
                 include_cancelled?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description the ETag of the answer you have: 304 while it is still the answer */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3866,11 +3890,26 @@ export interface operations {
             /** @description success */
             200: {
                 headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ReservationPage"];
                 };
+            };
+            /** @description Not Modified: the answer tagged If-None-Match is still the answer (no body) */
+            304: {
+                headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description an error (see `error` for the code) */
             default: {

@@ -14,7 +14,6 @@ down or slow gives `ServiceUnavailable` within the deadline, never a hang.
 
 from __future__ import annotations
 
-import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from services.shared import fastjson
 from services.shared.contracts import Envelope, make_envelope
 from services.shared.errors import WardenError
 
@@ -74,8 +74,8 @@ def topic_matches(pattern: str, routing_key: str) -> bool:
 
 def encode_rpc_reply(result: Any = None, error: WardenError | None = None) -> bytes:
     if error is not None:
-        return json.dumps({"ok": False, "error": error.to_dict()}).encode()
-    return json.dumps({"ok": True, "result": result}).encode()
+        return fastjson.dumps({"ok": False, "error": error.to_dict()})
+    return fastjson.dumps({"ok": True, "result": result})
 
 
 class Bus(ABC):

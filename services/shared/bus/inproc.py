@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.shared import fastjson
 from services.shared.bus.base import (
     DEAD_LETTER_SUFFIX,
     Bus,
@@ -227,10 +227,10 @@ class InProcessBus(Bus):
                 f"service {service!r} has no RPC method {method!r}",
                 {"service": service, "method": method},
             )
-        wire_args = json.loads(json.dumps(dict(args or {})))
+        wire_args = fastjson.loads(fastjson.dumps(dict(args or {})))
         try:
             result = await asyncio.wait_for(handler(wire_args), deadline)
-            return json.loads(json.dumps(result))
+            return fastjson.loads(fastjson.dumps(result))
         except TimeoutError as err:
             raise ServiceUnavailable(
                 f"{service}.{method} did not answer within {deadline:g}s",
