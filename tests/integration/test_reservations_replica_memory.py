@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from alembic import command
 from sqlalchemy import insert
 
 from services.reservations import accounts, repository
 from services.reservations.booking import Actor, DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.store import Store, to_ms
-from services.reservations.tables import gpus
+from services.reservations.tables import gpus, versions
 from services.shared import db
 from services.shared.errors import NotAllowed, ReservationConflict
 
@@ -158,3 +160,35 @@ async def test_users_admins_and_gpus_of_the_other_replica_apply_at_once(
         title="t",
     )
     assert made["owner"] == "cyd" and made["created_by"] == "ann"
+
+
+async def test_the_versions_migration_goes_down_and_up_again(database_url: str) -> None:
+    """reservations_0009 adds the counters and their triggers; going back removes them."""
+    engine = db.create_engine(database_url)
+
+    def downgrade(connection: sa.Connection) -> None:
+        config = db.alembic_config("reservations")
+        config.attributes["connection"] = connection
+        command.downgrade(config, "reservations_0008")
+
+    async def counters() -> tuple[int, int]:
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(sa.select(versions.c.directory, versions.c.slots_freed))
+            ).one()
+            return int(row[0]), int(row[1])
+
+    try:
+        await db.upgrade(engine, "reservations")
+        before = await counters()
+        await add_gpu(Store(engine), "GPU-z-0", 0)
+        assert (await counters())[0] > before[0]  # the trigger moved it
+        async with engine.begin() as conn:
+            await conn.run_sync(downgrade)
+            names = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
+        assert "reservations_versions" not in names
+        await add_gpu(Store(engine), "GPU-z-1", 1)  # no trigger left behind
+        await db.upgrade(engine, "reservations")
+        assert await counters() == (0, 0)
+    finally:
+        await engine.dispose()
