@@ -209,7 +209,12 @@ class Creates:
             await self._flush(conn)
             await lock_owner(conn, request.owner)  # one owner's quota at a time, any replica
         slots = self.memory.slots
-        await slots.load(conn, uuids, to_ms(request.now - START_GRACE), also=+self._wanted)
+        await slots.load(
+            conn,
+            uuids,
+            to_ms(request.now - START_GRACE),
+            also=(uuid for uuid, n in self._wanted.items() if n > 0),
+        )
         clashes = slots.clashes(uuids, start_ms, end_ms)
         if any(clash.reservation_id < 0 for clash in clashes):  # name the real reservation
             await self._flush(conn)

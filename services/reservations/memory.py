@@ -127,10 +127,14 @@ class SlotIndex:
         if all(uuid in self._gpus for uuid in uuids):
             return
         missing = [uuid for uuid in dict.fromkeys([*uuids, *also]) if uuid not in self._gpus]
-        fresh = {uuid: _Timeline() for uuid in missing}
+        found: dict[str, list[tuple[int, int, int, str]]] = {uuid: [] for uuid in missing}
         for row in await repository.slots_in_range(conn, after_ms, 2**62, missing):
-            fresh[row.gpu_uuid].add(row.start_ms, row.end_ms, row.reservation_id, row.owner)
-        self._gpus.update(fresh)
+            found[row.gpu_uuid].append((row.start_ms, row.end_ms, row.reservation_id, row.owner))
+        for uuid, held in found.items():
+            held.sort()
+            self._gpus[uuid] = _Timeline(
+                [slot[0] for slot in held], held, max((b - a for a, b, _i, _o in held), default=0)
+            )
 
     def add(
         self, uuids: Iterable[str], start: int, end: int, reservation_id: int, owner: str
