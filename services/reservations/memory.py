@@ -8,14 +8,17 @@ makes it: this replica, another one, an admin's SQL).
   loaded on first use. Dropped whole when `slots_freed` moved (a cancel, a shortened or moved
   booking, here or in another replica), so a conflict seen in memory is a real one, never a
   slot someone freed meanwhile. A booking another replica made is not in it: the database's
-  constraint refuses ours (409), and that GPU is loaded again.
+  constraint refuses ours (409), and that GPU is loaded again. Rebuilt every REBUILD_S anyway,
+  so bookings that ended do not pile up.
 
-`Memory.sync(conn)` reads both counters (one query) inside the caller's write transaction.
+Reads may use it too (`Memory.sync` on a read connection gives the same guarantee at that
+moment). `Memory.sync(conn)` reads both counters (one query) inside the caller's write transaction.
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +33,8 @@ from services.reservations.store import from_ms
 from services.reservations.tables import group_members, groups, users
 
 _VERSIONS = "SELECT directory, slots_freed FROM reservations_versions WHERE id = 1"
+# The slot index is rebuilt (lazily, per GPU) at least this often: bookings that ended leave it.
+REBUILD_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ class Memory:
         self.directory = Directory()
         self.slots = SlotIndex()
         self._versions: tuple[int, int] | None = None
+        self._built_at = time.monotonic()
 
     def reset(self) -> None:
         """Forget everything (a write transaction failed): the next sync reloads."""
@@ -181,6 +187,7 @@ class Memory:
         held = self._versions
         if held is None or held[0] != directory:
             self.directory = await load_directory(conn)
-        if held is None or held[1] != freed:
+        if held is None or held[1] != freed or time.monotonic() - self._built_at > REBUILD_S:
             self.slots.clear()
+            self._built_at = time.monotonic()
         self._versions = (directory, freed)
