@@ -4,11 +4,14 @@ so the test decides which one answers (behind RabbitMQ either may).
 
 - a slot the other replica freed is bookable at once (no false refusal from memory);
 - a booking the other replica made is a 409 naming it (the database's constraint), not a 500;
-- users, groups, admin flags, access rules and GPUs changed by the other replica apply at once.
+- users, groups, admin flags, access rules and GPUs changed by the other replica apply at once;
+- in a group commit, the database refusing one create leaves the others of its group made.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +27,7 @@ from services.reservations import accounts, repository
 from services.reservations.booking import Actor, DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.store import Store, to_ms
-from services.reservations.tables import gpus, versions
+from services.reservations.tables import gpus, outbox, reservations, versions
 from services.shared import db
 from services.shared.errors import NotAllowed, ReservationConflict
 
@@ -130,6 +133,33 @@ async def test_a_booking_the_other_replica_made_is_a_conflict_naming_it(
     with pytest.raises(ReservationConflict) as again:  # and a reloaded that GPU
         await book(replicas.a, "ann", slot(4))
     assert f"reservation {theirs['id']}" in again.value.message
+
+
+async def test_a_refusal_by_the_database_does_not_fail_the_rest_of_its_group(
+    replicas: Replicas,
+) -> None:
+    await add_gpu(replicas.b_store, "GPU-a-1", 1)
+    await book(replicas.a, "ann", slot(5))  # a holds GPU-a-0's slots in memory now
+    theirs = await book(replicas.b, "bob", slot(4))
+    start, end = slot(4)
+    results = await asyncio.gather(  # queued together: one group, one transaction
+        *(
+            replicas.a.create("ann", owner="ann", gpu_uuids=[gpu], start=start, end=end, title="t")
+            for gpu in ("GPU-a-0", "GPU-a-1")
+        ),
+        return_exceptions=True,
+    )
+    refused, made = results
+    assert isinstance(refused, ReservationConflict), results
+    assert f"reservation {theirs['id']}" in refused.message
+    assert isinstance(made, dict) and made["gpus"][0]["uuid"] == "GPU-a-1"
+    async with replicas.b_store.read() as conn:
+        ids = {row.id for row in await conn.execute(sa.select(reservations.c.id))}
+        rows = await conn.execute(sa.select(outbox.c.envelope))
+        envelopes = [json.loads(row.envelope) for row in rows]
+    assert made["id"] in ids
+    created = sorted(e["data"]["id"] for e in envelopes if e["type"] == "reservation.created")
+    assert created == sorted(ids)  # one event per reservation; none of the refused one
 
 
 async def test_access_changes_of_the_other_replica_apply_at_once(replicas: Replicas) -> None:
