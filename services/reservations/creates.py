@@ -43,7 +43,7 @@ from services.reservations.domain import Gpu, Refusal
 from services.reservations.group_commit import Answer, GroupWriter
 from services.reservations.memory import Memory
 from services.reservations.repository import ReservationRecord
-from services.reservations.store import Store, lock_owner, to_ms
+from services.reservations.store import Store, lock_owner, lock_owners, to_ms
 from services.shared.errors import Forbidden, InvalidRequest, NotFound, ReservationConflict
 
 
@@ -135,11 +135,12 @@ class Creates:
         self._pending: list[_Pending] = []
         # GPUs of the requests waiting: a slot load takes theirs too (one query, not one each).
         self._wanted: Counter[str] = Counter()
+        self._locked: set[str] = set()  # owners this batch's transaction holds (PostgreSQL)
         self._wrote = False  # this batch wrote a reservation (flushes may come earlier)
         self._placeholders = itertools.count(-1, -1)
         self.writer = GroupWriter(
             store,
-            prepare=self.memory.sync,
+            prepare=self._prepare,
             finish=self._finish,
             on_commit=on_commit,
             on_failure=self._failed,
@@ -153,7 +154,7 @@ class Creates:
         self._wanted.update(request.uuids)
         try:
             answer: dict[str, Any] = await self.writer.submit(
-                lambda conn: self._check(conn, request)
+                lambda conn: self._check(conn, request), request
             )
         finally:
             self._wanted.subtract(request.uuids)
@@ -207,7 +208,9 @@ class Creates:
         limited = any(rule.limits.any for rule in applicable)
         if limited:  # the owner's bookings come from the database: write the pending first
             await self._flush(conn)
-            await lock_owner(conn, request.owner)  # one owner's quota at a time, any replica
+            if request.owner not in self._locked:  # (locked in _prepare, unless rules moved)
+                await lock_owner(conn, request.owner)
+                self._locked.add(request.owner)
         slots = self.memory.slots
         await slots.load(
             conn,
@@ -276,6 +279,20 @@ class Creates:
                 self.memory.slots.rename(uuids, held.start_ms, held.placeholder, outcome)
                 held.written = outcome
                 self._wrote = True
+
+    async def _prepare(self, conn: AsyncConnection, requests: list[Request]) -> None:
+        """Sync the model; lock the owners whose quotas the batch checks, all at once and in
+        name order, so two replicas' batches never wait for each other in a circle."""
+        await self.memory.sync(conn)
+        directory = self.memory.directory
+        self._locked = set()
+        for request in requests:
+            member = directory.member(request.owner)
+            if member is not None and any(
+                rule.limits.any for rule in directory.rules if rule_applies_to(rule, member)
+            ):
+                self._locked.add(request.owner)
+        await lock_owners(conn, sorted(self._locked))
 
     async def _finish(self, conn: AsyncConnection) -> bool:
         await self._flush(conn)

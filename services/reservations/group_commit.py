@@ -24,7 +24,8 @@ from services.reservations.store import Store
 
 Answer = Callable[[], Any]
 Job = Callable[[AsyncConnection], Awaitable[Answer]]
-Hook = Callable[[AsyncConnection], Awaitable[None]]
+# First thing in each transaction, given what the batch's jobs were submitted with.
+Prepare = Callable[[AsyncConnection, list[Any]], Awaitable[None]]
 Finish = Callable[[AsyncConnection], Awaitable[bool]]
 
 # At most this many jobs share a transaction (a bound on how long the write lock is held).
@@ -36,24 +37,25 @@ class GroupWriter:
         self,
         store: Store,
         *,
-        prepare: Hook,
+        prepare: Prepare,
         finish: Finish,
         on_commit: Callable[[], None],
         on_failure: Callable[[], None],
     ) -> None:
         self.store = store
-        self.prepare = prepare  # first thing in each transaction (the version check)
+        self.prepare = prepare  # first thing in each transaction (the version check, locks)
         # Last thing before the COMMIT (the writes the jobs left); True when anything was written.
         self.finish = finish
         self.on_commit = on_commit  # after a batch that wrote something (wakes the outbox relay)
         self.on_failure = on_failure  # a batch's transaction failed (forget what it wrote)
-        self._waiting: list[tuple[Job, asyncio.Future[Any]]] = []
+        self._waiting: list[tuple[Job, Any, asyncio.Future[Any]]] = []
         self._drain: asyncio.Task[None] | None = None
 
-    async def submit(self, job: Job) -> Any:
-        """Run `job` in the next batch; its answer once that batch committed."""
+    async def submit(self, job: Job, about: Any = None) -> Any:
+        """Run `job` in the next batch; its answer once that batch committed. `about` goes to
+        `prepare` with those of the other jobs of the batch."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((job, future))
+        self._waiting.append((job, about, future))
         if self._drain is None or self._drain.done():
             self._drain = asyncio.create_task(self._run(), name="reservations group commit")
         return await future
@@ -65,8 +67,8 @@ class GroupWriter:
             wrote = False
             try:
                 async with self.store.write() as conn:
-                    await self.prepare(conn)
-                    for job, future in batch:
+                    await self.prepare(conn, [about for _job, about, _future in batch])
+                    for job, _about, future in batch:
                         try:
                             answers.append((future, await job(conn)))
                         except Exception as err:  # this job's refusal: the others go on
@@ -74,7 +76,7 @@ class GroupWriter:
                     wrote = await self.finish(conn)
             except BaseException as err:
                 self.on_failure()
-                for _job, future in batch:
+                for _job, _about, future in batch:
                     if future.done():
                         continue
                     if isinstance(err, Exception):

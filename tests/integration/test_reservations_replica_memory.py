@@ -11,6 +11,7 @@ so the test decides which one answers (behind RabbitMQ either may).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from sqlalchemy import insert
 from services.reservations import accounts, repository
 from services.reservations.booking import Actor, DurationBounds
 from services.reservations.commands import Commands
+from services.reservations.domain import Limits
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import gpus, outbox, reservations, versions
 from services.shared import db
@@ -160,6 +162,26 @@ async def test_a_refusal_by_the_database_does_not_fail_the_rest_of_its_group(
     assert made["id"] in ids
     created = sorted(e["data"]["id"] for e in envelopes if e["type"] == "reservation.created")
     assert created == sorted(ids)  # one event per reservation; none of the refused one
+
+
+async def test_a_quota_counts_the_earlier_creates_of_its_group(replicas: Replicas) -> None:
+    await add_gpu(replicas.b_store, "GPU-a-1", 1)
+    async with replicas.b_store.read() as conn:
+        rule = (await repository.load_rules(conn))[0]
+    quota = dataclasses.replace(rule, limits=Limits(max_gpu_hours_per_week=2))
+    await replicas.b.update_rule(ADMIN, quota)  # 2 GPU-hours a week; a's model is older
+    start, end = slot(9)
+    results = await asyncio.gather(  # one group: the second must count the first
+        *(
+            replicas.a.create("ann", owner="ann", gpu_uuids=[gpu], start=start, end=end, title="t")
+            for gpu in ("GPU-a-0", "GPU-a-1")
+        ),
+        return_exceptions=True,
+    )
+    made = [r for r in results if isinstance(r, dict)]
+    refused = [r for r in results if isinstance(r, NotAllowed)]
+    assert len(made) == 1 and len(refused) == 1, results
+    assert refused[0].details["reasons"][0]["code"] == "limit_quota"
 
 
 async def test_access_changes_of_the_other_replica_apply_at_once(replicas: Replicas) -> None:
