@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any
 
+from services.monitor import poll_metrics
 from services.monitor.handlers import EVENT_HANDLERS, rpc_methods
 from services.monitor.host_store import HostStore
 from services.monitor.hosts_admin import HostsAdmin
@@ -99,6 +100,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             SshOptions.from_settings(ctx.settings.ssh),
             hosts,
         )
+        stack.push_async_callback(poll_metrics.observe(monitor, ctx))
         await monitor.start()
         stack.push_async_callback(monitor.stop)  # stops polling, flushes the writer
         pruner = asyncio.create_task(_prune_forever(store), name="prune metrics")

@@ -152,6 +152,7 @@ class BookingCalls:
             args["end"],
             timedelta(minutes=args["slot_minutes"]),
             args["gpus"],
+            compact=args["format"] == "compact",
         )
 
     async def find_slot(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -91,6 +91,15 @@ class OverviewQuery(Schema):
     end = _Time(metadata={"description": "default: start + 7 days (at most 8 weeks)"})
     slot_minutes = fields.Integer(load_default=60, validate=validate.OneOf((30, 60)))
     gpus = fields.List(_Str(validate=validate.Length(min=1, max=128)))
+    format = _Str(
+        load_default="full",
+        validate=validate.OneOf(("full", "compact")),
+        metadata={
+            "description": "full: an object per run; compact: per GPU the runs as flat "
+            "`cells` [label, count, ...] over the answer's `labels` (same content, about a "
+            "fifth of the bytes)"
+        },
+    )
 
 
 class SlotQuery(Schema):
@@ -254,6 +263,8 @@ async def overview(call: Call) -> dict[str, Any]:
         "end": end.isoformat(),
         "slot_minutes": call.query["slot_minutes"],
     }
+    if call.query["format"] != "full":  # only then: a service from before it answers the rest
+        args["format"] = call.query["format"]
     if call.query.get("gpus"):
         args["gpus"] = await resolve_gpus(call, call.query["gpus"])
     grid: dict[str, Any] = await call.rpc(api.OVERVIEW, args)

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -384,6 +384,26 @@ class AmqpBus(Bus):
             return bodies
         finally:
             await quietly(channel.close())
+
+    async def queue_depths(self, names: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        # Passive declares on a channel of their own: one for a queue that does not exist
+        # (yet) makes the broker close the channel, and the next name gets a new one.
+        connection = self._require_connection()
+        found: dict[str, tuple[int, int | None]] = {}
+        channel = await connection.channel()
+        try:
+            for name in names:
+                try:
+                    queue = await channel.declare_queue(name, passive=True)
+                except ChannelNotFoundEntity:
+                    await quietly(channel.close())
+                    channel = await connection.channel()
+                    continue
+                declared = queue.declaration_result
+                found[name] = (declared.message_count or 0, declared.consumer_count or 0)
+        finally:
+            await quietly(channel.close())
+        return found
 
     # --- RPC --------------------------------------------------------------------------------
 

@@ -15,11 +15,12 @@ import contextlib
 import itertools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.shared.bus.base import (
+    DEAD_LETTER_SUFFIX,
     Bus,
     BusSettings,
     EventHandler,
@@ -181,6 +182,16 @@ class InProcessBus(Bus):
             return []
         taken, found.dead = found.dead, []
         return taken
+
+    async def queue_depths(self, names: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        found: dict[str, tuple[int, int | None]] = {}
+        for name in names:
+            queue = self._queues.get(name)
+            if queue is not None:
+                found[name] = (queue.messages.qsize(), None)
+            elif (owner := self._queues.get(name.removesuffix(DEAD_LETTER_SUFFIX))) is not None:
+                found[name] = (len(owner.dead), None)
+        return found
 
     # --- RPC ------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from services.shared.config.escalation import (
     parse_step,
 )
 from services.shared.config.ldap import LdapSettings
+from services.shared.config.metrics import MetricsSettings
 
 MIN_SECRET_LENGTH = 32
 
@@ -587,6 +588,7 @@ class Settings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     bus: BusConfig = field(default_factory=BusConfig)
     replicas: ReplicaSettings = field(default_factory=ReplicaSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     ssh: SshSettings = field(default_factory=SshSettings)
