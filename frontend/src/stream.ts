@@ -1,11 +1,15 @@
 // The live stream (`GET /api/v1/stream`, Server-Sent Events): one EventSource for the whole
 // app; pages subscribe to event types. The browser resumes by itself with Last-Event-ID; when
 // the gateway cannot replay what was missed it sends `reset` and pages reload their state.
+// Resuming on another gateway replica sends some events again: each is handled once (event_id).
 import { ref } from 'vue'
+import { SeenEvents } from './seen'
 import { session } from './session'
 
 export interface StreamEvent<T = Record<string, unknown>> {
   id: string
+  /** the event's own id, the same through every gateway replica */
+  event_id?: string
   type: string
   occurred_at: string
   data: T
@@ -51,6 +55,7 @@ const resetHandlers = new Set<() => void>()
 let source: EventSource | null = null
 let lastEventId = ''
 let renewTimer: ReturnType<typeof setTimeout> | undefined
+const seen = new SeenEvents()
 
 function dispatch(type: string, message: MessageEvent<string>): void {
   if (message.lastEventId) lastEventId = message.lastEventId
@@ -61,6 +66,7 @@ function dispatch(type: string, message: MessageEvent<string>): void {
   } catch {
     return
   }
+  if (!seen.first(parsed.event_id)) return
   for (const handler of handlers.get(type) ?? []) handler(parsed)
   for (const handler of handlers.get('*') ?? []) handler(parsed)
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from services.gateway import calendar_loader, frontend
-from services.gateway.auth import LoginLimiter, Revocations, TokenIssuer
+from services.gateway.auth import Revocations, TokenIssuer
 from services.gateway.calendar import CalendarView
 from services.gateway.context import (
     BACKGROUND,
@@ -21,21 +21,19 @@ from services.gateway.context import (
     BOARD,
     BUS,
     CALENDAR,
-    FEED_FETCHES,
     LIMITS,
     REPLICAS,
     REVOCATIONS,
     SETTINGS,
     STREAM,
     TOKENS,
-    LoginLimits,
 )
 from services.gateway.cors import cors_middleware
 from services.gateway.fleet_board import FleetBoard
+from services.gateway.limits import limits_from
 from services.gateway.metrics_route import metrics_handler
 from services.gateway.openapi import build_spec, docs_page
 from services.gateway.routes import ROUTES
-from services.gateway.routes.calendar_feed import fetch_limiter
 from services.gateway.routes.meta import BACKENDS
 from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
@@ -76,12 +74,13 @@ def create_app(
     gateway = settings.gateway
     app[BACKGROUND] = []
     app[BACKGROUND_TEARDOWNS] = []
-    app[LIMITS] = LoginLimits(
-        LoginLimiter(gateway.login_window_s, gateway.login_failures_per_user),
-        LoginLimiter(gateway.login_window_s, gateway.login_failures_per_ip),
+    # Counted by the reservations service, for every gateway replica alike (limits.py).
+    app[LIMITS] = limits_from(
+        gateway.login_window_s, gateway.login_failures_per_user, gateway.login_failures_per_ip
     )
-    app[FEED_FETCHES] = fetch_limiter()
-    app[STREAM] = StreamHub(bus, gateway.stream_replay_events)
+    app[STREAM] = StreamHub(
+        bus, gateway.stream_replay_events, resume_window_s=gateway.stream_resume_window_s
+    )
     app[CALENDAR] = CalendarView()
     calendar_loader.follow_events(app[CALENDAR], app[STREAM])
     app[BOARD] = FleetBoard(app[CALENDAR])

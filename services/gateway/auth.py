@@ -1,4 +1,4 @@
-"""Access tokens (short-lived JWTs) and the login rate limit. Pure: no I/O, clock passed in.
+"""Access tokens (short-lived JWTs) and their revocations. Pure: no I/O, clock passed in.
 
 The access token says who the caller is and whether they are an admin, for the gateway's own
 route checks; the services look roles up again themselves for anything they decide. Refresh
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -129,50 +128,3 @@ class Revocations:
             del self._sessions[session]
         for user in [u for u, at in self._users.items() if at + self.ttl_s < now]:
             del self._users[user]
-
-
-class LoginLimiter:
-    """Failed logins per key (a username, a client address) within a sliding window."""
-
-    def __init__(
-        self, window_s: float, max_failures: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.window_s = window_s
-        self.max_failures = max_failures
-        self._clock = clock
-        self._failures: dict[str, deque[float]] = {}
-
-    def _recent(self, key: str) -> deque[float]:
-        failures = self._failures.get(key)
-        if failures is None:
-            return deque()
-        horizon = self._clock() - self.window_s
-        while failures and failures[0] <= horizon:
-            failures.popleft()
-        if not failures:
-            del self._failures[key]
-        return failures
-
-    def retry_after(self, key: str) -> float | None:
-        """Seconds until `key` may try again, or None when it may now."""
-        failures = self._recent(key)
-        if len(failures) < self.max_failures:
-            return None
-        return max(0.0, failures[0] + self.window_s - self._clock())
-
-    def attempt(self, key: str) -> float:
-        """Count an attempt as failed before its outcome is known, so that parallel attempts
-        see each other; returns its mark for `cancel` (when it did not fail after all)."""
-        mark = self._clock()
-        self._failures.setdefault(key, deque()).append(mark)
-        if len(self._failures) > 100_000:  # a flood of made-up names: forget the oldest
-            self._failures.pop(next(iter(self._failures)))
-        return mark
-
-    def cancel(self, key: str, mark: float) -> None:
-        failures = self._failures.get(key)
-        if failures is not None and mark in failures:
-            failures.remove(mark)
-
-    def succeeded(self, key: str) -> None:
-        self._failures.pop(key, None)

@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from aiohttp import web
 
-from services.gateway.auth import LoginLimiter, Revocations, TokenIssuer
+from services.gateway.auth import Revocations, TokenIssuer
 from services.gateway.calendar import CalendarView
 from services.gateway.fleet_board import FleetBoard
+from services.gateway.limits import Limits
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus, Teardown
 from services.shared.config import Settings
 from services.shared.replicas import Replicas
 
-
-@dataclass(frozen=True)
-class LoginLimits:
-    by_user: LoginLimiter
-    by_address: LoginLimiter
-
-
 SETTINGS = web.AppKey("settings", Settings)
 BUS = web.AppKey("bus", Bus)
 TOKENS = web.AppKey("tokens", TokenIssuer)
-LIMITS = web.AppKey("login_limits", LoginLimits)
+LIMITS = web.AppKey("limits", Limits)
 REVOCATIONS = web.AppKey("revocations", Revocations)
 STREAM = web.AppKey("stream", StreamHub)
 CALENDAR = web.AppKey("calendar", CalendarView)
 BOARD = web.AppKey("hosts_board", FleetBoard)
-FEED_FETCHES = web.AppKey("calendar_feed_fetches", LoginLimiter)
 BACKGROUND = web.AppKey("background", list[asyncio.Task[None]])
 BACKGROUND_TEARDOWNS = web.AppKey("background_teardowns", list[Teardown])
 # The live replicas of every service, as this gateway hears their heartbeats (health).

@@ -1,11 +1,26 @@
 """The live stream: the bus's events as Server-Sent Events, each caller seeing only their share.
 
 The gateway binds one transient queue per event family (its own copy: every replica streams
-everything). Each event gets an id `<epoch>-<seq>`, `epoch` being this process's; the last
-`replay` events are kept, so a browser that reconnects with `Last-Event-ID` receives exactly
-what it missed. When that is no longer possible (another gateway, too old) it gets one `reset`
-event and reloads its state once, instead of a storm of re-sends. A client too slow to keep up
-is disconnected and resumes the same way.
+everything) and keeps the last `replay` events, each once (a duplicate envelope id, from an
+outbox published twice, is dropped). Each event's SSE id is `<epoch>-<seq>-<event id>`: this
+process's epoch, its arrival number here, and the envelope's id that every replica shares. The
+JSON body carries the envelope id as `event_id`, for clients to drop an event seen twice.
+
+A browser reconnecting with `Last-Event-ID`:
+- to the same replica (same epoch) receives exactly what came after `seq`;
+- to another replica (behind a load balancer, or after a restart) is placed at that event in
+  this replica's buffer. Replicas may receive events of different publishers and families in a
+  different order, but only events that arrived within a short time of each other swap places;
+  so it receives every event that arrived here from `resume_window_s` before that event on,
+  some of them again (the client drops them by `event_id`). That holds while no replica
+  receives an event more than half the window after it occurred (by its `occurred_at`): a
+  replica that did (a queue of its fell behind) names no event in its ids for a window, and a
+  replica where the client's last event itself came that late does not resume from it. When
+  this replica cannot vouch for the resume (that, or it does not have the event, even after
+  waiting `resume_wait_s` for it to arrive; or its buffer does not reach back the window, or
+  its copy of the events broke off when its broker connection did) the client gets one `reset`
+  event and reloads its state once: never a silent gap, never a storm of re-sends.
+A client too slow to keep up is disconnected and resumes the same way.
 """
 
 from __future__ import annotations
@@ -15,10 +30,13 @@ import contextlib
 import json
 import logging
 import random
+import re
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -49,16 +67,29 @@ HOST_RECORD_EVENTS = frozenset({"host.added", "host.updated"})
 TOPICS = tuple(dict.fromkeys(topic for _, _, topic in SUBSCRIPTIONS))
 HEARTBEAT_S = 15.0
 CLIENT_BACKLOG = 1000
+RESUME_WAIT_S = 2.0
+# An envelope id goes into the SSE id line as it is only when it cannot break the framing.
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,48}")
 
 
 @dataclass(frozen=True)
 class Event:
     seq: int
-    id: str
+    id: str  # the SSE id: `<epoch>-<seq>-<event_id>`
     topic: str
     type: str
     occurred_at: str
     data: dict[str, Any]
+    event_id: str = ""  # the envelope's, the same on every replica ("" when unusable in an id)
+    received: float = 0.0  # when it arrived here (monotonic clock)
+    lag: float = 0.0  # seconds from occurred_at (the publisher's clock) to its arrival here
+
+
+def parse_id(last_event_id: str) -> tuple[str, int | None, str]:
+    """(epoch, seq or None, event id) of an SSE id; the id of an older release has no event."""
+    epoch, _, rest = last_event_id.partition("-")
+    seq_text, _, event_id = rest.partition("-")
+    return epoch, int(seq_text) if seq_text.isdigit() else None, event_id
 
 
 def visible_data(caller: Caller, event: Event) -> dict[str, Any] | None:
@@ -79,7 +110,14 @@ def visible_data(caller: Caller, event: Event) -> dict[str, Any] | None:
 
 
 def encode(event: Event, data: dict[str, Any]) -> bytes:
-    body = fastjson.dumps_text({"type": event.type, "occurred_at": event.occurred_at, "data": data})
+    body = fastjson.dumps_text(
+        {
+            "type": event.type,
+            "event_id": event.event_id,
+            "occurred_at": event.occurred_at,
+            "data": data,
+        }
+    )
     return f"id: {event.id}\nevent: {event.type}\ndata: {body}\n\n".encode()
 
 
@@ -109,14 +147,32 @@ class StreamHub:
         bus: Bus,
         replay: int,
         *,
+        resume_window_s: float = 5.0,
+        resume_wait_s: float = RESUME_WAIT_S,
         heartbeat_s: float = HEARTBEAT_S,
         epoch: Callable[[], str] = lambda: secrets.token_hex(4),
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.bus = bus
+        self._new_epoch = epoch
         self.epoch = epoch()
+        self.replay = replay
+        self.resume_window_s = resume_window_s
+        self.resume_wait_s = resume_wait_s
         self.heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._wall = wall
+        # Until when this replica cannot vouch for its positions (it received events late).
+        self._lagging_until = float("-inf")
         self._seq = 0
-        self._recent: deque[Event] = deque(maxlen=replay)
+        self._recent: deque[Event] = deque()
+        self._by_event: dict[str, Event] = {}
+        # Since when the buffer holds every event that arrived (start, last eviction, the last
+        # broker reconnection): a resume reaching back before that cannot be vouched for.
+        self._complete_since = clock()
+        self._reconnections = bus.reconnections
+        self._awaited: dict[str, asyncio.Future[None]] = {}
         self._clients: set[_Client] = set()
         self._teardowns: list[Teardown] = []
         self._generations: dict[str, int] = {}
@@ -132,6 +188,7 @@ class StreamHub:
         return len(self._clients)
 
     async def start(self) -> None:
+        self._complete_since = self._clock()
         for source, pattern, topic in SUBSCRIPTIONS:
 
             async def handler(envelope: Envelope, topic: str = topic) -> None:
@@ -150,36 +207,120 @@ class StreamHub:
             with contextlib.suppress(Exception):
                 await teardown()
 
-    def publish(self, topic: str, envelope: Envelope) -> Event:
+    def _check_continuity(self) -> None:
+        """After a broker reconnection this replica's transient queues were declared anew:
+        what was published in between never reached it. A new epoch and an empty buffer, and
+        every client is cut off, to resume with a `reset`."""
+        if self.bus.reconnections == self._reconnections:
+            return
+        self._reconnections = self.bus.reconnections
+        log.info("the live stream lost events while the broker was away: clients reset")
+        self.epoch = self._new_epoch()
+        self._recent.clear()
+        self._by_event.clear()
+        self._complete_since = self._clock()
+        for client in list(self._clients):
+            client.overflowed = True
+            client.end()
+
+    def publish(self, topic: str, envelope: Envelope) -> Event | None:
+        """Keep and send an event; None for an envelope this replica has already had."""
+        self._check_continuity()
+        event_id = envelope.id if _SAFE_ID.fullmatch(envelope.id) else ""
+        if event_id and event_id in self._by_event:
+            return None  # the same event again (published twice, redelivered)
+        lag = self._lag(envelope.occurred_at)
+        if lag > self.resume_window_s / 2:
+            if self._clock() >= self._lagging_until:
+                log.info("live events arrive %.1fs late: resumes from here reset for now", lag)
+            # Events that reach this replica this late may reach another replica long before
+            # or after their neighbours here: another replica cannot place a client from here
+            # by its last event for a while (its ids name none: a resume there is a reset).
+            self._lagging_until = self._clock() + self.resume_window_s
         self._seq += 1
         self._generations[topic] = self._generations.get(topic, 0) + 1
         event = Event(
             seq=self._seq,
-            id=f"{self.epoch}-{self._seq}",
+            id=f"{self.epoch}-{self._seq}-{self._vouched(event_id)}",
+            event_id=event_id,
             topic=topic,
             type=envelope.type,
             occurred_at=envelope.occurred_at,
             data=envelope.data,
+            received=self._clock(),
+            lag=lag,
         )
-        self._recent.append(event)
+        self._keep(event)
         for listener in self.listeners:
             listener(event)
         for client in self._clients:
             client.offer(event)
         return event
 
+    def _lag(self, occurred_at: str) -> float:
+        try:
+            return max(0.0, self._wall() - datetime.fromisoformat(occurred_at).timestamp())
+        except ValueError:
+            return 0.0  # the contract's ISO-8601: not reached
+
+    def _vouched(self, event_id: str) -> str:
+        """The event id for an SSE id, or "" while this replica received events late."""
+        return "" if self._clock() < self._lagging_until else event_id
+
+    def _keep(self, event: Event) -> None:
+        self._recent.append(event)
+        if event.event_id:
+            self._by_event[event.event_id] = event
+            waiting = self._awaited.pop(event.event_id, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
+        while len(self._recent) > self.replay:
+            gone = self._recent.popleft()
+            self._by_event.pop(gone.event_id, None)
+            self._complete_since = gone.received
+
     def missed(self, last_event_id: str | None) -> list[Event] | None:
-        """The events after `last_event_id`; None when they cannot be told (reset)."""
+        """The events after `last_event_id` (for another replica's id: a superset, see the
+        module's note); None when they cannot be told (reset)."""
+        self._check_continuity()
         if not last_event_id:
             return []
-        epoch, _, seq_text = last_event_id.partition("-")
-        if epoch != self.epoch or not seq_text.isdigit():
+        epoch, seq, event_id = parse_id(last_event_id)
+        if epoch == self.epoch and seq is not None:
+            oldest = self._recent[0].seq if self._recent else self._seq + 1
+            if seq > self._seq or seq < oldest - 1:
+                return None
+            return [event for event in self._recent if event.seq > seq]
+        anchor = self._by_event.get(event_id) if event_id else None
+        if anchor is None:
             return None
-        seq = int(seq_text)
-        oldest = self._recent[0].seq if self._recent else self._seq + 1
-        if seq > self._seq or seq < oldest - 1:
-            return None
-        return [event for event in self._recent if event.seq > seq]
+        horizon = anchor.received - self.resume_window_s
+        if horizon < self._complete_since or anchor.lag > self.resume_window_s / 2:
+            return None  # what swapped places with it may be gone from here, or not come yet
+        return [e for e in self._recent if e.received >= horizon and e is not anchor]
+
+    async def _arrival(self, last_event_id: str | None) -> None:
+        """Another replica's client may come here before its last event does: wait a moment."""
+        if not last_event_id or self.resume_wait_s <= 0:
+            return
+        epoch, _, event_id = parse_id(last_event_id)
+        if epoch == self.epoch or not event_id or event_id in self._by_event:
+            return
+        waiting = self._awaited.get(event_id)
+        if waiting is None:
+            waiting = self._awaited[event_id] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), self.resume_wait_s)
+        except TimeoutError:
+            pass
+        finally:
+            if self._awaited.get(event_id) is waiting and not waiting.done():
+                del self._awaited[event_id]
+
+    def _position(self) -> str:
+        """The SSE id of a `reset`: this replica's place, after its newest event."""
+        newest = self._recent[-1].event_id if self._recent else ""
+        return f"{self.epoch}-{self._seq}-{self._vouched(newest)}"
 
     async def serve(
         self,
@@ -188,12 +329,15 @@ class StreamHub:
         topics: frozenset[str],
         last_event_id: str | None,
     ) -> web.StreamResponse:
+        await self._arrival(last_event_id)
+        self._check_continuity()
         client = _Client(caller, topics)
-        # Registered before anything is awaited: what comes after `sent` arrives in its queue,
+        # Registered before anything else is awaited: what comes after `sent` arrives in its queue,
         # what came before is replayed; nothing falls between.
         self._clients.add(client)
         sent = self._seq
         missed = self.missed(last_event_id)
+        position = self._position()
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -208,7 +352,7 @@ class StreamHub:
             if missed is None:
                 reset = {"reason": "the events since your last one are gone; reload the state"}
                 await response.write(
-                    f"id: {self.epoch}-{sent}\nevent: reset\ndata: {json.dumps(reset)}\n\n".encode()
+                    f"id: {position}\nevent: reset\ndata: {json.dumps(reset)}\n\n".encode()
                 )
             else:
                 for event in missed:

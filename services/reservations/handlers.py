@@ -12,6 +12,7 @@ from services.reservations import api
 from services.reservations import usage_report as usage
 from services.reservations.account_commands import AccountCommands
 from services.reservations.activity import ActivityBoard
+from services.reservations.attempts import AttemptCalls
 from services.reservations.booking_calls import BookingCalls
 from services.reservations.calendar_feeds import CalendarFeedCalls
 from services.reservations.commands import Commands
@@ -45,6 +46,7 @@ def rpc_methods(
     idle = IdleCalls(store, commands, watch)
     bookings = BookingCalls(commands, queries, activity)
     feeds = CalendarFeedCalls(store, commands)
+    limits = AttemptCalls(store)
     return served(
         api.METHODS,
         {
@@ -61,6 +63,8 @@ def rpc_methods(
             api.CALENDAR_FEED_OWNER: feeds.owner,
             api.CHECK_SIGNUP: people.check_signup,
             api.SIGNUP: people.signup,
+            api.TAKE_ATTEMPTS: limits.take,
+            api.SETTLE_ATTEMPTS: limits.settle,
             api.IDLE_NOTICES: idle.notices,
             api.KEEP_RESERVATION: idle.keep,
             api.RELEASE_RESERVATION: idle.release,

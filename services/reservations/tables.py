@@ -11,7 +11,8 @@ also writes inside a serialised transaction on SQLite. Both are created by migra
 `reservations_0002`; `reservations_0003` adds the guests of shared bookings,
 `reservations_0004` the refresh-token sessions, `reservations_0006` the set-up tokens,
 `reservations_0007` the calendar-feed tokens, `reservations_0008` the idle policies and states,
-`reservations_0009` the version counters (and their triggers) of the in-memory model.
+`reservations_0009` the version counters (and their triggers) of the in-memory model,
+`reservations_0010` the counted attempts of the rate limits.
 """
 
 from sqlalchemy import (
@@ -256,6 +257,20 @@ versions = Table(
     Column("id", Integer, primary_key=True),
     Column("directory", BigInteger, nullable=False),
     Column("slots_freed", BigInteger, nullable=False),
+)
+
+# Attempts counted against a key within a window (failed logins per name and per address,
+# calendar-feed fetches): the shared count behind the gateway's rate limits, so that every
+# gateway replica sees every attempt (`services.reservations.attempts`). Rows are deleted when
+# their window has passed.
+attempts = Table(
+    "reservations_attempts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", String(320), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("until_ms", BigInteger, nullable=False, index=True),
+    Index("ix_reservations_attempts_key_at", "key", "at_ms"),
 )
 
 # Events written in the same transaction as the change they describe, published after the

@@ -125,7 +125,9 @@ async def test_reconnecting_with_the_last_id_resumes_with_what_was_missed(
         id_three, three = await resumed.next("reservation.created")
         assert [two["data"]["id"], three["data"]["id"]] == [second_made["id"], third_made["id"]]
         assert made["id"] not in (two["data"]["id"], three["data"]["id"])
-        assert int(id_two.rpartition("-")[2]) < int(id_three.rpartition("-")[2])
+        assert int(id_two.split("-")[1]) < int(id_three.split("-")[1])
+        # `<epoch>-<seq>-<event_id>`: the event's own id, in the data line too
+        assert id_two.split("-", 2)[2] == two["event_id"] != three["event_id"]
     finally:
         resumed.response.close()
 

@@ -9,7 +9,7 @@ from typing import Any
 import jwt
 import pytest
 
-from services.gateway.auth import Caller, LoginLimiter, Revocations, TokenIssuer
+from services.gateway.auth import Caller, Revocations, TokenIssuer
 from services.gateway.routes.session import client_address
 from services.gateway.routing import Authenticator
 from services.shared.errors import AuthenticationFailed
@@ -65,27 +65,6 @@ def test_forged_or_malformed_tokens_are_refused(forge) -> None:  # type: ignore[
         issuer.verify(forge())
 
 
-def test_the_limiter_blocks_after_max_failures_until_the_window_passes() -> None:
-    clock = Clock(100.0)
-    limiter = LoginLimiter(60.0, 3, clock)
-    for _ in range(3):
-        assert limiter.retry_after("alice") is None
-        limiter.attempt("alice")
-        clock.now += 1
-    assert limiter.retry_after("alice") == pytest.approx(57.0)
-    assert limiter.retry_after("bob") is None
-    clock.now += 57
-    assert limiter.retry_after("alice") is None
-
-
-def test_a_success_clears_the_failures_of_that_key() -> None:
-    limiter = LoginLimiter(60.0, 2, Clock())
-    limiter.attempt("alice")
-    limiter.succeeded("alice")
-    limiter.attempt("alice")
-    assert limiter.retry_after("alice") is None
-
-
 def test_the_caller_carries_its_tokens_expiry() -> None:
     clock = Clock()
     issuer = TokenIssuer(SECRET, 900, clock)
@@ -94,24 +73,6 @@ def test_the_caller_carries_its_tokens_expiry() -> None:
 
 
 # --- a burst of parallel attempts, proxies, revocation ------------------------------------------
-
-
-def test_attempts_count_before_their_outcome_so_a_burst_cannot_pass_the_limit() -> None:
-    limiter = LoginLimiter(60.0, 5, Clock(100.0))
-    admitted = 0
-    for _ in range(60):  # all arrive before any answer: each checks, then marks its attempt
-        if limiter.retry_after("alice") is None:
-            limiter.attempt("alice")
-            admitted += 1
-    assert admitted == 5
-
-
-def test_an_attempt_that_did_not_fail_is_taken_back() -> None:
-    limiter = LoginLimiter(60.0, 1, Clock(100.0))
-    mark = limiter.attempt("alice")
-    assert limiter.retry_after("alice") is not None
-    limiter.cancel("alice", mark)  # the service was down: not a wrong password
-    assert limiter.retry_after("alice") is None
 
 
 TRUSTED = (ip_network("127.0.0.1/32"), ip_network("10.0.0.0/8"))

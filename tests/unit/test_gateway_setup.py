@@ -20,6 +20,7 @@ from services.gateway.app import create_app
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import GatewaySettings, Settings
 from services.shared.errors import Forbidden, InvalidRequest, StateConflict
+from tests.support.attempts_double import FakeAttempts
 
 Client = TestClient[web.Request, web.Application]
 # How tests (and the newcomer's browser test) find the link in the gateway's output.
@@ -108,7 +109,7 @@ async def test_wrong_tokens_are_limited_per_address_and_other_refusals_are_not(
     async def setup_admin(_args: dict[str, Any]) -> dict[str, Any]:
         raise outcome["error"]
 
-    await bus.serve("reservations", {"setup_admin": setup_admin})
+    await FakeAttempts().serve(bus, setup_admin=setup_admin)
     app = create_app(settings(login_failures_per_ip=2, frontend_dir="/nonexistent"), bus)
     async with TestClient(TestServer(app)) as client:
         outcome["error"] = StateConflict("the first administrator exists already")
@@ -136,7 +137,7 @@ async def test_bodies_that_do_not_fit_are_422_before_the_service_is_asked(
         asked.append(args)
         raise Forbidden("no")
 
-    await bus.serve("reservations", {"setup_admin": setup_admin})
+    await FakeAttempts().serve(bus, setup_admin=setup_admin)
     async with TestClient(TestServer(create_app(settings(frontend_dir="/x"), bus))) as client:
         for body in ({}, {**BODY, "token": ""}, {**BODY, "username": 5}, {"token": "t"}):
             answer = await client.post("/api/v1/setup", json=body)
@@ -168,7 +169,7 @@ async def test_the_new_admin_is_signed_in_and_the_email_defaults_to_localhost(
             "session": "s",
         }
 
-    await bus.serve("reservations", {"setup_admin": setup_admin})
+    await FakeAttempts().serve(bus, setup_admin=setup_admin)
     async with TestClient(TestServer(create_app(settings(frontend_dir="/x"), bus))) as client:
         answer = await client.post("/api/v1/setup", json=BODY)
         assert answer.status == 201

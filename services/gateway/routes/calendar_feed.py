@@ -21,22 +21,17 @@ from aiohttp import web
 from marshmallow import Schema, fields, validate
 
 from services.gateway import ical_feed
-from services.gateway.auth import LoginLimiter
 from services.gateway.calendar import item as calendar_item
-from services.gateway.context import CALENDAR, FEED_FETCHES, LIMITS
+from services.gateway.context import CALENDAR, LIMITS
+from services.gateway.limits import FEED_FETCHES_PER_MINUTE as FETCHES_PER_MINUTE
+from services.gateway.limits import settle, take
 from services.gateway.routes.reservations import resolve_gpus
-from services.gateway.routes.session import TooManyAttempts, caller_address
+from services.gateway.routes.session import caller_address
 from services.gateway.routing import API, Access, Call, Route
 from services.reservations import api
 from services.shared.errors import NotFound
 
-FETCHES_PER_MINUTE = 30
 PATH = "/calendar/{token}.ics"
-
-
-def fetch_limiter() -> LoginLimiter:
-    """Fetches per feed (by username) within a minute: what `FEED_FETCHES` holds."""
-    return LoginLimiter(60.0, FETCHES_PER_MINUTE)
 
 
 class FeedSchema(Schema):
@@ -93,21 +88,16 @@ async def revoke_feed(call: Call) -> None:
 
 async def _owner(call: Call) -> str:
     """Whose feed the token opens; an unknown one counts as a failed attempt of the address."""
-    limiter, address = call.request.app[LIMITS].by_address, caller_address(call)
-    wait = limiter.retry_after(address)
-    if wait is not None:
-        raise TooManyAttempts(
-            f"too many failed attempts; try again in {wait:.0f}s", {"retry_after_s": wait}
-        )
-    mark = limiter.attempt(address)  # counted as failed until the token proves right
+    address_key = call.request.app[LIMITS].by_address.of(caller_address(call))
+    marks = await take(call.bus, (address_key,))  # counted as failed until the token proves right
     try:
         answer = await call.rpc(api.CALENDAR_FEED_OWNER, {"token": call.params["token"]})
     except NotFound:
         raise
     except BaseException:  # the service is down: not a guess at the token
-        limiter.cancel(address, mark)
+        await settle(call.bus, cancel=marks)
         raise
-    limiter.cancel(address, mark)
+    await settle(call.bus, cancel=marks)
     return str(answer["username"])
 
 
@@ -134,13 +124,8 @@ async def _reservations(call: Call, start: datetime, end: datetime) -> Sequence[
 
 async def feed(call: Call) -> web.Response:
     username = await _owner(call)
-    fetches = call.request.app[FEED_FETCHES]
-    wait = fetches.retry_after(username)
-    if wait is not None:
-        raise TooManyAttempts(
-            f"this feed was fetched too often; try again in {wait:.0f}s", {"retry_after_s": wait}
-        )
-    fetches.attempt(username)
+    feed_key = call.request.app[LIMITS].feed_fetches.of(username)
+    await take(call.bus, (feed_key,), "fetches of this feed")
     watched = await resolve_gpus(call, call.query["gpus"]) if call.query.get("gpus") else []
     now = datetime.now(UTC)
     found = await _reservations(call, now - ical_feed.PAST, now + ical_feed.AHEAD)

@@ -84,8 +84,8 @@ class StreamQuery(Schema):
         metadata={"description": "what to receive (default: everything you may see)"},
     )
     last_event_id = fields.String(
-        validate=validate.Length(max=64),
-        metadata={"description": "resume after this event (else the Last-Event-ID header)"},
+        validate=validate.Length(max=128),
+        metadata={"description": "resume after this event's id (else the Last-Event-ID header)"},
     )
 
 
@@ -214,7 +214,13 @@ ROUTES = (
         raw=True,
         produces="text/event-stream",
         description="Host samples, GPU processes, reservation, job and violation changes that "
-        "you may see. Each event has an `id`; reconnect with `Last-Event-ID` to resume. "
+        "you may see. Each event's `id` is `<epoch>-<seq>-<event_id>` (a replica's epoch, its "
+        "arrival number there, the event's own id); reconnect with `Last-Event-ID` to resume. "
+        "On the same gateway replica you get exactly what you missed; on another one "
+        "(several replicas behind one address) what you missed and some events of the few "
+        "seconds before (`[gateway] stream_resume_window_s`) again: drop an event whose "
+        "`event_id` (in its data line) you have seen. When the events since your last one "
+        "cannot be vouched for you get one `reset` event instead: reload your state. "
         "Browsers (EventSource) may pass the token as `access_token`.",
     ),
 )

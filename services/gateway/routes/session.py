@@ -1,7 +1,9 @@
 """Signing in and out: login, refresh (rotating), logout, and who am I.
 
 Refresh tokens live in the reservations service (which owns accounts): the gateway keeps
-nothing. Failed logins are limited per username and per client address.
+nothing, so sign-in on one gateway replica, refresh on another and logout on a third work
+alike. Failed logins are limited per username and per client address, counted by the
+reservations service for every replica (`limits.py`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,12 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from services.gateway.context import LIMITS, REVOCATIONS, TOKENS
+from services.gateway.limits import settle, take
 from services.gateway.routing import Access, Call, Route
 from services.reservations import api
 from services.reservations.api import UserSchema
 from services.shared.config.settings import IpNetwork
-from services.shared.errors import AuthenticationFailed, WardenError
-
-
-class TooManyAttempts(WardenError):
-    code = "too_many_attempts"
+from services.shared.errors import AuthenticationFailed
 
 
 class LoginBody(Schema):
@@ -101,30 +100,19 @@ def signed_in(call: Call, answer: dict[str, Any]) -> dict[str, Any]:
 async def login(call: Call) -> dict[str, Any]:
     limits = call.request.app[LIMITS]
     username, address = call.body["username"], caller_address(call)
-    waits = [
-        wait
-        for wait in (limits.by_user.retry_after(username), limits.by_address.retry_after(address))
-        if wait is not None
-    ]
-    if waits:
-        wait = max(waits)
-        raise TooManyAttempts(
-            f"too many failed logins; try again in {wait:.0f}s", {"retry_after_s": wait}
-        )
-    # Counted as failed until the password proves right: parallel attempts see each other
-    # (checked, then recorded after the answer, a burst all passed the check).
-    by_user, by_address = limits.by_user.attempt(username), limits.by_address.attempt(address)
+    name_key, address_key = limits.by_user.of(username), limits.by_address.of(address)
+    # Counted as failed until the password proves right: parallel attempts, on any replica,
+    # see each other (checked, then recorded after the answer, a burst all passed the check).
+    marks = await take(call.bus, (name_key, address_key), "failed logins")
     ttl_s = call.settings.auth.refresh_token_ttl_s
     try:
         answer = await call.rpc(api.LOGIN, {**call.body, "ttl_s": ttl_s})
     except AuthenticationFailed:
         raise
     except BaseException:  # not a wrong password (the service is down): no attempt counted
-        limits.by_user.cancel(username, by_user)
-        limits.by_address.cancel(address, by_address)
+        await settle(call.bus, cancel=marks)
         raise
-    limits.by_user.succeeded(username)
-    limits.by_address.cancel(address, by_address)
+    await settle(call.bus, cancel=marks[1:], clear=[name_key["key"]])
     return signed_in(call, answer)
 
 

@@ -14,12 +14,8 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from services.gateway.context import LIMITS
-from services.gateway.routes.session import (
-    TokensSchema,
-    TooManyAttempts,
-    caller_address,
-    signed_in,
-)
+from services.gateway.limits import settle, take
+from services.gateway.routes.session import TokensSchema, caller_address, signed_in
 from services.gateway.routing import Access, Call, Route, ValidationFailed
 from services.reservations import api
 from services.shared.errors import Forbidden, InvalidRequest
@@ -49,13 +45,9 @@ async def setup_state(call: Call) -> dict[str, Any]:
 
 
 async def create_first_admin(call: Call) -> dict[str, Any]:
-    limiter, address = call.request.app[LIMITS].by_address, caller_address(call)
-    wait = limiter.retry_after(address)
-    if wait is not None:
-        raise TooManyAttempts(
-            f"too many failed attempts; try again in {wait:.0f}s", {"retry_after_s": wait}
-        )
-    mark = limiter.attempt(address)  # counted as failed until the token proves right
+    address_key = call.request.app[LIMITS].by_address.of(caller_address(call))
+    # Counted as failed until the token proves right.
+    marks = await take(call.bus, (address_key,))
     body = call.body
     args = {
         **body,
@@ -67,16 +59,16 @@ async def create_first_admin(call: Call) -> dict[str, Any]:
     except Forbidden:
         raise
     except InvalidRequest as err:  # a name or password the service refuses: nothing happened
-        limiter.cancel(address, mark)
+        await settle(call.bus, cancel=marks)
         problems = err.details if isinstance(err.details, dict) else {}
         raise ValidationFailed(
             err.message,
             {"in": "body", "errors": {k: [str(v)] for k, v in problems.items()}},
         ) from err
     except BaseException:  # an admin exists, the service is down: not a guess at the token
-        limiter.cancel(address, mark)
+        await settle(call.bus, cancel=marks)
         raise
-    limiter.cancel(address, mark)
+    await settle(call.bus, cancel=marks)
     return signed_in(call, answer)
 
 

@@ -17,12 +17,8 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from services.gateway.context import LIMITS
-from services.gateway.routes.session import (
-    TokensSchema,
-    TooManyAttempts,
-    caller_address,
-    signed_in,
-)
+from services.gateway.limits import settle, take
+from services.gateway.routes.session import TokensSchema, caller_address, signed_in
 from services.gateway.routing import Access, Call, Route, ValidationFailed
 from services.monitor import api as monitor_api
 from services.reservations import api
@@ -106,12 +102,7 @@ async def signup_state(call: Call) -> dict[str, Any]:
 async def sign_up(call: Call) -> dict[str, Any]:
     if not call.settings.auth.ssh_signup:
         raise Forbidden(DISABLED)
-    limiter, address = call.request.app[LIMITS].by_address, caller_address(call)
-    wait = limiter.retry_after(address)
-    if wait is not None:
-        raise TooManyAttempts(
-            f"too many failed attempts; try again in {wait:.0f}s", {"retry_after_s": wait}
-        )
+    address_key = call.request.app[LIMITS].by_address.of(caller_address(call))
     body, groups = call.body, list(call.settings.auth.ssh_signup_groups)
     fields_ = {"username": body["username"], "email": body["email"], "password": body["password"]}
     try:
@@ -119,21 +110,21 @@ async def sign_up(call: Call) -> dict[str, Any]:
     except InvalidRequest as err:  # nothing was tried: not counted
         raise _unprocessable(err) from err
     await _public_key(call)  # no key, no proof: say so before logging in anywhere
-    mark = limiter.attempt(address)  # counted as failed until the account exists
+    marks = await take(call.bus, (address_key,))  # counted as failed until the account exists
     try:
         proof = await call.rpc(
             monitor_api.PROVE_LOGIN, {"username": body["username"], "host": body["host"]}
         )
     except InvalidRequest as err:
-        limiter.cancel(address, mark)
+        await settle(call.bus, cancel=marks)
         raise _unprocessable(err) from err
     except NotFound as err:  # a host not in the inventory: a bad field, nothing was tried
-        limiter.cancel(address, mark)
+        await settle(call.bus, cancel=marks)
         raise ValidationFailed(
             err.message, {"in": "body", "errors": {"host": [err.message]}}
         ) from err
     except ServiceUnavailable:
-        limiter.cancel(address, mark)  # the monitor is down: not the person's attempt
+        await settle(call.bus, cancel=marks)  # the monitor is down: not the person's attempt
         raise
     if not proof["proven"]:
         details = {"reason": proof["outcome"], "host": proof["host"], "tried": proof["tried"]}
@@ -143,7 +134,7 @@ async def sign_up(call: Call) -> dict[str, Any]:
         answer = await call.rpc(api.SIGNUP, {**fields_, "groups": groups, "ttl_s": ttl_s})
     except InvalidRequest as err:
         raise _unprocessable(err) from err
-    limiter.cancel(address, mark)
+    await settle(call.bus, cancel=marks)
     return signed_in(call, answer)
 
 

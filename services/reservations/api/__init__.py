@@ -78,6 +78,7 @@ from services.reservations.api.arguments import (
     WindowArgs,
     day_index,
 )
+from services.reservations.api.attempts import SETTLE_ATTEMPTS, TAKE_ATTEMPTS
 from services.reservations.api.idle import (
     ANSWER_IDLE_LINK,
     IDLE_LINK,
@@ -410,6 +411,8 @@ METHODS = (
     CALENDAR_FEED_OWNER,
     CHECK_SIGNUP,
     SIGNUP,
+    TAKE_ATTEMPTS,
+    SETTLE_ATTEMPTS,
     IDLE_NOTICES,
     KEEP_RESERVATION,
     RELEASE_RESERVATION,
@@ -520,9 +523,11 @@ __all__ = [
     "RESERVATIONS_AHEAD",
     "REVOKE_CALENDAR_FEED",
     "SERVICE",
+    "SETTLE_ATTEMPTS",
     "SETUP_ADMIN",
     "SETUP_STATE",
     "SIGNUP",
+    "TAKE_ATTEMPTS",
     "UPDATE_GROUP",
     "UPDATE_RESERVATION",
     "UPDATE_RULE",

@@ -158,6 +158,7 @@ class AmqpBus(Bus):
 
     def _on_reconnected(self, _connection: Any) -> None:
         self._lost = False
+        self.reconnections += 1
         log.info("reconnected to RabbitMQ at %s", _redact(self.url))
 
     async def close(self) -> None:

@@ -82,6 +82,9 @@ class Bus(ABC):
     """Events (publish / subscribe) and RPC (serve / call) behind one interface."""
 
     settings: BusSettings
+    # How many times the connection to the broker was restored: a transient queue missed what
+    # was published while it was gone (an in-process bus never loses one).
+    reconnections: int = 0
 
     @abstractmethod
     async def start(self) -> None:

@@ -165,6 +165,14 @@ class GatewaySettings:
         min=0,
         max=1_000_000,
     )
+    stream_resume_window_s: float = option(
+        5.0,
+        "A browser resuming the live stream on another gateway replica is sent again every "
+        "event that arrived this long before its last one (replicas may receive events in a "
+        "different order within it); it drops those it has by event_id.",
+        min=0.1,
+        max=300,
+    )
     frontend_dir: str = option(
         "", "The built web UI served at /; empty: frontend/dist beside the code, when it exists."
     )
