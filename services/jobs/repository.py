@@ -39,6 +39,7 @@ def _job_values(state: JobState) -> dict[str, Any]:
         "from_queue": state.from_queue,
         "stop_requested_at_ms": _ms(state.stop_requested_at),
         "stop_reason": state.stop_reason,
+        "signals_sent": ",".join(sorted(state.signals_sent)),
         "interrupted_for": json.dumps(sorted(state.interrupted_for)),
         "waiting_reason": state.waiting_reason,
         "created_at_ms": to_ms(state.created_at),
@@ -151,6 +152,7 @@ async def load_jobs(conn: AsyncConnection) -> list[JobState]:
                 from_queue=bool(row.from_queue),
                 stop_requested_at=_time(row.stop_requested_at_ms),
                 stop_reason=row.stop_reason,
+                signals_sent=set(filter(None, (row.signals_sent or "").split(","))),
                 interrupted_for=set(json.loads(row.interrupted_for)),
                 waiting_reason=row.waiting_reason,
             )

@@ -1,4 +1,5 @@
-"""Composition root of the jobs service."""
+"""Composition root of the jobs service: one leader acts, other replicas stand by
+(services/shared/leadership.py)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,23 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 
+from services.jobs import api, usage_report
 from services.jobs.commands import JobCommands
 from services.jobs.engine import Engine
 from services.jobs.handlers import event_handlers, rpc_methods
 from services.jobs.runner import TaskRunner
 from services.jobs.supervisor import TaskSupervisor
-from services.jobs.tables import outbox
+from services.jobs.tables import leader_lease, outbox
 from services.jobs.working_state import WorkingState
 from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
-from services.shared.bus import Teardown
+from services.shared.bus import RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
+from services.shared.leadership import Leadership, is_solo, rpc_table, serve_office
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
+from services.shared.usage_report import report_handler
 
 log = logging.getLogger("warden.jobs")
 
@@ -34,37 +38,99 @@ async def load_reservations(engine: Engine) -> None:
 
 
 async def start(ctx: ServiceContext) -> Teardown:
+    """Every replica serves RPC (usage reports here, the rest forwarded to the leader) and
+    stands by; the one holding the lease sets up the office: the working state, the engine
+    (its timers and queue passes), the task supervisor, the outbox relay, the consumers."""
     stack = AsyncExitStack()
     try:
         store = Store(await open_database(ctx, stack))
-        relay = Relay(store, ctx.bus, outbox)
-        runner = TaskRunner(ctx.settings)
-        stack.push_async_callback(runner.close)
         # The hosts jobs may run on: [[hosts]] until the monitor's inventory answers, then it.
         hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
-        # One working state and its lock, shared by the engine, the commands and the supervisor.
-        working = WorkingState(store, ctx.settings, on_commit=relay.kick, hosts=hosts)
-        hosts.listeners.append(lambda _names: working.kick())  # a host added: the queue may go
-        supervisor = TaskSupervisor(working, runner)
-        engine = Engine(working, supervisor, ctx.bus)
-        commands = JobCommands(working, supervisor, ctx.bus)
-        await working.load()
-        await relay.start()
-        stack.push_async_callback(relay.stop)  # after the engine: publishes its last events
-        stack.push_async_callback(supervisor.stop)  # after the engine's loop, which starts SSH work
-        await engine.start()
-        stack.push_async_callback(engine.stop)
-        loading = asyncio.create_task(load_reservations(engine))
+        serving: dict[str, RpcHandler] = {}  # the office's methods while it is set up
 
-        async def stop_loading() -> None:
-            loading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loading
+        async def on_elected(office: AsyncExitStack) -> None:
+            office.callback(serving.clear)  # runs last: RPC is answered until the end
+            relay = Relay(store, ctx.bus, outbox)
+            runner = TaskRunner(ctx.settings)
+            office.push_async_callback(runner.close)
+            # One working state and its lock, shared by the engine, the commands and the
+            # supervisor.
+            working = WorkingState(store, ctx.settings, on_commit=relay.kick, hosts=hosts)
 
-        stack.push_async_callback(stop_loading)
+            def host_added(_names: object) -> None:
+                working.kick()  # a host added: the queue may go
+
+            hosts.listeners.append(host_added)
+            office.callback(hosts.listeners.remove, host_added)
+            supervisor = TaskSupervisor(working, runner)
+            engine = Engine(working, supervisor, ctx.bus)
+            commands = JobCommands(working, supervisor, ctx.bus)
+            await working.load()
+            await relay.start()
+            office.push_async_callback(relay.stop)  # after the engine: its last events
+            office.push_async_callback(supervisor.stop)  # after the engine's loop (SSH work)
+            await engine.start()
+            office.push_async_callback(engine.stop)
+            loading = asyncio.create_task(load_reservations(engine))
+
+            async def stop_loading() -> None:
+                loading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loading
+
+            office.push_async_callback(stop_loading)
+            serving.update(rpc_methods(commands, store))
+            if not leadership.solo:
+                await serve_office(ctx.bus, ctx.name, office, dict(serving))
+            for (source, pattern, name), handler in event_handlers(engine).items():
+                office.push_async_callback(
+                    await ctx.bus.subscribe(source, pattern, f"{ctx.name}.{name}", handler)
+                )
+
+        leadership = Leadership(
+            store,
+            leader_lease,
+            ctx.name,
+            ctx.replicas.replica_id,
+            on_elected,
+            lease_s=ctx.settings.replicas.lease_s,
+            solo=is_solo(ctx.bus, store),
+            connected=lambda: ctx.bus.connected,
+        )
+        store.fence = leadership.fence
+        ctx.replicas.role = leadership.role
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
-        return await start_service(ctx, stack, rpc_methods(commands, store), event_handlers(engine))
+        # The leader (the only replica with SQLite) has its consumers subscribed before the
+        # service answers `health`, as a service always had; a standby just stands by.
+        try:
+            await leadership.start()
+            teardown = await start_service(
+                ctx, stack, rpc_table_for(ctx, store, leadership, serving)
+            )
+        except BaseException:
+            await leadership.stop()
+            raise
+        stack.push_async_callback(leadership.stop)  # first: the office goes before the RPC
+        return teardown
     except BaseException:
         await stack.aclose()
         raise
+
+
+def rpc_table_for(
+    ctx: ServiceContext,
+    store: Store,
+    leadership: Leadership,
+    serving: dict[str, RpcHandler],
+) -> dict[str, RpcHandler]:
+    """Usage reports (read from the database) answered by any replica; the rest, which read
+    or change the working state, by the leader's office."""
+    return rpc_table(
+        ctx.bus,
+        ctx.name,
+        leadership,
+        local={api.USAGE_REPORT.name: report_handler(store, usage_report.usage_report)},
+        office=lambda: serving or None,
+        names={m.name: m.timeout_s for m in api.METHODS},
+    )

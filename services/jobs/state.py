@@ -62,7 +62,7 @@ class JobState:
     stop_reason: str | None = None  # why it is being stopped (then it ends as "stopped")
     interrupted_for: set[int] = field(default_factory=set)  # reservations it yielded to
     waiting_reason: str | None = None
-    signals_sent: set[str] = field(default_factory=set)  # of the current stop (not stored)
+    signals_sent: set[str] = field(default_factory=set)  # of the current stop
 
     @property
     def id(self) -> int:

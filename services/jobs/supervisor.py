@@ -243,11 +243,14 @@ class TaskSupervisor:
                 await self.working.commit(state)
                 continue
             elapsed = now - state.stop_requested_at
+            # Recorded before it goes out: a new leader never sends a signal twice.
             if elapsed >= int_grace + term_grace and "KILL" not in state.signals_sent:
                 state.signals_sent |= {"TERM", "KILL"}
+                await self.working.commit(state)
                 self.signal(state, "KILL")
             elif elapsed >= int_grace and "TERM" not in state.signals_sent:
                 state.signals_sent.add("TERM")
+                await self.working.commit(state)
                 self.signal(state, "TERM")
 
     # -- polling ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from sqlalchemy import (
 )
 
 from services.shared.db import applied_events_table
+from services.shared.leadership import lease_table
 from services.shared.outbox import outbox_table
 
 metadata = MetaData()
@@ -44,6 +45,9 @@ jobs = Table(
     Column("from_queue", Boolean, nullable=False, default=False),  # the running one was queued
     Column("stop_requested_at_ms", BigInteger, nullable=True),
     Column("stop_reason", String(255), nullable=True),
+    # The signals of the current stop already sent (INT, TERM, KILL): a new leader sends none
+    # of them again.
+    Column("signals_sent", String(32), nullable=False, server_default=""),
     Column("interrupted_for", Text, nullable=False, default="[]"),  # JSON reservation ids
     Column("waiting_reason", Text, nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),
@@ -89,3 +93,6 @@ runs = Table(
 )
 
 outbox = outbox_table(metadata, "jobs")
+
+# Which replica leads (services/shared/leadership.py).
+leader_lease = lease_table(metadata, "jobs")

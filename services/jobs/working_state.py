@@ -1,7 +1,8 @@
 """The jobs service's working state, owned in one place: jobs and their tasks, what they wait
 for, and their runs; the GPUs known and busy; the reservation book; and the one asyncio lock
-that orders commands, event reactions and ticks, so the service runs as a single replica (a
-restart reloads the jobs and goes on polling their tasks).
+that orders commands, event reactions and ticks. Only the leader replica has one
+(services/shared/leadership.py): its writes are fenced, and a standby that takes over (or a
+restart) reloads the jobs and goes on polling their tasks.
 
 Every change is written with its events (through the outbox) in one transaction (`commit`),
 then kept in memory. The engine, the job commands and the task supervisor each get this one

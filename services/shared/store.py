@@ -2,13 +2,14 @@
 
 Writes that must see a consistent state run in `write()`: on SQLite one writer at a time (an
 in-process lock, then BEGIN IMMEDIATE, which also serialises other processes); on PostgreSQL
-a normal transaction.
+a normal transaction. A `fence` (a leader's check that it still leads, see
+`services.shared.leadership`) runs first in every write transaction and may refuse it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
@@ -40,6 +41,7 @@ class Store:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._write_lock = asyncio.Lock()
+        self.fence: Callable[[AsyncConnection], Awaitable[None]] | None = None
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -51,11 +53,15 @@ class Store:
         """A transaction that commits when the block ends without an error."""
         if not self.is_sqlite:
             async with self.engine.begin() as conn:
+                if self.fence is not None:
+                    await self.fence(conn)
                 yield conn
             return
         async with self._write_lock, self.engine.connect() as conn:
             await conn.exec_driver_sql("BEGIN IMMEDIATE")
             try:
+                if self.fence is not None:
+                    await self.fence(conn)
                 yield conn
             except BaseException:
                 await conn.rollback()

@@ -20,6 +20,18 @@ from services.shared.usage_report import report_handler
 from services.violations import api, repository, usage_report
 from services.violations.tracker import Tracker
 
+# Reads of the database: any replica answers them (a standby forwards the rest to the leader).
+LOCAL_METHODS = tuple(
+    m.name
+    for m in (
+        api.LIST_INCIDENTS,
+        api.GET_INCIDENT,
+        api.USAGE_REPORT,
+        api.NOTIFICATION_PREFS,
+        api.LIST_NOTIFICATIONS,
+    )
+)
+
 
 def rpc_methods(
     store: Store, tracker: Tracker, notifications: Mapping[Method, RpcHandler]

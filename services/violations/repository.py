@@ -11,11 +11,11 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.config import parse_step
-from services.shared.store import from_ms, iso_ms, to_ms
+from services.shared.store import from_ms, iso_ms, now_ms, to_ms
 from services.violations.detector import SeenProcess
 from services.violations.incidents import Incident, process_data
 from services.violations.step_outcome import last_step
-from services.violations.tables import actions, incidents
+from services.violations.tables import actions, incidents, step_claims
 
 
 def _ms(moment: datetime | None) -> int | None:
@@ -278,3 +278,18 @@ async def host_watermarks(conn: AsyncConnection) -> dict[str, datetime]:
         select(incidents.c.host, func.max(incidents.c.last_seen_at_ms)).group_by(incidents.c.host)
     )
     return {host: from_ms(ms) for host, ms in rows}
+
+
+async def claim_step(
+    conn: AsyncConnection, incident_id: str, step_index: int, handler: str, holder: str
+) -> None:
+    """Mark a handler's step taken; IntegrityError when it was claimed before."""
+    await conn.execute(
+        insert(step_claims).values(
+            incident_id=incident_id,
+            step_index=step_index,
+            handler=handler,
+            holder=holder,
+            at_ms=now_ms(),
+        )
+    )

@@ -6,6 +6,11 @@ asks the service whether the incident is still open (a step queued behind a reso
 taken) and which targets this step already reached (a redelivered event mails nobody twice);
 after acting it records one outcome per target on the incident's timeline. Everything goes
 through RPC, so a handler can run in any process, be scaled or be replaced by a plugin.
+
+With several replicas (only the leader consumes), the first take of a step is `claim`ed in
+the database before anything goes out: a duplicate delivery, or a new leader redelivered a
+step the old one claimed and died before reporting, finds the claim and takes nothing: a step
+goes out at most once, never twice.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from services.violations.actions.webhook import WebhookSender
 log = logging.getLogger("warden.violations")
 
 Act = Callable[[Alert, frozenset[str]], Awaitable[list[ActionOutcome]]]
+# (incident id, step index, handler) -> True when this call claimed the step, False when it
+# was claimed before.
+Claim = Callable[[str, int, str], Awaitable[bool]]
 NOT_TAKEN = "not taken: the incident was resolved"
 # Handlers whose step is done once whatever the outcome (signals are not resent on a
 # redelivery); the others retry only the targets not reached yet.
@@ -47,12 +55,14 @@ class Responders:
         mail: MailSender,
         webhooks: WebhookSender,
         hosts: Mapping[str, HostConfig] | None = None,
+        claim: Claim | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
         self.shell = shell
         self.mail = mail
         self.webhooks = webhooks
+        self.claim = claim
         # The inventory now (a `HostDirectory`: hosts added at runtime get messages too).
         self.hosts: Mapping[str, HostConfig] = (
             hosts if hosts is not None else {h.name: h for h in settings.hosts}
@@ -90,6 +100,19 @@ class Responders:
         ]
         if name in ONCE_PER_STEP and recorded:
             return []  # a redelivered escalation: this step was taken already
+        if (
+            not recorded
+            and self.claim is not None
+            and not await self.claim(alert.incident_id, alert.step_index, name)
+        ):
+            log.info(
+                "incident %s step %d: %s claimed before (another delivery, or a replica "
+                "that stopped before reporting): not taken again",
+                alert.incident_id,
+                alert.step_index,
+                name,
+            )
+            return []
         if incident["status"] != "open":
             outcomes = [ActionOutcome(name, False, NOT_TAKEN)]
         else:

@@ -1,4 +1,5 @@
-"""Composition root of the violations service."""
+"""Composition root of the violations service: one leader acts, other replicas stand by
+(services/shared/leadership.py)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,24 @@ import contextlib
 import logging
 from contextlib import AsyncExitStack
 
+from sqlalchemy.exc import IntegrityError
+
 from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
-from services.shared.bus import Bus, Teardown
+from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
+from services.shared.leadership import Leadership, is_solo, rpc_table, serve_office
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
+from services.violations import api, repository
 from services.violations.actions.mail import MailSender
 from services.violations.actions.remote import SshHostShell
 from services.violations.actions.webhook import WebhookSender
-from services.violations.handlers import event_handlers, rpc_methods
+from services.violations.handlers import LOCAL_METHODS, event_handlers, rpc_methods
 from services.violations.notifications.serving import Notifications
-from services.violations.responders import Responders
-from services.violations.tables import outbox
+from services.violations.responders import Claim, Responders
+from services.violations.tables import leader_lease, outbox
 from services.violations.tracker import Tracker
 
 log = logging.getLogger("warden.violations")
@@ -42,7 +47,10 @@ RESPONDER_CONCURRENCY = 16
 
 
 async def start_responders(
-    ctx: ServiceContext, stack: AsyncExitStack, hosts: HostDirectory
+    ctx: ServiceContext,
+    stack: AsyncExitStack,
+    hosts: HostDirectory,
+    claim: Claim | None = None,
 ) -> None:
     """One consumer per built-in handler turned on; after the RPC they call is served."""
     settings = ctx.settings.violations
@@ -58,6 +66,7 @@ async def start_responders(
         mail=MailSender(settings.smtp),
         webhooks=webhooks,
         hosts=hosts,
+        claim=claim,
     )
     for name, consumer in responders.consumers().items():
         stack.push_async_callback(
@@ -71,46 +80,129 @@ async def start_responders(
         )
 
 
+def step_claimer(store: Store, holder: str) -> Claim:
+    """Claims a handler's step before it acts (fenced like every write of the leader)."""
+
+    async def claim(incident_id: str, step_index: int, handler: str) -> bool:
+        try:
+            async with store.write() as conn:
+                await repository.claim_step(conn, incident_id, step_index, handler, holder)
+        except IntegrityError:
+            return False
+        return True
+
+    return claim
+
+
 async def start(ctx: ServiceContext) -> Teardown:
+    """Every replica serves RPC (reads here, the rest forwarded to the leader) and stands
+    by; the one holding the lease sets up the office: the tracker and its escalation timer,
+    the outbox relay, the notifications, the event consumers and the built-in handlers."""
     stack = AsyncExitStack()
     try:
         store = Store(await open_database(ctx, stack))
-        relay = Relay(store, ctx.bus, outbox)
         # The hosts and their labels: [[hosts]] until the monitor's inventory answers, then it.
         hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
-        tracker = Tracker(
-            store, ctx.settings.violations, on_commit=relay.kick, labels_of=hosts.labels
-        )
-        await tracker.load()
-        await relay.start()
-        stack.push_async_callback(relay.stop)  # after the tracker: publishes its last events
-        await tracker.start()
-        stack.push_async_callback(tracker.stop)
-        notifications = Notifications(
-            ctx.bus, store, ctx.settings, relay.kick, labels_of=hosts.labels
-        )
-        await notifications.start(stack)
-        loading = asyncio.create_task(load_reservations(ctx.bus, tracker, notifications))
-        # Usually the reservations service answers at once; if it does not, snapshots are
-        # skipped (see Tracker.on_processes) until it does, while escalation goes on.
-        await asyncio.wait({loading}, timeout=RESERVATIONS_WAIT_S)
+        serving: dict[str, RpcHandler] = {}  # the office's methods while it is set up
 
-        async def stop_loading() -> None:
-            loading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loading
+        async def on_elected(office: AsyncExitStack) -> None:
+            office.callback(serving.clear)  # runs last: RPC is answered until the end
+            relay = Relay(store, ctx.bus, outbox)
+            tracker = Tracker(
+                store, ctx.settings.violations, on_commit=relay.kick, labels_of=hosts.labels
+            )
+            await tracker.load()
+            await relay.start()
+            office.push_async_callback(relay.stop)  # after the tracker: its last events
+            await tracker.start()
+            office.push_async_callback(tracker.stop)
+            notifications = Notifications(
+                ctx.bus, store, ctx.settings, relay.kick, labels_of=hosts.labels
+            )
+            await notifications.start(office)
+            loading = asyncio.create_task(load_reservations(ctx.bus, tracker, notifications))
+            # Usually the reservations service answers at once; if it does not, snapshots are
+            # skipped (see Tracker.on_processes) until it does, while escalation goes on.
+            await asyncio.wait({loading}, timeout=RESERVATIONS_WAIT_S)
 
-        stack.push_async_callback(stop_loading)
-        teardown = await start_service(
-            ctx,
-            stack,
-            rpc_methods(store, tracker, notifications.rpc()),
-            {**event_handlers(tracker), **notifications.events()},
+            async def stop_loading() -> None:
+                loading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loading
+
+            office.push_async_callback(stop_loading)
+            serving.update(rpc_methods(store, tracker, notifications.rpc()))
+            if not leadership.solo:
+                await serve_office(ctx.bus, ctx.name, office, dict(serving))
+            handlers = {**event_handlers(tracker), **notifications.events()}
+            for (source, pattern, name), handler in handlers.items():
+                office.push_async_callback(
+                    await ctx.bus.subscribe(source, pattern, f"{ctx.name}.{name}", handler)
+                )
+            claim = step_claimer(store, ctx.replicas.replica_id)
+
+            async def responders_once_served() -> None:
+                await rpc_served.wait()  # they call this service's RPC
+                await start_responders(ctx, office, hosts, claim)
+
+            starting = asyncio.create_task(responders_once_served())
+
+            async def stop_starting() -> None:
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+
+            office.push_async_callback(stop_starting)
+
+        leadership = Leadership(
+            store,
+            leader_lease,
+            ctx.name,
+            ctx.replicas.replica_id,
+            on_elected,
+            lease_s=ctx.settings.replicas.lease_s,
+            solo=is_solo(ctx.bus, store),
+            connected=lambda: ctx.bus.connected,
         )
-        await start_responders(ctx, stack, hosts)
+        store.fence = leadership.fence
+        ctx.replicas.role = leadership.role
+        # The leader (the only replica with SQLite) has its consumers subscribed before the
+        # service answers `health`, as a service always had; a standby just stands by.
+        rpc_served = asyncio.Event()
+        try:
+            await leadership.start()
+            teardown = await start_service(
+                ctx, stack, rpc_table_for(ctx, store, leadership, serving)
+            )
+        except BaseException:
+            await leadership.stop()
+            raise
+        stack.push_async_callback(leadership.stop)  # first: the office goes before the RPC
+        rpc_served.set()
         return teardown
     except BaseException:
         await stack.aclose()
         raise
+
+
+def rpc_table_for(
+    ctx: ServiceContext,
+    store: Store,
+    leadership: Leadership,
+    serving: dict[str, RpcHandler],
+) -> dict[str, RpcHandler]:
+    """Reads of the database answered by any replica; the rest by the leader's office."""
+    # Read handlers use only the store: a tracker and a notification path that never start
+    # are enough to build them here, on a standby.
+    idle = Notifications(ctx.bus, store, ctx.settings, lambda: None)
+    readers = rpc_methods(store, Tracker(store, ctx.settings.violations), idle.rpc())
+    return rpc_table(
+        ctx.bus,
+        ctx.name,
+        leadership,
+        local={name: readers[name] for name in LOCAL_METHODS},
+        office=lambda: serving or None,
+        names={m.name: m.timeout_s for m in api.METHODS},
+    )

@@ -14,6 +14,7 @@ from sqlalchemy import (
 )
 
 from services.shared.db import applied_events_table
+from services.shared.leadership import lease_table
 from services.shared.outbox import outbox_table
 
 metadata = MetaData()
@@ -101,3 +102,23 @@ notifications_sent = Table(
 )
 
 outbox = outbox_table(metadata, "violations")
+
+# Which replica leads (services/shared/leadership.py).
+leader_lease = lease_table(metadata, "violations")
+
+# A built-in handler's step, claimed before it acts: a step is taken by one replica at most
+# once, whatever the redeliveries and takeovers (see responders.py).
+step_claims = Table(
+    "violations_step_claims",
+    metadata,
+    Column(
+        "incident_id",
+        String(36),
+        ForeignKey("violations_incidents.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("step_index", Integer, primary_key=True),
+    Column("handler", String(64), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+)

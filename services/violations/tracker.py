@@ -1,8 +1,9 @@
 """The violations service's working state: reservations, open incidents, escalation.
 
 Every change is written with its events (through the outbox) in one transaction, then applied
-to memory. One asyncio lock orders snapshots, reservation changes and escalation ticks, so
-the service runs as a single replica (state lives in its process; a restart reloads it).
+to memory. One asyncio lock orders snapshots, reservation changes and escalation ticks. Only
+the leader replica has a tracker (services/shared/leadership.py): its writes are fenced, and
+a standby that takes over builds a fresh one from the database.
 """
 
 from __future__ import annotations
