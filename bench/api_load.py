@@ -3,7 +3,8 @@
 Usage::
 
     .venv/bin/python bench/api_load.py [--quick] [--seed-via db|api] [--mix ROUTE=PCT,...]
-        [--serve] [--server-profile PATH] [--url URL [--server-pid PID]]
+        [--serve] [--server-profile PATH] [--url URL [--server-pid PID]] [--no-etag]
+        [--create-clients 1,8,64] [--create-duration S]
 
 Set-up (each part its own OS process, on this machine, in a temporary folder removed at the end):
 
@@ -40,12 +41,17 @@ user(i mod 50) (`POST /api/v1/session`, one login per user). Each request is dra
 
 - 35 % `GET /api/v1/gpus`;
 - 35 % `GET /api/v1/reservations?start&end&gpus&limit=500`: one host's 8 GPUs (by uuid) x
-  7 days from a random day 00:00 UTC within the next 7 weeks (the seeded period);
+  7 days from a random day 00:00 UTC within the next 7 weeks (the seeded period); each client
+  polls its own 4 such calendar views (drawn once from 4,096), as a calendar page left open;
 - 20 % `GET /api/v1/reservations/overview?start&end&slot_minutes=60&gpus`: one host's 8 GPUs
   x 14 days from a random day 00:00 UTC within the next 6 weeks;
 - 10 % `POST /api/v1/reservations` as the client's user: 1-2 GPUs of a random host, 1-4 h,
   starting at a half hour 1-8 weeks ahead. 201, 409 (conflict) and 403 (not allowed) are
   valid answers.
+
+The clients behave like pollers: for `GET /gpus` and the calendar reads each sends
+`If-None-Match` with the ETag of its last answer to that URL, and a 304 Not Modified counts
+as a success (its own column in the table; `--no-etag`: plain GETs, as before).
 
 After a warm-up (3 s; --quick: 1 s) of the same load that is not recorded, every request
 started during the next 30 s (--quick: 5 s) is timed with time.perf_counter from before
@@ -56,9 +62,20 @@ requests/s = recorded requests / (the end of the last one - the start of the win
 create would be a bug of the bench). CPU: the bench's own (`resource.getrusage`), the server's
 and the simulator's (utime + stime of /proc/PID/stat) over the window, in % of one core.
 Targets (issue, on 2 cores): >= 1,500 requests/s overall, p99 < 50 ms for reads, < 100 ms for
-creates. The last line is machine-readable:
-`RESULT rps=<n> read_p99_ms=<n> create_p99_ms=<n> server_errors=<n>` (read: the three GET
-routes together).
+creates.
+
+Then a create-only phase: `POST /api/v1/reservations` alone at 1, 8 and 64 clients
+(`--create-clients`), each count for 10 s (--quick: 2 s; `--create-duration`) after a 1 s
+warm-up, keep-alive on the same session, client i as user(i mod 50). The creates are planned
+so that none conflicts with any other or with the seeded or mixed-phase reservations: the
+n-th create of the phase takes GPU n mod 400 (by uuid) for the hour n div 400, counted from
+10 weeks ahead. A row per client count: req/s, p50, p99, errors (5xx, no answer, and any
+answer but 201: a refusal here would be a bug). Target at 64 clients: >= 1,500/s, p99 < 100 ms.
+
+The last line is machine-readable: `RESULT rps=<n> read_p99_ms=<n> create_p99_ms=<n>
+server_errors=<n> create_rps_c64=<n> create_p99_ms_c64=<n>` (read: the three GET routes of
+the mix together; server_errors: of both phases; the last two: the create-only phase at 64
+clients).
 
 `--mix gpus=1` (say) loads one route alone: what it costs without the others. `--url URL`
 runs only the load against a server that is already running (no set-up, no seeding; its CPU is
@@ -123,7 +140,8 @@ LABELS = {
     "overview": "GET /reservations/overview (8 x 14 d)",
     "create": "POST /reservations",
 }
-VALID_REFUSALS = {"create": (403, 409)}  # answers that are not a success but are valid
+# Answers that are not a 2xx but are valid: refused creates, and 304 to a poller.
+VALID_REFUSALS = {"create": (403, 409), "gpus": (304,), "range": (304,)}
 TARGET_RPS = 1_500.0
 TARGET_READ_P99_MS = 50.0
 TARGET_CREATE_P99_MS = 100.0
@@ -138,6 +156,11 @@ SEED_TITLES = ("training", "fine-tune", "eval", "sweep", "debug", "inference tes
 SEED_ATTEMPTS = 5  # plans of one seeded reservation before it is given up
 CHUNK = 2_000  # rows per executemany
 URLS_PER_ROUTE = 4_096  # range and overview URLs drawn once, then picked at random
+VIEWS_PER_CLIENT = 4  # calendar views each client polls (conditional GETs)
+CONDITIONAL = ("gpus", "range")  # routes the clients poll with If-None-Match
+CREATE_CLIENTS = (1, 8, 64)
+CREATE_AHEAD = 10 * WEEK  # the create-only phase books from here on (after seed and mix)
+TARGET_CREATE_RPS = 1_500.0
 
 REQUEST_TIMEOUT_S = 30.0
 START_DEADLINE_S = 120.0
@@ -165,8 +188,8 @@ class RouteStats(common.Latencies):
         return self.failures + sum(n for s, n in self.statuses.items() if s >= 500)
 
     def other(self) -> dict[int, int]:
-        """Non-2xx answers by status."""
-        return {s: n for s, n in sorted(self.statuses.items()) if not 200 <= s < 300}
+        """Non-2xx answers by status (304 has its own column)."""
+        return {s: n for s, n in sorted(self.statuses.items()) if not 200 <= s < 300 and s != 304}
 
 
 @dataclass
@@ -207,6 +230,9 @@ class Config:
     seed_via: str  # "db" | "api"
     mix: tuple[tuple[str, float], ...]
     server_pid: int | None
+    etag: bool = True
+    create_clients: tuple[int, ...] = CREATE_CLIENTS
+    create_duration_s: float = 10.0
 
 
 @dataclass
@@ -214,6 +240,8 @@ class Result:
     cfg: Config
     routes: dict[str, RouteStats]
     window_s: float = 0.0
+    # The create-only phase: clients -> (its creates, its window in seconds, its CPU)
+    creates: dict[int, tuple[RouteStats, float, Cpu]] = field(default_factory=dict)
     cpu: Cpu = field(default_factory=Cpu)
     setup_s: dict[str, float] = field(default_factory=dict)
     seeded: int = 0
@@ -234,11 +262,20 @@ class Result:
         merged = RouteStats()
         for name in names:
             merged.samples_ms += self.routes[name].samples_ms
+            merged.statuses += self.routes[name].statuses
         return merged
 
     @property
     def server_errors(self) -> int:
-        return sum(r.server_errors for r in self.routes.values())
+        mixed = sum(r.server_errors for r in self.routes.values())
+        return mixed + sum(stats.server_errors for stats, _, _ in self.creates.values())
+
+    def create_figures(self, clients: int) -> tuple[float, float]:
+        """(req/s, p99 ms) of the create-only phase at `clients` (nan when not run)."""
+        if clients not in self.creates:
+            return float("nan"), float("nan")
+        stats, window, _ = self.creates[clients]
+        return (stats.count / window if window else float("nan")), stats.p99
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -616,13 +653,17 @@ class Workload:
         now = datetime.now(UTC)
         self.first_create = now.replace(minute=0, second=0, microsecond=0) + WEEK
 
-    def draw(self, rng: random.Random) -> Request:
+    def views(self, rng: random.Random) -> list[URL]:
+        """The calendar views one client polls."""
+        return rng.sample(self.range_urls, VIEWS_PER_CLIENT)
+
+    def draw(self, rng: random.Random, views: list[URL]) -> Request:
         x = rng.random()
         route = next((r for limit, r in self.thresholds if x < limit), self.thresholds[-1][1])
         if route == "gpus":
             return Request(route, "GET", self.gpus_url)
         if route == "range":
-            return Request(route, "GET", rng.choice(self.range_urls))
+            return Request(route, "GET", rng.choice(views))
         if route == "overview":
             return Request(route, "GET", rng.choice(self.overview_urls))
         start = self.first_create + rng.randrange(7 * 7 * 48) * HALF_HOUR  # 1-8 weeks ahead
@@ -656,22 +697,29 @@ async def run_load(
         auth = {"Authorization": f"Bearer {tokens[USERS[i % len(USERS)]]}"}
         post = {**auth, "Content-Type": "application/json"}
         session = api.session
+        views = workload.views(rng)
+        tags: dict[URL, str] = {}  # the ETag of the last answer per URL polled
         while True:
             began = loop.time()
             if began >= window_end:
                 return
-            request = workload.draw(rng)
+            request = workload.draw(rng, views)
             stats = routes[request.route]
+            headers = post if request.body else auth
+            tag = tags.get(request.url)
+            if tag is not None:
+                headers = {**auth, "If-None-Match": tag}
             started = time.perf_counter()
             try:
                 async with session.request(
-                    request.method,
-                    request.url,
-                    data=request.body,
-                    headers=post if request.body else auth,
+                    request.method, request.url, data=request.body, headers=headers
                 ) as response:
                     body = await response.read()
                     status = response.status
+                    if cfg.etag and status == 200 and request.route in CONDITIONAL:
+                        etag = response.headers.get("ETag")
+                        if etag:
+                            tags[request.url] = etag
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 if began >= window_start:
                     stats.failures += 1
@@ -695,6 +743,87 @@ async def run_load(
     await asyncio.gather(*(client(i) for i in range(CLIENTS)))
     cpu = cpu_now().minus(await cpu_task)
     return routes, max(last_done, window_end) - window_start, cpu
+
+
+class CreatePlan:
+    """Creates that never conflict: the n-th takes GPU n mod len(gpus) for the hour n div
+    len(gpus) from CREATE_AHEAD on (after the seeded and the mixed-phase reservations)."""
+
+    def __init__(self, by_host: dict[str, list[str]]) -> None:
+        self.gpus = [uuid for host in sorted(by_host) for uuid in by_host[host]]
+        now = datetime.now(UTC)
+        self.origin = now.replace(minute=0, second=0, microsecond=0) + CREATE_AHEAD
+        self.made = 0
+
+    def next_body(self) -> bytes:
+        n, self.made = self.made, self.made + 1
+        hour, gpu = divmod(n, len(self.gpus))
+        start = self.origin + hour * HOUR
+        body = {
+            "gpus": [self.gpus[gpu]],
+            "start": iso(start),
+            "end": iso(start + HOUR),
+            "title": "bench create",
+        }
+        return json.dumps(body).encode()
+
+
+async def run_creates(
+    api: Api,
+    plan: CreatePlan,
+    tokens: dict[str, str],
+    clients: int,
+    cfg: Config,
+    cpu_now: Callable[[], Cpu],
+) -> tuple[RouteStats, float, Cpu]:
+    """`clients` closed-loop clients creating reservations: 1 s warm-up, then the window."""
+    stats = RouteStats()
+    loop = asyncio.get_running_loop()
+    window_start = loop.time() + (0.5 if cfg.quick else 1.0)
+    window_end = window_start + cfg.create_duration_s
+    last_done = 0.0
+    url = api.url("/reservations")
+    shown = 0
+
+    async def client(i: int) -> None:
+        nonlocal last_done, shown
+        headers = {
+            "Authorization": f"Bearer {tokens[USERS[i % len(USERS)]]}",
+            "Content-Type": "application/json",
+        }
+        while True:
+            began = loop.time()
+            if began >= window_end:
+                return
+            body = plan.next_body()
+            started = time.perf_counter()
+            try:
+                async with api.session.post(url, data=body, headers=headers) as response:
+                    text = await response.read()
+                    status = response.status
+            except (TimeoutError, aiohttp.ClientError, OSError) as err:
+                if began >= window_start:
+                    stats.failures += 1
+                    if stats.failures <= 3:
+                        print(f"  create x{clients}: no answer: {err!r}", flush=True)
+                continue
+            if began < window_start:
+                continue
+            stats.record(started, status, len(text))
+            last_done = loop.time()
+            if status != 201:
+                shown += 1
+                if shown <= 3:
+                    print(f"  create x{clients}: HTTP {status} {text[:300]!r}", flush=True)
+
+    async def cpu_at_window_start() -> Cpu:
+        await asyncio.sleep(max(0.0, window_start - loop.time()))
+        return cpu_now()
+
+    cpu_task = asyncio.create_task(cpu_at_window_start())
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    cpu = cpu_now().minus(await cpu_task)
+    return stats, max(last_done, window_end) - window_start, cpu
 
 
 async def sign_in_all(api: Api, password: str) -> dict[str, str]:
@@ -727,6 +856,12 @@ async def load_against(
         flush=True,
     )
     result.routes, result.window_s, result.cpu = await run_load(api, workload, tokens, cfg, cpu_now)
+    plan = CreatePlan(by_host)
+    for clients in cfg.create_clients:
+        print(
+            f"create-only: {clients} clients, {cfg.create_duration_s:g}s recorded ...", flush=True
+        )
+        result.creates[clients] = await run_creates(api, plan, tokens, clients, cfg, cpu_now)
 
 
 async def run_remote(cfg: Config) -> Result:
@@ -918,7 +1053,8 @@ def report(result: Result) -> None:
 
     def figures(label: str, s: RouteStats) -> list[str]:
         ms = (s.p50, s.p99, s.max)
-        return [label, str(s.count), f"{s.count / window:.0f}", *map(_num, ms)]
+        not_modified = str(s.statuses[304]) if s.count else ""
+        return [label, str(s.count), f"{s.count / window:.0f}", not_modified, *map(_num, ms)]
 
     rows = []
     for route in ROUTES:
@@ -960,6 +1096,7 @@ def report(result: Result) -> None:
             "route",
             "count",
             "req/s",
+            "304s",
             "p50 ms",
             "p99 ms",
             "max ms",
@@ -969,7 +1106,7 @@ def report(result: Result) -> None:
             "non-2xx",
         ],
         rows,
-        "<>>>>>><<<",
+        "<>>>>>>><<<",
     )
     print(
         "(latency: from sending to the end of the body, time.perf_counter; a 409/403 on a "
@@ -984,6 +1121,61 @@ def report(result: Result) -> None:
         f"CPU over the window, % of one core: bench (load generator) {share(cpu.bench)}, "
         f"server {share(cpu.server)}, simulator {share(cpu.sim)}, other processes "
         f"{share(cpu.others)}; machine busy {share(cpu.machine)} of {common.usable_cpus() * 100}%"
+    )
+    print(
+        "(304s: answers Not Modified to the clients' If-None-Match"
+        + (", off: --no-etag)" if not cfg.etag else ")")
+    )
+    if result.creates:
+        report_creates(result)
+
+
+def report_creates(result: Result) -> None:
+    print()
+    print(
+        "create-only phase: POST /reservations, none conflicting, "
+        f"{result.cfg.create_duration_s:g}s per client count, keep-alive"
+    )
+    rows = []
+    for clients, (stats, window, cpu) in result.creates.items():
+        rps = stats.count / window if window else float("nan")
+        errors = stats.failures + sum(n for status, n in stats.statuses.items() if status != 201)
+        server_cpu = cpu.server / stats.count * 1e3 if stats.count else float("nan")
+        rows.append(
+            [
+                str(clients),
+                str(stats.count),
+                f"{rps:.0f}",
+                _num(stats.p50),
+                _num(stats.p99),
+                _num(stats.max),
+                str(errors),
+                _num(server_cpu, 2),
+                _num(cpu.others / window * 100, 0) + "%",
+            ]
+        )
+    common.print_table(
+        [
+            "clients",
+            "count",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "server CPU ms/create",
+            "other processes",
+        ],
+        rows,
+        ">>>>>>>>>",
+    )
+    rps, p99 = result.create_figures(64)
+    met = rps >= TARGET_CREATE_RPS and p99 < TARGET_CREATE_P99_MS
+    print(
+        f"(errors: 5xx, no answer, or any answer but 201; target at 64 clients: >= "
+        f"{TARGET_CREATE_RPS:,.0f}/s and p99 < {TARGET_CREATE_P99_MS:g} ms: "
+        f"{common.verdict(met, rps)}; other processes: CPU % of one core used by the rest "
+        "of the machine)"
     )
 
 
@@ -1034,6 +1226,8 @@ def print_result_line(result: Result) -> None:
         read_p99_ms=_num(reads.p99),
         create_p99_ms=_num(create.p99),
         server_errors=result.server_errors,
+        create_rps_c64=_num(result.create_figures(64)[0], 0),
+        create_p99_ms_c64=_num(result.create_figures(64)[1]),
     )
 
 
@@ -1072,6 +1266,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="PATH",
         help="after seeding, restart the server under cProfile writing PATH; print its top",
     )
+    ap.add_argument(
+        "--no-etag",
+        action="store_true",
+        help="plain GETs in the mix (no If-None-Match): to compare",
+    )
+    ap.add_argument(
+        "--create-clients",
+        default=",".join(map(str, CREATE_CLIENTS)),
+        help="client counts of the create-only phase (1,8,64; empty: skip it)",
+    )
+    ap.add_argument(
+        "--create-duration", type=float, help="recorded seconds per count (10; --quick: 2)"
+    )
     return ap.parse_args(argv)
 
 
@@ -1106,6 +1313,9 @@ def make_config(args: argparse.Namespace) -> Config:
         seed_via=args.seed_via,
         mix=parse_mix(args.mix) if args.mix else MIX,
         server_pid=args.server_pid,
+        etag=not args.no_etag,
+        create_clients=tuple(int(n) for n in args.create_clients.split(",") if n.strip()),
+        create_duration_s=args.create_duration or (2.0 if args.quick else 10.0),
     )
     if cfg.url and (cfg.serve or cfg.server_profile):
         raise SystemExit("--url loads a running server: not with --serve or --server-profile")

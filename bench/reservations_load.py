@@ -23,19 +23,27 @@ Measurements:
 
 1. create: 32 clients in a closed loop, `create_reservation` of 1-2 GPUs on one host, 1-4 h,
    1-8 weeks ahead (1,600 in all; --quick 160). A ReservationConflict is a valid answer.
-   The same by one client (200; --quick 20), as a side figure: what a create costs without
-   waiting for the others (SQLite runs one write at a time).
+   The same by 64 clients, and by one client (200; --quick 20), as a side figure: what a
+   create costs without waiting for the others. Each create row also gives the process CPU
+   time (service and bench together, time.process_time) per create.
 2. calendar: 64 GPUs (8 random hosts) x 7 days within the next 4 weeks (300; --quick 30).
-3. overview: all 200 GPUs x 4 weeks from today 00:00 UTC, 30-min slots (60; --quick 6).
+3. overview: all 200 GPUs x 4 weeks from today 00:00 UTC, 30-min slots, `format=compact` as
+   the web UI asks for it (60; --quick 6); the same in the full format (an object per run) as
+   a side figure.
 4. earliest-slot: `find_slot` of 8 GPUs on one host for 4 h, from a time within 2 weeks
    (200; --quick 20).
 5. concurrent same slot: 20 users create the same 2 GPUs for the same 2 hours at once; exactly
    one must succeed.
 
 `--profile OPERATION` runs that measurement under cProfile and prints the top entries from
-services/ by cumulative time. The last line is machine-readable:
+services/ by cumulative time. The read measurements' notes give the CPU time per call
+(`time.process_time`: this process, i.e. bench, bus and service with its SQLite thread; not
+PostgreSQL's server), less noisy than latency on a shared machine. The last line is
+machine-readable:
 `RESULT create_p99_ms=<n> calendar_p99_ms=<n> overview_p99_ms=<n> earliest_p99_ms=<n>
-pg_create_p99_ms=<n> ... concurrent_same_slot_successes=<n>` (SQLite without prefix).
+create_rps=<n> create_cpu_ms=<n> create_p99_ms_c64=<n> create_rps_c64=<n> pg_create_p99_ms=<n>
+... concurrent_same_slot_successes=<n>` (SQLite without prefix; create_rps and create_cpu_ms
+are of the 32-client phase).
 """
 
 from __future__ import annotations
@@ -96,17 +104,29 @@ SEED_TITLES = ("training", "fine-tune", "eval", "sweep", "debug", "inference tes
 CHUNK = 2_000  # rows per executemany
 
 CREATE_CLIENTS = 32
+CREATE_CLIENTS_WIDE = 64
 SAME_SLOT_USERS = 20
 WARMUP_CALLS = 3
 CALL_TIMEOUT_S = 30.0
 
-OPERATIONS = ("create", "create_serial", "calendar", "overview", "earliest", "same_slot")
+OPERATIONS = (
+    "create",
+    "create_c64",
+    "create_serial",
+    "calendar",
+    "overview",
+    "overview_full",
+    "earliest",
+    "same_slot",
+)
 TARGETS_MS = {"create": 25.0, "calendar": 20.0, "overview": 100.0, "earliest": 50.0}
 LABELS = {
     "create": "create",
+    "create_c64": "create, 64 clients",
     "create_serial": "create, 1 client",
     "calendar": "calendar",
     "overview": "overview",
+    "overview_full": "overview, full format",
     "earliest": "earliest-slot",
     "same_slot": "concurrent same slot",
 }
@@ -123,6 +143,7 @@ class Calls(common.Latencies):
 
     note: str = ""
     wall_s: float = 0.0
+    cpu_ms: float = float("nan")  # process CPU (service + bench) per call, creates only
 
 
 @dataclass
@@ -418,14 +439,19 @@ def calendar_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
     }
 
 
-def overview_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
+def overview_args(rng: random.Random, now_ms: int, shape: str = "compact") -> dict[str, Any]:
     start = today_ms(now_ms)
     return {
         "actor": rng.choice(USERS),
         "start": iso(start),
         "end": iso(start + 4 * WEEK_MS),
         "slot_minutes": 30,
+        "format": shape,
     }
+
+
+def full_overview_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
+    return overview_args(rng, now_ms, "full")
 
 
 def earliest_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
@@ -485,13 +511,15 @@ async def measure_creates(call: Call, total: int, clients: int, seed: int, now_m
             remaining -= 1
             await outcomes.run(figures, call, "create_reservation", create_args(rng, now_ms))
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(client() for _ in range(clients)))
     figures.wall_s = time.perf_counter() - started
+    figures.cpu_ms = (time.process_time() - cpu_started) / total * 1000
     figures.note = (
         f"{outcomes.ok} ok, {outcomes.conflicts} conflicts, {outcomes.errors} errors; "
         f"{total / figures.wall_s:.0f}/s = {figures.wall_s / total * 1000:.1f} ms each"
         + (f" ({clients} clients)" if clients > 1 else "")
+        + f"; CPU {figures.cpu_ms:.2f} ms per create"
     )
     return figures
 
@@ -512,14 +540,15 @@ async def measure_sequential(
     figures, outcomes = Calls(), Outcomes()
     unit, count = size
     sizes = []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         answer = await outcomes.run(figures, call, method, make())
         if answer is not None:
             sizes.append(count(answer))
     figures.wall_s = time.perf_counter() - started
+    cpu_ms = (time.process_time() - cpu) / max(calls, 1) * 1000
     mean = statistics.fmean(sizes) if sizes else 0.0
-    figures.note = f"{mean:,.0f} {unit} per answer"
+    figures.note = f"{mean:,.0f} {unit} per answer, CPU {cpu_ms:.1f} ms per call"
     if outcomes.not_found:
         figures.note += f", {outcomes.not_found} 'none found'"
     figures.note += _errors(outcomes)
@@ -527,7 +556,12 @@ async def measure_sequential(
 
 
 def _overview_runs(answer: dict[str, Any]) -> int:
-    return sum(len(gpu["runs"]) for host in answer["hosts"] for gpu in host["gpus"])
+    """Runs in either format (compact: `cells` holds two numbers per run)."""
+    return sum(
+        len(gpu["runs"]) if "runs" in gpu else len(gpu["cells"]) // 2
+        for host in answer["hosts"]
+        for gpu in host["gpus"]
+    )
 
 
 def _gpus(answer: dict[str, Any]) -> int:
@@ -593,6 +627,10 @@ async def measure_all(call: Call, cfg: Config, now_ms: int, result: BackendResul
         result.ops["create"] = await measure_creates(
             call, cfg.creates, CREATE_CLIENTS, cfg.seed + 1, now_ms
         )
+    with step("create_c64"):
+        result.ops["create_c64"] = await measure_creates(
+            call, cfg.creates, CREATE_CLIENTS_WIDE, cfg.seed + 4, now_ms
+        )
     with step("create_serial"):  # the same without queueing: what one create costs
         result.ops["create_serial"] = await measure_creates(
             call, cfg.serial_creates, 1, cfg.seed + 3, now_ms
@@ -601,6 +639,13 @@ async def measure_all(call: Call, cfg: Config, now_ms: int, result: BackendResul
     sequential = (  # operation, method, its arguments, calls, what an answer holds
         ("calendar", "calendar", calendar_args, cfg.calendar_calls, ("reservations", len)),
         ("overview", "overview", overview_args, cfg.overview_calls, ("runs", _overview_runs)),
+        (
+            "overview_full",
+            "overview",
+            full_overview_args,
+            cfg.overview_calls,
+            ("runs", _overview_runs),
+        ),
         ("earliest", "find_slot", earliest_args, cfg.earliest_calls, ("GPUs", _gpus)),
     )
     for operation, method, make, calls, size in sequential:
@@ -776,6 +821,16 @@ def result_figures(results: list[BackendResult]) -> dict[str, str]:
         r = by_backend.get(backend, BackendResult(backend))
         for operation in ("create", "calendar", "overview", "earliest"):
             figures[f"{prefix}{operation}_p99_ms"] = _num(r.p99(operation))
+        created = r.ops.get("create")
+        figures[f"{prefix}create_rps"] = _num(
+            created.count / created.wall_s if created and created.wall_s else float("nan")
+        )
+        figures[f"{prefix}create_cpu_ms"] = _num(created.cpu_ms if created else float("nan"))
+        wide = r.ops.get("create_c64")
+        figures[f"{prefix}create_p99_ms_c64"] = _num(r.p99("create_c64"))
+        figures[f"{prefix}create_rps_c64"] = _num(
+            wide.count / wide.wall_s if wide and wide.wall_s else float("nan")
+        )
     figures["concurrent_same_slot_successes"] = same_slot_figure(results)
     return figures
 

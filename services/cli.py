@@ -12,7 +12,7 @@ from pathlib import Path
 
 from services import SERVICE_NAMES, __version__
 from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
-from services.shared import db
+from services.shared import db, event_loop
 from services.shared.config import (
     Settings,
     default_config_path,
@@ -252,12 +252,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "use `warden run all`, or --bus amqp to run some services against RabbitMQ"
         )
     log.info(
-        "starting %s on the %s bus",
+        "starting %s on the %s bus (%s event loop)",
         ", ".join(names),
         "in-process" if bus_kind == "inproc" else "RabbitMQ",
+        event_loop.loop_name(),
         extra={"fields": {"config": settings.source}},
     )
-    asyncio.run(run_services(names, settings, bus_kind=bus_kind))
+    event_loop.run(run_services(names, settings, bus_kind=bus_kind))
     return 0
 
 

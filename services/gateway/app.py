@@ -22,6 +22,7 @@ from services.gateway.context import (
     BUS,
     CALENDAR,
     LIMITS,
+    REPLICAS,
     REVOCATIONS,
     SETTINGS,
     STREAM,
@@ -30,6 +31,7 @@ from services.gateway.context import (
 from services.gateway.cors import cors_middleware
 from services.gateway.fleet_board import FleetBoard
 from services.gateway.limits import limits_from
+from services.gateway.metrics_route import metrics_handler
 from services.gateway.openapi import build_spec, docs_page
 from services.gateway.routes import ROUTES
 from services.gateway.routes.meta import BACKENDS
@@ -38,6 +40,8 @@ from services.gateway.stream import StreamHub
 from services.shared.bus import Bus
 from services.shared.config import Settings
 from services.shared.http_errors import error_middleware
+from services.shared.metrics.http import latency_middleware
+from services.shared.replicas import Replicas
 
 __all__ = ["BACKENDS", "create_app"]
 
@@ -48,11 +52,20 @@ def _swagger_ui_dir() -> Path:
     return Path(swagger_ui_bundle.swagger_ui_path)
 
 
-def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -> web.Application:
+def create_app(
+    settings: Settings,
+    bus: Bus,
+    routes: Sequence[Route] = ROUTES,
+    replicas: Replicas | None = None,
+) -> web.Application:
+    """`replicas`: this gateway's replica, watching every service's (health shows them)."""
+    timed = latency_middleware("gateway", replicas.replica_id if replicas else "")
     app = web.Application(
-        middlewares=[cors_middleware(settings.gateway.cors_origins), error_middleware],
+        middlewares=[timed, cors_middleware(settings.gateway.cors_origins), error_middleware],
         client_max_size=1024**2,
     )
+    if replicas is not None:
+        app[REPLICAS] = replicas
     secret = settings.auth.jwt_secret or secrets.token_urlsafe(48)  # --dev without a secret
     tokens = TokenIssuer(secret, settings.auth.access_token_ttl_s)
     app[SETTINGS] = settings
@@ -91,6 +104,7 @@ def create_app(settings: Settings, bus: Bus, routes: Sequence[Route] = ROUTES) -
     app.router.add_get(f"{API}/openapi.json", openapi)
     app.router.add_get(f"{API}/docs", docs)
     app.router.add_static(f"{API}/docs/static", _swagger_ui_dir())
+    app.router.add_get("/metrics", metrics_handler(authenticator, settings.metrics.token))
     frontend.add_routes(app, frontend.dist_dir(gateway.frontend_dir))
 
     async def start_stream(app: web.Application) -> None:

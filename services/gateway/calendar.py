@@ -100,6 +100,10 @@ class CalendarView:
         self.covers_until: datetime | None = None
         # Called after each change with the GPUs whose reservations it changed.
         self.listeners: list[Callable[[frozenset[str]], None]] = []
+        # Counts changes; `_changed_at[uuid]`: the count when that GPU's reservations last
+        # changed (the version of an answer about some GPUs: `version`).
+        self.changes = 0
+        self._changed_at: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -164,6 +168,7 @@ class CalendarView:
             # later change is already here.
             return frozenset()
         before = self._remove(reservation_id)
+        self.changes += 1
         entry = _Entry(
             shown,
             _time(shown["start"]),
@@ -173,6 +178,7 @@ class CalendarView:
         self._by_id[reservation_id] = entry
         for uuid in entry.gpus:
             insort(self._by_gpu.setdefault(uuid, []), entry, key=_order)
+            self._changed_at[uuid] = self.changes
         return before | entry.gpus
 
     def _remove(self, reservation_id: int) -> frozenset[str]:
@@ -180,7 +186,9 @@ class CalendarView:
         entry = self._by_id.pop(reservation_id, None)
         if entry is None:
             return frozenset()
+        self.changes += 1
         for uuid in entry.gpus:
+            self._changed_at[uuid] = self.changes
             on_gpu = self._by_gpu[uuid]
             del on_gpu[bisect_left(on_gpu, _order(entry), key=_order)]
             if not on_gpu:
@@ -188,6 +196,13 @@ class CalendarView:
         return entry.gpus
 
     # --- reading -------------------------------------------------------------------------
+
+    def version(self, gpus: Iterable[str] | None = None) -> int:
+        """Grows whenever a reservation on one of `gpus` (None: any) changes: while it stays,
+        every reservation a read of those GPUs finds is as it was."""
+        if gpus is None:
+            return self.changes
+        return max((self._changed_at.get(uuid, 0) for uuid in gpus), default=0)
 
     def covers(self, start: datetime, end: datetime) -> bool:
         return (

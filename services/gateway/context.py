@@ -13,6 +13,7 @@ from services.gateway.limits import Limits
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus, Teardown
 from services.shared.config import Settings
+from services.shared.replicas import Replicas
 
 SETTINGS = web.AppKey("settings", Settings)
 BUS = web.AppKey("bus", Bus)
@@ -24,3 +25,5 @@ CALENDAR = web.AppKey("calendar", CalendarView)
 BOARD = web.AppKey("hosts_board", FleetBoard)
 BACKGROUND = web.AppKey("background", list[asyncio.Task[None]])
 BACKGROUND_TEARDOWNS = web.AppKey("background_teardowns", list[Teardown])
+# The live replicas of every service, as this gateway hears their heartbeats (health).
+REPLICAS = web.AppKey("replicas", Replicas)

@@ -15,7 +15,7 @@ composition.
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import logging
 import operator
 import time
@@ -29,6 +29,7 @@ from services.gateway.calendar import CalendarView
 from services.gateway.visibility import reservation_for
 from services.monitor import api as monitor_api
 from services.reservations import api as reservations_api
+from services.shared import fastjson
 from services.shared.contracts import GpuSample, HostSampled
 from services.shared.errors import NotFound
 from services.shared.rpc import Method
@@ -53,8 +54,7 @@ HOST_FIGURES: tuple[str, ...] = tuple(
 )
 
 
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
+_dumps = fastjson.dumps
 
 
 def _participants(reservations: Iterable[dict[str, Any]]) -> set[str]:
@@ -118,6 +118,8 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
         hosts.append(host)
     return hosts
 
+
+_SERIALS = itertools.count(1)
 
 # Whoever takes part in no reservation: the view every outsider shares.
 OUTSIDER = Caller(username="", is_admin=False)
@@ -237,6 +239,8 @@ class Composition:
     hosts: dict[str, ShownHost]
     # Owners and guests who see more of a reservation shown than outsiders do.
     participants: frozenset[str] = field(init=False)
+    # Which composition this is, in this process (its answers' ETags name it).
+    serial: int = field(init=False, default_factory=lambda: next(_SERIALS))
     _answers: dict[tuple[str, str, str | None, str | None], bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -79,10 +79,43 @@ def _operation(route: Route) -> dict[str, Any]:
     }
     if route.access is not Access.PUBLIC:
         operation["security"] = [{"bearerAuth": []}]
+    if route.conditional:
+        _conditional(operation, str(route.status))
     extra = dict(route.extra)
     operation["responses"].update(extra.pop("responses", {}))
     operation.update(extra)
     return operation
+
+
+_ETAG_HEADERS = {
+    "ETag": {
+        "description": "strong tag of this answer for this caller; send it back in If-None-Match",
+        "schema": {"type": "string"},
+    },
+    "Cache-Control": {
+        "description": "`no-cache`: keep the answer, but ask again (with If-None-Match)",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def _conditional(operation: dict[str, Any], status: str) -> None:
+    """A conditional GET (services/gateway/etag.py): If-None-Match, ETag, 304."""
+    operation.setdefault("parameters", []).append(
+        {
+            "in": "header",
+            "name": "If-None-Match",
+            "required": False,
+            "description": "the ETag of the answer you have: 304 while it is still the answer",
+            "schema": {"type": "string"},
+        }
+    )
+    operation["responses"][status]["headers"] = _ETAG_HEADERS
+    operation["responses"]["304"] = {
+        "description": "Not Modified: the answer tagged If-None-Match is still the answer "
+        "(no body)",
+        "headers": _ETAG_HEADERS,
+    }
 
 
 def build_spec(routes: Sequence[Route]) -> dict[str, Any]:

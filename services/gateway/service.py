@@ -9,10 +9,12 @@ from contextlib import AsyncExitStack
 
 from aiohttp import web
 
+from services import SERVICE_NAMES
 from services.gateway import setup_link
 from services.gateway.app import create_app
 from services.shared.bus import Teardown
 from services.shared.errors import ConfigError
+from services.shared.metrics import Sample
 from services.shared.runtime import ServiceContext, start_service
 
 log = logging.getLogger("warden.gateway")
@@ -21,7 +23,19 @@ log = logging.getLogger("warden.gateway")
 async def start(ctx: ServiceContext) -> Teardown:
     stack = AsyncExitStack()
     try:
-        runner = web.AppRunner(create_app(ctx.settings, ctx.bus), access_log=None)
+        # Every service's replicas, heard through their heartbeats: health lists them.
+        await ctx.replicas.watch(*SERVICE_NAMES)
+        stack.push_async_callback(ctx.replicas.stop)  # its queues, should the start fail
+
+        async def live() -> list[Sample]:
+            return [
+                ("warden_replicas_live", {"of": name}, float(len(ctx.replicas.live(name))))
+                for name in SERVICE_NAMES
+            ]
+
+        stack.push_async_callback(ctx.metered.add_probe(live))
+        app = create_app(ctx.settings, ctx.bus, replicas=ctx.replicas)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         host, port = ctx.settings.gateway.host, ctx.settings.gateway.port

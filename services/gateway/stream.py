@@ -43,6 +43,7 @@ from aiohttp import web
 
 from services.gateway.auth import Caller
 from services.gateway.visibility import reservation_for, sees_account, sees_incident
+from services.shared import fastjson
 from services.shared.bus import Bus, Teardown
 from services.shared.contracts import Envelope
 
@@ -109,14 +110,13 @@ def visible_data(caller: Caller, event: Event) -> dict[str, Any] | None:
 
 
 def encode(event: Event, data: dict[str, Any]) -> bytes:
-    body = json.dumps(
+    body = fastjson.dumps_text(
         {
             "type": event.type,
             "event_id": event.event_id,
             "occurred_at": event.occurred_at,
             "data": data,
-        },
-        separators=(",", ":"),
+        }
     )
     return f"id: {event.id}\nevent: {event.type}\ndata: {body}\n\n".encode()
 

@@ -101,8 +101,16 @@ async def start(ctx: ServiceContext) -> Teardown:
         ctx.replicas.role = leadership.role
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
-        teardown = await start_service(ctx, stack, rpc_table_for(ctx, store, leadership, serving))
-        await leadership.start()
+        # The leader (the only replica with SQLite) has its consumers subscribed before the
+        # service answers `health`, as a service always had; a standby just stands by.
+        try:
+            await leadership.start()
+            teardown = await start_service(
+                ctx, stack, rpc_table_for(ctx, store, leadership, serving)
+            )
+        except BaseException:
+            await leadership.stop()
+            raise
         stack.push_async_callback(leadership.stop)  # first: the office goes before the RPC
         return teardown
     except BaseException:

@@ -48,6 +48,8 @@ class MonitorStats:
     failures: int = 0
     missed_ticks: int = 0
     sample_ages_ms: deque[float] = field(default_factory=lambda: deque(maxlen=200_000))
+    # Told each poll's duration and its sample's age in seconds (None: it failed); metrics.
+    on_poll: Callable[[float, float | None], None] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         ages = list(self.sample_ages_ms)
@@ -257,6 +259,7 @@ class Monitor:
 
     async def poll_once(self, reader: HostReader, state: HostState, tick: float) -> None:
         self.stats.polls += 1
+        began = time.monotonic()
         at = datetime.now(UTC)
         try:
             try:
@@ -288,10 +291,14 @@ class Monitor:
             if was_down:
                 log.info("%s is reachable again", reader.name)
         await self._publish_all(events)
+        age_s = None
         if state.reachable and state.last_sample is not None:
-            self.stats.sample_ages_ms.append((time.monotonic() - tick) * 1000)
+            age_s = time.monotonic() - tick
+            self.stats.sample_ages_ms.append(age_s * 1000)
             if self.writer is not None:
                 self.writer.offer(host_point(state.last_sample, at))
+        if self.stats.on_poll is not None:
+            self.stats.on_poll(time.monotonic() - began, age_s)
 
     async def _publish_all(self, events: list[Event]) -> None:
         for event_type, data in events:

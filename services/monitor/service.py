@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any
 
+from services.monitor import poll_metrics
 from services.monitor.fleet_view import FleetView
 from services.monitor.handlers import EVENT_HANDLERS, replica_handlers, rpc_methods
 from services.monitor.host_store import HostStore
@@ -145,6 +146,7 @@ async def start(ctx: ServiceContext) -> Teardown:
                 )
             )
         await replicas.watch("monitor")
+        stack.push_async_callback(poll_metrics.observe(monitor, ctx))
         await monitor.start()
         stack.push_async_callback(monitor.stop)  # stops polling, flushes the writer
         sharding.start()

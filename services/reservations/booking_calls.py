@@ -98,10 +98,10 @@ class BookingCalls:
     # --- reservations ---------------------------------------------------------------------------
 
     async def create_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
+        # The actor by name: looked up in memory inside the write transaction (no extra query).
         created = await self.commands.create(
-            actor,
-            owner=args.get("owner") or actor.username,
+            args["actor"],
+            owner=args.get("owner") or args["actor"],
             gpu_uuids=args["gpus"],
             start=args["start"],
             end=args["end"],
@@ -152,6 +152,7 @@ class BookingCalls:
             args["end"],
             timedelta(minutes=args["slot_minutes"]),
             args["gpus"],
+            compact=args["format"] == "compact",
         )
 
     async def find_slot(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -25,9 +25,9 @@ from services.reservations.booking import (
     guest_refusals,
     interval_refusals,
     refusal_error,
-    removed_host_refusals,
     text_refusals,
 )
+from services.reservations.creates import Creates, Request
 from services.reservations.domain import AccessRule, Booking, Gpu, Member, Refusal
 from services.reservations.outbox import add_event
 from services.reservations.repository import ReservationRecord
@@ -72,6 +72,14 @@ class Commands:
         self.host_offered = host_offered
         self.on_commit = on_commit  # wakes the outbox relay and the lifecycle timer
         self.clock = clock
+        # Creates: checked in memory, written by group commit (services.reservations.creates).
+        self.creates = Creates(
+            store,
+            bounds,
+            on_commit=lambda: self.on_commit(),
+            host_offered=lambda host: self.host_offered(host),
+            quota_margin=QUOTA_MARGIN,
+        )
 
     # --- who is asking ------------------------------------------------------------------------
 
@@ -153,7 +161,7 @@ class Commands:
 
     async def create(
         self,
-        actor: Actor,
+        actor: Actor | str,
         *,
         owner: str,
         gpu_uuids: Sequence[str],
@@ -163,74 +171,21 @@ class Commands:
         description: str = "",
         guests: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """A new reservation; `guests` may use its GPUs too (only the owner's access counts)."""
-        now = self.clock()
-        uuids = sorted(set(gpu_uuids))
-        guest_names = tuple(sorted(set(guests)))
-        refusals = (
-            text_refusals(title, description)
-            + interval_refusals(start, end, self.bounds, now, new_start=True)
-            + guest_refusals(owner, guest_names)
+        """A new reservation; `guests` may use its GPUs too (only the owner's access counts).
+        `actor` may be a bare username: it is then looked up in the write transaction."""
+        return await self.creates.create(
+            Request(
+                actor=actor,
+                owner=owner,
+                uuids=sorted(set(gpu_uuids)),
+                start=start,
+                end=end,
+                title=title,
+                description=description,
+                guests=tuple(sorted(set(guests))),
+                now=self.clock(),
+            )
         )
-        if owner != actor.username and not actor.is_admin:
-            refusals.insert(0, Refusal("forbidden", "only admins reserve for someone else"))
-        if not uuids:
-            refusals.append(Refusal("invalid", "choose at least one GPU", {"field": "gpus"}))
-        if refusals:
-            raise refusal_error(refusals)
-        start_ms, end_ms = to_ms(start), to_ms(end)
-        try:
-            async with self.store.write() as conn:
-                await lock_owner(conn, owner)
-                member = await accounts.member(conn, owner)
-                gpus = await self._gpus(conn, uuids)
-                await self._check_guests(conn, guest_names)
-                found = await repository.clashes(conn, uuids, start_ms, end_ms)
-                refusals = removed_host_refusals(gpus.values(), self.host_offered)
-                refusals += conflict_refusals(found, gpus)
-                refusals += await self._access_refusals(conn, member, gpus, start, end)
-                if refusals:
-                    raise refusal_error(refusals)
-                reservation_id = await repository.insert_reservation(
-                    conn,
-                    owner=owner,
-                    gpu_uuids=uuids,
-                    start_ms=start_ms,
-                    end_ms=end_ms,
-                    title=title.strip(),
-                    description=description,
-                    created_by=actor.username,
-                    now=to_ms(now),
-                    guest_names=guest_names,
-                )
-                record = ReservationRecord(
-                    id=reservation_id,
-                    owner=owner,
-                    title=title.strip(),
-                    description=description,
-                    start_ms=start_ms,
-                    end_ms=end_ms,
-                    status="active",
-                    created_by=actor.username,
-                    created_at_ms=to_ms(now),
-                    updated_at_ms=to_ms(now),
-                    cancelled_at_ms=None,
-                    cancelled_by=None,
-                    cancel_reason=None,
-                    cancelled_by_rules=False,
-                    started_event_ms=None,
-                    ended_event_ms=None,
-                    usage=None,
-                    gpu_uuids=tuple(uuids),
-                    guests=guest_names,
-                )
-                # Built from what was written: no need to read it back.
-                await add_event(conn, "reservation.created", record.event_data(gpus))
-                created = record.to_dict(gpus)
-        except IntegrityError as err:
-            raise await self._explain_race(uuids, start_ms, end_ms, None) from err
-        self.on_commit()
-        return created
 
     async def _current(self, conn: AsyncConnection, reservation_id: int) -> ReservationRecord:
         found = await repository.record(conn, reservation_id)

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts, api, repository
+from services.reservations import accounts, api, grid, reads, repository
 from services.reservations.access import (
     allowed_by_gpu,
     period_text,
@@ -20,9 +20,9 @@ from services.reservations.access import (
 from services.reservations.activity import ActivityBoard
 from services.reservations.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.intervals import merge
-from services.reservations.planner import IdleFirst, Slot, earliest_slot, overview_by_gpu
+from services.reservations.planner import IdleFirst, Slot, earliest_slot
 from services.reservations.repository import ReservationRecord
-from services.reservations.store import Store, from_ms, to_ms
+from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
 
 MAX_OVERVIEW = MAX_CALENDAR = api.MAX_RANGE
@@ -86,20 +86,18 @@ class Queries:
         """Reservations overlapping [start, end) on the GPUs (all when None), by start."""
         _check_range(start, end, MAX_CALENDAR)
         async with self.store.read() as conn:
-            slots = await repository.slots_in_range(
+            found = await reads.calendar(
                 conn,
                 to_ms(start),
                 to_ms(end),
                 gpu_uuids,
                 owner=owner,
                 active_only=not include_cancelled,
+                now=now_ms(),
             )
-            found = await repository.records(conn, (row.reservation_id for row in slots))
-            known = await repository.load_gpus(
-                conn, {uuid for r in found.values() for uuid in r.gpu_uuids}
-            )
-        ordered = sorted(found.values(), key=lambda r: (r.start_ms, r.id))
-        return [self._present(r, known) for r in ordered]
+        for shown in found:
+            shown["usage"] = self.live_usage(shown["id"]) or shown["usage"]
+        return found
 
     async def overview(
         self,
@@ -108,8 +106,14 @@ class Queries:
         end: datetime,
         slot: timedelta,
         gpu_uuids: Sequence[str] | None = None,
+        *,
+        compact: bool = False,
     ) -> dict[str, Any]:
-        """Per GPU (grouped by host), runs of equal slots: free, mine, taken, not_allowed."""
+        """Per GPU (grouped by host), runs of equal slots: free, mine, taken, not_allowed.
+
+        `compact`: each GPU's runs as one flat list `cells` = [label, count, label, count,
+        ...] indexing the answer's `labels` ([state, owner, reservation_id] each), instead
+        of an object per run: the same content, a fraction of the bytes and the work."""
         _check_range(start, end, MAX_OVERVIEW)
         slots = int((end - start) / slot)
         if slots < 1:
@@ -119,26 +123,30 @@ class Queries:
             member = await accounts.member(conn, username)
             rules = await repository.load_rules(conn)
             known = await repository.load_gpus(conn, gpu_uuids)
-            rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
-        bookings_by_gpu: dict[str, list[Any]] = {}
-        for booking in repository.bookings_from_slots(rows):
-            for uuid in booking.gpus:
-                bookings_by_gpu.setdefault(uuid, []).append(booking)
+            rows = await reads.busy_slots(conn, to_ms(start), to_ms(end), gpu_uuids)
         mine = [r for r in rules if rule_applies_to(r, member)]
         allowed = allowed_by_gpu(member, mine, list(known.values()), start, end)
-        runs = overview_by_gpu(username, allowed, bookings_by_gpu, start, slot, slots)
+        booked = grid.by_gpu(rows)
+        cells = grid.Grid(username, start, slot, slots)
         hosts: dict[str, list[dict[str, Any]]] = {}
         for gpu in known.values():
-            hosts.setdefault(gpu.host, []).append(
-                {**repository.gpu_dict(gpu), "runs": [run.to_dict() for run in runs[gpu.uuid]]}
-            )
-        return {
+            row = cells.row(allowed[gpu.uuid], booked.get(gpu.uuid, ()))
+            shown = repository.gpu_dict(gpu)
+            if compact:
+                shown["cells"] = row
+            else:
+                shown["runs"] = grid.runs_of(row, cells.labels)
+            hosts.setdefault(gpu.host, []).append(shown)
+        answer: dict[str, Any] = {
             "start": start.isoformat(),
             "end": end.isoformat(),
             "slot_minutes": slot.total_seconds() / 60,
             "slots": slots,
             "hosts": [{"host": host, "gpus": gpus} for host, gpus in hosts.items()],
         }
+        if compact:
+            answer["labels"] = [list(label) for label in cells.labels]
+        return answer
 
     async def find_slot(
         self,
@@ -224,15 +232,13 @@ class Queries:
         same_host: bool,
         prefer: IdleFirst | None,
     ) -> Slot | None:
-        rows = await repository.slots_in_range(
+        rows = await reads.busy_slots(
             conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
         )
         allowed = allowed_by_gpu(member, rules, candidates, not_before, horizon)
         busy: dict[str, list[Interval]] = {}
-        for row in rows:
-            busy.setdefault(row.gpu_uuid, []).append(
-                Interval(from_ms(row.start_ms), from_ms(row.end_ms))
-            )
+        for uuid, _id, _owner, start_ms, end_ms in rows:
+            busy.setdefault(uuid, []).append(Interval(from_ms(start_ms), from_ms(end_ms)))
         return earliest_slot(
             candidates,
             allowed,

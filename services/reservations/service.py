@@ -70,6 +70,7 @@ async def start(ctx: ServiceContext) -> Teardown:
         usage.on_figures = watch.on_figures
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
+        stack.push_async_callback(commands.creates.writer.close)  # the last group commits first
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
         await watch.start()

@@ -11,7 +11,8 @@ also writes inside a serialised transaction on SQLite. Both are created by migra
 `reservations_0002`; `reservations_0003` adds the guests of shared bookings,
 `reservations_0004` the refresh-token sessions, `reservations_0006` the set-up tokens,
 `reservations_0007` the calendar-feed tokens, `reservations_0008` the idle policies and states,
-`reservations_0009` the counted attempts of the rate limits.
+`reservations_0009` the version counters (and their triggers) of the in-memory model,
+`reservations_0010` the counted attempts of the rate limits.
 """
 
 from sqlalchemy import (
@@ -245,6 +246,17 @@ idle_states = Table(
     Column("outcome", String(32), nullable=True),
     Column("released_at_ms", BigInteger, nullable=True),
     Column("updated_at_ms", BigInteger, nullable=False),
+)
+
+# One row (id 1) of counters that triggers move in the transaction of a change: `directory`
+# with users, groups, memberships, access rules and GPUs; `slots_freed` with every update or
+# delete of a GPU slot. services.reservations.memory checks them inside its write transaction.
+versions = Table(
+    "reservations_versions",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("directory", BigInteger, nullable=False),
+    Column("slots_freed", BigInteger, nullable=False),
 )
 
 # Attempts counted against a key within a window (failed logins per name and per address,

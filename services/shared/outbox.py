@@ -14,12 +14,25 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Integer, MetaData, Table, Text, delete, insert, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    delete,
+    func,
+    insert,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.shared.bus import Bus
+from services.shared.bus import Bus, Teardown
+from services.shared.bus.metered import MeteredBus
 from services.shared.contracts import make_envelope, parse_envelope
 from services.shared.failures import Retrying
+from services.shared.metrics import Sample
 from services.shared.store import Store, now_ms
 
 log = logging.getLogger("warden.outbox")
@@ -60,16 +73,22 @@ class Relay:
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
         self._stopping = False
+        self._unprobe: Teardown | None = None
 
     def kick(self) -> None:
         self._wake.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"{self.table.name} relay")
+        if isinstance(self.bus, MeteredBus):  # the backlog, for the service's metrics
+            self._unprobe = self.bus.add_probe(self.backlog)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Publish what is waiting and stop. The loop is let finish its flush, not cancelled in
         the middle of one (which would publish its envelopes again at the next start)."""
+        unprobe, self._unprobe = self._unprobe, None
+        if unprobe is not None:
+            await unprobe()
         if self._task is None:
             return
         self._stopping = True
@@ -81,6 +100,19 @@ class Relay:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._task = None
+
+    async def backlog(self) -> list[Sample]:
+        """How many envelopes wait, and for how long the oldest has (a metrics probe)."""
+        table = self.table
+        async with self.store.read() as conn:
+            count, oldest_ms = (
+                await conn.execute(select(func.count(), func.min(table.c.created_at_ms)))
+            ).one()
+        samples: list[Sample] = [("warden_outbox_backlog", {}, float(count))]
+        if oldest_ms is not None:
+            age_s = max(0.0, (now_ms() - oldest_ms) / 1000)
+            samples.append(("warden_outbox_oldest_seconds", {}, age_s))
+        return samples
 
     async def flush(self) -> int:
         """Publish everything waiting; returns how many envelopes went out."""

@@ -26,12 +26,15 @@ from services import SERVICE_NAMES, __version__
 from services.shared.bus import Bus, BusSettings, EventHandler, RpcHandler, Teardown
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.inproc import InProcessBus
+from services.shared.bus.metered import MeteredBus
 from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD, utc_now_iso
 from services.shared.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
 from services.shared.errors import ServiceUnavailable
 from services.shared.failures import database_unreachable, describe_failure
-from services.shared.replicas import Replicas
+from services.shared.metrics import Sample
+from services.shared.metrics.http import serve_metrics
+from services.shared.replicas import Replicas, new_replica_id
 
 log = logging.getLogger("warden.runtime")
 
@@ -43,22 +46,37 @@ START_ORDER = ("reservations", "monitor", "violations", "jobs", "gateway")
 class ServiceContext:
     name: str
     settings: Settings
-    bus: Bus
+    bus: Bus  # __post_init__ wraps it in a MeteredBus of this replica's (`metered`)
     # The engines `open_database` opened: `health` checks that they answer.
     databases: list[Any] = field(default_factory=list)
     # This replica's heartbeat and its view of other replicas; a service sets its `role` and
     # `details` and may `watch` services before `start_service` starts the heartbeat.
     replicas: Replicas = field(init=False)
 
+    @property
+    def metered(self) -> MeteredBus:
+        """`bus`, as it counts for this replica's metrics: scrape-time probes go here."""
+        assert isinstance(self.bus, MeteredBus)
+        return self.bus
+
     def __post_init__(self) -> None:
+        # The service sees the bus through a counter of its own (the metrics' labels).
+        replica_id = new_replica_id(self.name)
+        bus = (
+            self.bus
+            if isinstance(self.bus, MeteredBus)
+            else MeteredBus(self.bus, self.name, replica_id)
+        )
+        object.__setattr__(self, "bus", bus)
         object.__setattr__(
             self,
             "replicas",
             Replicas(
-                self.bus,
+                bus,
                 self.name,
                 heartbeat_s=self.settings.replicas.heartbeat_s,
                 dead_after_s=self.settings.replicas.dead_after_s,
+                replica_id=bus.replica,
             ),
         )
 
@@ -125,10 +143,21 @@ async def start_service(
         )
     stop_serving = await ctx.bus.serve(ctx.name, {HEALTH_METHOD: health_handler(ctx), **methods})
     stack.push_async_callback(stop_serving)
+    stack.push_async_callback(ctx.metered.add_probe(lambda: _replica_samples(ctx)))
+    stack.push_async_callback(ctx.metered.add_probe(ctx.metered.queue_samples))
     ctx.replicas.start()
     stack.push_async_callback(ctx.replicas.stop)  # first to run: peers hear `stopping` at once
     log.info("%s service started", ctx.name, extra={"fields": {"version": __version__}})
     return stack.aclose
+
+
+async def _replica_samples(ctx: ServiceContext) -> list[Sample]:
+    """Role and leadership of this replica (`ctx.replicas.role()`, asked at each scrape)."""
+    role = ctx.replicas.role()
+    return [
+        ("warden_replica_leader", {}, 1.0 if role == "leader" else 0.0),
+        ("warden_replica_info", {"role": role, "version": __version__}, 1.0),
+    ]
 
 
 async def open_database(ctx: ServiceContext, stack: AsyncExitStack) -> Any:
@@ -274,6 +303,10 @@ async def run_services(
     bus = bus or make_bus(settings, bus_kind, name=f"warden-{'+'.join(ordered)}-{os.getpid()}")
     teardowns: list[Teardown] = []
     try:
+        if settings.metrics.port:
+            stop_metrics, port = await serve_metrics(settings.metrics.host, settings.metrics.port)
+            teardowns.append(stop_metrics)
+            log.info("metrics on http://%s:%d/metrics", settings.metrics.host, port)
         if not await _connect(bus, connect_wait_s, stop):
             return
         for name in ordered:

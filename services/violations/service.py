@@ -141,7 +141,20 @@ async def start(ctx: ServiceContext) -> Teardown:
                 office.push_async_callback(
                     await ctx.bus.subscribe(source, pattern, f"{ctx.name}.{name}", handler)
                 )
-            await start_responders(ctx, office, hosts, step_claimer(store, ctx.replicas.replica_id))
+            claim = step_claimer(store, ctx.replicas.replica_id)
+
+            async def responders_once_served() -> None:
+                await rpc_served.wait()  # they call this service's RPC
+                await start_responders(ctx, office, hosts, claim)
+
+            starting = asyncio.create_task(responders_once_served())
+
+            async def stop_starting() -> None:
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+
+            office.push_async_callback(stop_starting)
 
         leadership = Leadership(
             store,
@@ -155,9 +168,19 @@ async def start(ctx: ServiceContext) -> Teardown:
         )
         store.fence = leadership.fence
         ctx.replicas.role = leadership.role
-        teardown = await start_service(ctx, stack, rpc_table_for(ctx, store, leadership, serving))
-        await leadership.start()
+        # The leader (the only replica with SQLite) has its consumers subscribed before the
+        # service answers `health`, as a service always had; a standby just stands by.
+        rpc_served = asyncio.Event()
+        try:
+            await leadership.start()
+            teardown = await start_service(
+                ctx, stack, rpc_table_for(ctx, store, leadership, serving)
+            )
+        except BaseException:
+            await leadership.stop()
+            raise
         stack.push_async_callback(leadership.stop)  # first: the office goes before the RPC
+        rpc_served.set()
         return teardown
     except BaseException:
         await stack.aclose()

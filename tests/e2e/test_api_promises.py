@@ -122,3 +122,36 @@ async def test_ranges_and_slots_stay_within_their_documented_bounds(system: ApiS
     assert datetime.fromisoformat(fine.body["end"]) - datetime.fromisoformat(
         fine.body["start"]
     ) >= timedelta(minutes=30)
+
+
+async def test_the_compact_overview_says_what_the_full_one_says(system: ApiSystem) -> None:
+    bob = await system.as_user("bob")
+    await book(system, "alice", 2, now() + timedelta(days=1))
+    await book(system, "bob", 3, now() + timedelta(days=1))
+    query = {"start": now().isoformat(), "end": (now() + timedelta(days=3)).isoformat()}
+    full = await bob.get("/reservations/overview", **query)
+    compact = await bob.get("/reservations/overview", **query, format="compact")
+    assert full.status == 200 and compact.status == 200, (full.body, compact.body)
+    labels = compact.body["labels"]
+    states = set()
+    for full_host, compact_host in zip(full.body["hosts"], compact.body["hosts"], strict=True):
+        for full_gpu, compact_gpu in zip(full_host["gpus"], compact_host["gpus"], strict=True):
+            cells, first, runs = compact_gpu.pop("cells"), 0, []
+            for label, count in zip(cells[0::2], cells[1::2], strict=True):
+                state, owner, reservation_id = labels[label]
+                runs.append(
+                    {
+                        "first": first,
+                        "count": count,
+                        "state": state,
+                        "owner": owner,
+                        "reservation_id": reservation_id,
+                    }
+                )
+                first += count
+            assert runs == full_gpu.pop("runs")
+            assert compact_gpu == full_gpu
+            states.update(run["state"] for run in runs)
+    assert {"mine", "taken"} <= states
+    wrong = await bob.get("/reservations/overview", **query, format="tiny")
+    assert wrong.status in (400, 422), wrong.body

@@ -340,6 +340,14 @@ async def test_a_stopped_database_answers_503_and_escalation_catches_up_once(
         ):
             await until(lambda: hooks_.steps(), "step 0 delivered", DEADLINE_S)
             [(incident, _step)] = hooks_.steps()
+
+            async def step_0_recorded() -> bool:
+                status, body = await api.call("GET", f"/violations/{incident}")
+                return status == 200 and any(e["kind"] == "action" for e in body["timeline"])
+
+            # The handler records its outcome after the webhook answered: let it, before the
+            # database goes (else its record fails and the redelivery is dead-lettered).
+            await until(step_0_recorded, "step 0 recorded", DEADLINE_S, interval=0.2)
             await asyncio.to_thread(pg.stop)
             await asyncio.sleep(15)  # step 1 falls due while the database is down
             status, body = await api.call("GET", f"/reservations/{booked['id']}")

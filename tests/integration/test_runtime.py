@@ -15,6 +15,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import pytest
@@ -141,12 +142,24 @@ async def test_all_five_in_one_process_on_the_inprocess_bus(
     group = runtimes(settings)
     group.start("all", list(SERVICE_NAMES), "inproc")
 
+    def every_replica_heard(status: int, body: dict[str, Any]) -> bool:
+        services = body["services"]
+        return all_ok(status, body) and all(len(services[n]["replicas"]) == 1 for n in services)
+
     _status, body = await wait_for_health(
-        settings.gateway.port, all_ok, "all five services ok", group
+        settings.gateway.port, every_replica_heard, "all five services ok, one replica each", group
     )
 
     assert body["version"] == __version__
-    assert body["services"] == {n: {"status": "ok", "version": __version__} for n in SERVICE_NAMES}
+    assert {n: (s["status"], s["version"]) for n, s in body["services"].items()} == {
+        n: ("ok", __version__) for n in SERVICE_NAMES
+    }
+    for name, service in body["services"].items():
+        [replica] = service["replicas"]  # `warden run all`: each service is one replica
+        assert replica["id"].startswith(f"{name}@")
+        assert replica["last_heard_s"] >= 0 and isinstance(replica["details"], dict)
+        if "leader" in service:
+            assert service["leader"] == replica["id"]
     await group.stop("all")  # a clean shutdown returns
     assert await port_is_closed(settings.gateway.port)
 

@@ -678,7 +678,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Reservations overlapping a time range (the calendar) */
+        /**
+         * Reservations overlapping a time range (the calendar)
+         * @description Answered from the gateway's copy of the calendar where it covers the range (8 weeks back, a year ahead), else by the reservations service.
+         */
         get: operations["list_reservations"];
         put?: never;
         /**
@@ -1834,6 +1837,8 @@ export interface components {
             /** Format: date-time */
             end: string;
             hosts: components["schemas"]["OverviewHost"][];
+            /** @description format=compact: [state, owner, reservation_id] of each label; 0 free, 1 mine, 2 not_allowed, then one per reservation taken by others */
+            labels?: unknown[][];
             slot_minutes: number;
             slots: number;
             /** Format: date-time */
@@ -1842,9 +1847,12 @@ export interface components {
             [key: string]: unknown;
         };
         OverviewGpu: {
+            /** @description format=compact: the runs as [label, count, label, count, ...]; label indexes the answer's `labels`, the first run starts at slot 0 */
+            cells?: number[];
             host: string;
             index: number | null;
-            runs: components["schemas"]["Run"][];
+            /** @description format=full (the default) */
+            runs?: components["schemas"]["Run"][];
             uuid: string;
         } & {
             [key: string]: unknown;
@@ -1904,6 +1912,19 @@ export interface components {
         };
         RefreshBody: {
             refresh_token: string;
+        };
+        Replica: {
+            /** @description figures it tells of itself (e.g. hosts) */
+            details: {
+                [key: string]: unknown;
+            };
+            /** @description service@host:pid-random */
+            id: string;
+            /** @description seconds since its last heartbeat came */
+            last_heard_s: number;
+            /** @description active, or leader / standby where elected */
+            role: string;
+            started_at: string;
         };
         Reservation: {
             cancel_reason?: string | null;
@@ -2051,6 +2072,14 @@ export interface components {
             [key: string]: unknown;
         };
         Run: {
+            /** @description how many slots it spans */
+            count: number;
+            /** @description its first slot (from 0) */
+            first: number;
+            /** @description taken: whose */
+            owner?: string | null;
+            /** @description taken: which (the earliest-starting one) */
+            reservation_id?: number | null;
             /** @description free, mine, taken or not_allowed */
             state: string;
         } & {
@@ -2101,6 +2130,10 @@ export interface components {
         ServiceHealth: {
             /** @description why it is not ok */
             detail?: string;
+            /** @description the replica that leads, for a service that elects one (violations, jobs); null while none does */
+            leader?: string | null;
+            /** @description its live replicas, as the gateway hears their heartbeats */
+            replicas?: components["schemas"]["Replica"][];
             /** @description ok, unreachable or error (its database: see detail) */
             status: string;
             version: string | null;
@@ -2396,7 +2429,10 @@ export interface operations {
                 /** @description only the GPUs of hosts that carry this label */
                 label?: string;
             };
-            header?: never;
+            header?: {
+                /** @description the ETag of the answer you have: 304 while it is still the answer */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2405,11 +2441,26 @@ export interface operations {
             /** @description success */
             200: {
                 headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Gpus"];
                 };
+            };
+            /** @description Not Modified: the answer tagged If-None-Match is still the answer (no body) */
+            304: {
+                headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description an error (see `error` for the code) */
             default: {
@@ -3827,7 +3878,10 @@ export interface operations {
                 owner?: string;
                 include_cancelled?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description the ETag of the answer you have: 304 while it is still the answer */
+                "If-None-Match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3836,11 +3890,26 @@ export interface operations {
             /** @description success */
             200: {
                 headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ReservationPage"];
                 };
+            };
+            /** @description Not Modified: the answer tagged If-None-Match is still the answer (no body) */
+            304: {
+                headers: {
+                    /** @description `no-cache`: keep the answer, but ask again (with If-None-Match) */
+                    "Cache-Control"?: string;
+                    /** @description strong tag of this answer for this caller; send it back in If-None-Match */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description an error (see `error` for the code) */
             default: {
@@ -3895,6 +3964,8 @@ export interface operations {
                 end?: string;
                 slot_minutes?: 30 | 60;
                 gpus?: string[];
+                /** @description full: an object per run; compact: per GPU the runs as flat `cells` [label, count, ...] over the answer's `labels` (same content, about a fifth of the bytes) */
+                format?: "full" | "compact";
             };
             header?: never;
             path?: never;

@@ -11,6 +11,7 @@ from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from services.gateway.context import BOARD
+from services.gateway.etag import conditional, make_tag
 from services.gateway.fleet_board import MAX_AGE_S
 from services.gateway.routing import Access, Call, Route
 from services.monitor import api as monitor_api
@@ -168,9 +169,10 @@ async def get_host(call: Call) -> web.Response:
 
 async def list_gpus(call: Call) -> web.Response:
     composed = await call.request.app[BOARD].composition(call.rpc)
-    return _json(
-        composed.answer(call.user, "gpus", call.query.get("host"), call.query.get("label"))
-    )
+    host, label = call.query.get("host"), call.query.get("label")
+    # The composition's serial is the version of everything the answer shows.
+    tag = make_tag(call.user, "gpus", composed.serial, host, label)
+    return conditional(call.request, tag, lambda: composed.answer(call.user, "gpus", host, label))
 
 
 async def metric_series(call: Call) -> dict[str, Any]:
@@ -229,6 +231,7 @@ ROUTES = (
         response=GpusSchema,
         raw=True,
         description=_FRESH + " Private fields of other people's reservations are empty.",
+        conditional=True,
     ),
     Route(
         "GET",

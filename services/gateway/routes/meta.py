@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from aiohttp import web
 from marshmallow import Schema, fields, validate
 
 from services import __version__
-from services.gateway.context import STREAM
+from services.gateway.context import REPLICAS, STREAM
 from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
 from services.shared.bus import Bus
 from services.shared.contracts import HEALTH_METHOD
 from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
+from services.shared.replicas import Replicas
 from services.shared.ssh import public_key_line
 
 # The services the gateway asks for their health (it answers for itself).
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
+# Roles of a service whose replicas elect a leader (the others say "active").
+ELECTED_ROLES = ("leader", "standby")
+
+
+class ReplicaSchema(Schema):
+    id = fields.String(required=True, metadata={"description": "service@host:pid-random"})
+    role = fields.String(
+        required=True, metadata={"description": "active, or leader / standby where elected"}
+    )
+    started_at = fields.String(required=True)
+    last_heard_s = fields.Float(
+        required=True, metadata={"description": "seconds since its last heartbeat came"}
+    )
+    details = fields.Dict(
+        required=True, metadata={"description": "figures it tells of itself (e.g. hosts)"}
+    )
 
 
 class ServiceHealthSchema(Schema):
@@ -28,6 +46,17 @@ class ServiceHealthSchema(Schema):
     )
     version = fields.String(required=True, allow_none=True)
     detail = fields.String(metadata={"description": "why it is not ok"})
+    replicas = fields.List(
+        fields.Nested(ReplicaSchema),
+        metadata={"description": "its live replicas, as the gateway hears their heartbeats"},
+    )
+    leader = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "the replica that leads, for a service that elects one (violations, "
+            "jobs); null while none does"
+        },
+    )
 
 
 class BusHealthSchema(Schema):
@@ -73,12 +102,38 @@ async def _probe(bus: Bus, service: str, timeout: float) -> dict[str, Any]:
     return found
 
 
+def _replicas(replicas: Replicas, service: str) -> dict[str, Any]:
+    """`replicas` of a service and, where it elects one, its `leader`."""
+    now = time.monotonic()
+    live = replicas.live(service)
+    found: dict[str, Any] = {
+        "replicas": [
+            {
+                "id": r.replica,
+                "role": r.role,
+                "started_at": r.started_at,
+                "last_heard_s": round(max(0.0, now - r.heard_at), 3),
+                "details": dict(r.details),
+            }
+            for r in live
+        ]
+    }
+    if any(r.role in ELECTED_ROLES for r in live):
+        found["leader"] = next((r.replica for r in live if r.role == "leader"), None)
+    return found
+
+
 async def health(call: Call) -> web.Response:
-    """Each service with ok / unreachable and its version, within a bounded time."""
+    """Each service with ok / unreachable and its version, within a bounded time; with its
+    live replicas (and leader) when this gateway watches them."""
     timeout = call.settings.gateway.health_timeout_s
     answers = await asyncio.gather(*(_probe(call.bus, name, timeout) for name in BACKENDS))
-    services = {"gateway": {"status": "ok", "version": __version__}}
+    services: dict[str, dict[str, Any]] = {"gateway": {"status": "ok", "version": __version__}}
     services.update(zip(BACKENDS, answers, strict=True))
+    replicas = call.request.app.get(REPLICAS)
+    if replicas is not None:
+        for name, found in services.items():
+            found.update(_replicas(replicas, name))
     bus = (
         {"status": "ok"}
         if call.bus.connected

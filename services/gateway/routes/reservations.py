@@ -11,10 +11,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from services.gateway.calendar import item as calendar_item
 from services.gateway.context import CALENDAR
+from services.gateway.etag import conditional, make_tag
 from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
 from services.gateway.visibility import reservation_for
 from services.reservations import api
@@ -24,6 +26,7 @@ from services.reservations.api import (
     ReservationSchema,
     SlotSchema,
 )
+from services.shared import fastjson
 from services.shared.errors import InvalidRequest
 
 _Str = fields.String
@@ -91,6 +94,15 @@ class OverviewQuery(Schema):
     end = _Time(metadata={"description": "default: start + 7 days (at most 8 weeks)"})
     slot_minutes = fields.Integer(load_default=60, validate=validate.OneOf((30, 60)))
     gpus = fields.List(_Str(validate=validate.Length(min=1, max=128)))
+    format = _Str(
+        load_default="full",
+        validate=validate.OneOf(("full", "compact")),
+        metadata={
+            "description": "full: an object per run; compact: per GPU the runs as flat "
+            "`cells` [label, count, ...] over the answer's `labels` (same content, about a "
+            "fifth of the bytes)"
+        },
+    )
 
 
 class SlotQuery(Schema):
@@ -165,11 +177,12 @@ def _iso(value: datetime | None) -> str | None:
 # --- handlers ----------------------------------------------------------------------------------
 
 
-async def list_reservations(call: Call) -> dict[str, Any]:
+async def list_reservations(call: Call) -> web.Response:
     query = call.query
     start, end = _range(query)
     gpus = await resolve_gpus(call, query["gpus"]) if query.get("gpus") else None
     view = call.request.app[CALENDAR]
+    offset, limit = query["offset"], query["limit"]
     if view.covers(start, end):
         found = view.between(
             start,
@@ -178,19 +191,37 @@ async def list_reservations(call: Call) -> dict[str, Any]:
             owner=query.get("owner"),
             include_cancelled=query["include_cancelled"],
         )
-    else:
-        args: dict[str, Any] = {
-            "start": start.isoformat(),
-            "end": end.isoformat(),
-            "include_cancelled": query["include_cancelled"],
-        }
-        if gpus:
-            args["gpus"] = gpus
-        if query.get("owner"):
-            args["owner"] = query["owner"]
-        found = [calendar_item(r) for r in await call.rpc(api.CALENDAR, args)]
-    page = found[query["offset"] : query["offset"] + query["limit"]]
-    return page_of([reservation_for(call.user, r) for r in page], len(found), query)
+        page = found[offset : offset + limit]
+        # Which reservations (their ids, in order, and how many in all) and their version
+        # decide the answer (the range may move with the clock: `start` defaults to now).
+        version = view.version(gpus)
+        tag = make_tag(call.user, "calendar", version, len(found), offset, limit, _ids(page))
+        return conditional(
+            call.request, tag, lambda: _page_json(call, page, len(found)), charset="utf-8"
+        )
+    args: dict[str, Any] = {
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "include_cancelled": query["include_cancelled"],
+    }
+    if gpus:
+        args["gpus"] = gpus
+    if query.get("owner"):
+        args["owner"] = query["owner"]
+    found = [calendar_item(r) for r in await call.rpc(api.CALENDAR, args)]
+    body = _page_json(call, found[offset : offset + limit], len(found))
+    # Asked of the service: the answer itself is its version.
+    tag = make_tag(call.user, "answer", body)
+    return conditional(call.request, tag, lambda: body, charset="utf-8")
+
+
+def _ids(page: list[dict[str, Any]]) -> tuple[int, ...]:
+    return tuple(reservation["id"] for reservation in page)
+
+
+def _page_json(call: Call, page: list[dict[str, Any]], total: int) -> bytes:
+    items = [reservation_for(call.user, r) for r in page]
+    return fastjson.dumps(page_of(items, total, call.query))
 
 
 async def create_reservation(call: Call) -> dict[str, Any]:
@@ -254,6 +285,8 @@ async def overview(call: Call) -> dict[str, Any]:
         "end": end.isoformat(),
         "slot_minutes": call.query["slot_minutes"],
     }
+    if call.query["format"] != "full":  # only then: a service from before it answers the rest
+        args["format"] = call.query["format"]
     if call.query.get("gpus"):
         args["gpus"] = await resolve_gpus(call, call.query["gpus"])
     grid: dict[str, Any] = await call.rpc(api.OVERVIEW, args)
@@ -279,6 +312,10 @@ ROUTES = (
         TAG,
         query=ListQuery,
         response=page_schema(ReservationSchema),
+        raw=True,
+        conditional=True,
+        description="Answered from the gateway's copy of the calendar where it covers the "
+        "range (8 weeks back, a year ahead), else by the reservations service.",
     ),
     Route(
         "POST",

@@ -190,14 +190,29 @@ class CalendarItemSchema(Answer):
 
 
 class RunSchema(Answer):
+    first = fields.Integer(required=True, metadata={"description": "its first slot (from 0)"})
+    count = fields.Integer(required=True, metadata={"description": "how many slots it spans"})
     state = _Str(required=True, metadata={"description": "free, mine, taken or not_allowed"})
+    owner = _Str(allow_none=True, metadata={"description": "taken: whose"})
+    reservation_id = fields.Integer(
+        allow_none=True, metadata={"description": "taken: which (the earliest-starting one)"}
+    )
 
 
 class OverviewGpuSchema(Answer):
     uuid = _Str(required=True)
     host = _Str(required=True)
     index = fields.Integer(required=True, allow_none=True)
-    runs = fields.List(fields.Nested(RunSchema), required=True)
+    runs = fields.List(
+        fields.Nested(RunSchema), metadata={"description": "format=full (the default)"}
+    )
+    cells = fields.List(
+        fields.Integer(),
+        metadata={
+            "description": "format=compact: the runs as [label, count, label, count, ...]; "
+            "label indexes the answer's `labels`, the first run starts at slot 0"
+        },
+    )
 
 
 class OverviewHostSchema(Answer):
@@ -211,6 +226,13 @@ class OverviewSchema(Answer):
     slot_minutes = fields.Float(required=True)
     slots = fields.Integer(required=True)
     hosts = fields.List(fields.Nested(OverviewHostSchema), required=True)
+    labels = fields.List(
+        fields.List(fields.Raw()),
+        metadata={
+            "description": "format=compact: [state, owner, reservation_id] of each label; "
+            "0 free, 1 mine, 2 not_allowed, then one per reservation taken by others"
+        },
+    )
 
 
 class SlotGpuSchema(Answer):

@@ -75,6 +75,8 @@ class OverviewArgs(ActorArgs):
     end = _Time(required=True)
     slot_minutes = fields.Integer(load_default=30, validate=validate.OneOf((30, 60)))
     gpus = fields.List(_Str(), load_default=None)
+    # compact: each GPU's runs as flat `cells` over the answer's `labels` (see OverviewSchema)
+    format = _Str(load_default="full", validate=validate.OneOf(("full", "compact")))
 
 
 class FindSlotArgs(ActorArgs):

@@ -19,11 +19,10 @@ delivery count in a header, up to `max_deliveries`, then rejected into the dead-
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,6 +38,7 @@ from aio_pika.abc import (
 from aio_pika.exceptions import AMQPError, ChannelNotFoundEntity, DeliveryError
 from aiormq import spec
 
+from services.shared import fastjson
 from services.shared.bus.acks import AckBatcher, quietly
 from services.shared.bus.base import (
     Bus,
@@ -51,6 +51,7 @@ from services.shared.bus.base import (
     events_exchange,
     queue_name,
 )
+from services.shared.bus.deliveries import fast_consume
 from services.shared.contracts import Envelope, parse_envelope
 from services.shared.errors import (
     ContractError,
@@ -282,7 +283,9 @@ class AmqpBus(Bus):
         else:
             queue = await self._declare_consumer_queue(channel, source, pattern, name)
         gate = asyncio.Semaphore(max(1, concurrency))
-        acks = AckBatcher(every=max(1, self.settings.prefetch // 4))
+        # Half the prefetch: one ack frame per 32 events at the default, while the other half
+        # keeps the consumer busy.
+        acks = AckBatcher(every=max(1, self.settings.prefetch // 2))
 
         async def on_message(message: AbstractIncomingMessage) -> None:
             task = asyncio.current_task()
@@ -298,6 +301,7 @@ class AmqpBus(Bus):
                     self._in_flight.discard(task)
 
         tag = await queue.consume(on_message)
+        await fast_consume(channel, tag, on_message)
         self._consumer_channels.add(channel)
         self._ack_batchers[channel] = acks
 
@@ -385,6 +389,26 @@ class AmqpBus(Bus):
         finally:
             await quietly(channel.close())
 
+    async def queue_depths(self, names: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        # Passive declares on a channel of their own: one for a queue that does not exist
+        # (yet) makes the broker close the channel, and the next name gets a new one.
+        connection = self._require_connection()
+        found: dict[str, tuple[int, int | None]] = {}
+        channel = await connection.channel()
+        try:
+            for name in names:
+                try:
+                    queue = await channel.declare_queue(name, passive=True)
+                except ChannelNotFoundEntity:
+                    await quietly(channel.close())
+                    channel = await connection.channel()
+                    continue
+                declared = queue.declaration_result
+                found[name] = (declared.message_count or 0, declared.consumer_count or 0)
+        finally:
+            await quietly(channel.close())
+        return found
+
     # --- RPC --------------------------------------------------------------------------------
 
     async def serve(self, service: str, methods: Mapping[str, RpcHandler]) -> Teardown:
@@ -459,7 +483,7 @@ class AmqpBus(Bus):
                 )
             )
         try:
-            args = json.loads(message.body)
+            args = fastjson.loads(message.body)
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as err:
@@ -513,7 +537,7 @@ class AmqpBus(Bus):
                 try:
                     await exchange.publish(
                         aio_pika.Message(
-                            json.dumps(dict(args or {})).encode(),
+                            fastjson.dumps(dict(args or {})),
                             content_type=JSON,
                             correlation_id=correlation_id,
                             reply_to=reply_queue.name,
@@ -538,7 +562,7 @@ class AmqpBus(Bus):
             raise ServiceUnavailable(
                 f"calling {service}.{method} failed: the message bus is unavailable", where
             ) from err
-        reply = json.loads(body)
+        reply = fastjson.loads(body)
         if not reply.get("ok"):
             raise error_from_dict(reply.get("error") or {})
         return reply.get("result")

@@ -14,14 +14,14 @@ down or slow gives `ServiceUnavailable` within the deadline, never a hang.
 
 from __future__ import annotations
 
-import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from services.shared import fastjson
 from services.shared.contracts import Envelope, make_envelope
 from services.shared.errors import WardenError
 
@@ -74,8 +74,8 @@ def topic_matches(pattern: str, routing_key: str) -> bool:
 
 def encode_rpc_reply(result: Any = None, error: WardenError | None = None) -> bytes:
     if error is not None:
-        return json.dumps({"ok": False, "error": error.to_dict()}).encode()
-    return json.dumps({"ok": True, "result": result}).encode()
+        return fastjson.dumps({"ok": False, "error": error.to_dict()})
+    return fastjson.dumps({"ok": True, "result": result})
 
 
 class Bus(ABC):
@@ -144,6 +144,11 @@ class Bus(ABC):
     @abstractmethod
     async def dead_letters(self, queue: str) -> list[bytes]:
         """Take the bodies waiting in the dead-letter queue of `queue` (for tools and tests)."""
+
+    async def queue_depths(self, names: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        """(messages ready, consumers or None) of each of the queues `names` that exists, for
+        the metrics; a bus that cannot tell answers nothing."""
+        return {}
 
     async def emit(self, type_name: str, data: Mapping[str, Any], *, source: str) -> Envelope:
         """Validate `data` against its contract, wrap it in an envelope and publish it."""

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.shared import fastjson
 from services.shared.bus.base import (
+    DEAD_LETTER_SUFFIX,
     Bus,
     BusSettings,
     EventHandler,
@@ -182,6 +183,16 @@ class InProcessBus(Bus):
         taken, found.dead = found.dead, []
         return taken
 
+    async def queue_depths(self, names: Iterable[str]) -> dict[str, tuple[int, int | None]]:
+        found: dict[str, tuple[int, int | None]] = {}
+        for name in names:
+            queue = self._queues.get(name)
+            if queue is not None:
+                found[name] = (queue.messages.qsize(), None)
+            elif (owner := self._queues.get(name.removesuffix(DEAD_LETTER_SUFFIX))) is not None:
+                found[name] = (len(owner.dead), None)
+        return found
+
     # --- RPC ------------------------------------------------------------------------------
 
     async def serve(self, service: str, methods: Mapping[str, RpcHandler]) -> Teardown:
@@ -216,10 +227,10 @@ class InProcessBus(Bus):
                 f"service {service!r} has no RPC method {method!r}",
                 {"service": service, "method": method},
             )
-        wire_args = json.loads(json.dumps(dict(args or {})))
+        wire_args = fastjson.loads(fastjson.dumps(dict(args or {})))
         try:
             result = await asyncio.wait_for(handler(wire_args), deadline)
-            return json.loads(json.dumps(result))
+            return fastjson.loads(fastjson.dumps(result))
         except TimeoutError as err:
             raise ServiceUnavailable(
                 f"{service}.{method} did not answer within {deadline:g}s",

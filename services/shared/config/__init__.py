@@ -17,6 +17,7 @@ from services.shared.config.escalation import (
 )
 from services.shared.config.load import ENV_PREFIX, MOVED_KEYS, SECTIONS, load_settings
 from services.shared.config.render import render_config_template
+from services.shared.config.replicas import ReplicaSettings
 from services.shared.config.settings import (
     MIN_SECRET_LENGTH,
     AuthSettings,
@@ -26,7 +27,6 @@ from services.shared.config.settings import (
     JobSettings,
     LogSettings,
     MonitorSettings,
-    ReplicaSettings,
     ReservationSettings,
     Settings,
     SmtpSettings,

@@ -17,6 +17,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError
 
 from services.shared.config.declare import keys, sections
+from services.shared.config.replicas import ReplicaSettings
 from services.shared.config.schema import Rule, schema_for
 from services.shared.config.settings import (
     MIN_SECRET_LENGTH,
@@ -24,7 +25,6 @@ from services.shared.config.settings import (
     HostConfig,
     JobSettings,
     MonitorSettings,
-    ReplicaSettings,
     ReservationSettings,
     Settings,
     StepOverride,

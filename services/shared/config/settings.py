@@ -25,6 +25,8 @@ from services.shared.config.escalation import (
     parse_step,
 )
 from services.shared.config.ldap import LdapSettings
+from services.shared.config.metrics import MetricsSettings
+from services.shared.config.replicas import ReplicaSettings
 
 MIN_SECRET_LENGTH = 32
 
@@ -104,31 +106,6 @@ class BusConfig:
     )
     rpc_timeout_s: float = option(
         5.0, "Default deadline of an RPC call, in seconds.", min=0.01, max=300
-    )
-
-
-@dataclass(frozen=True)
-class ReplicaSettings:
-    """Several replicas of a service: how they hear of each other."""
-
-    heartbeat_s: float = option(
-        2.0,
-        "Every replica of every service says it is alive this often (`replica.heartbeat`).",
-        min=0.05,
-        max=60,
-    )
-    dead_after_s: float = option(
-        6.0,
-        "A replica not heard from for this long counts as gone (its work is taken over).",
-        min=0.1,
-        max=600,
-    )
-    lease_s: float = option(
-        6.0,
-        "Leader lease of the single-writer services (violations, jobs): the leader renews it "
-        "every third of this; a standby takes over once it expired (PostgreSQL only).",
-        min=0.3,
-        max=600,
     )
 
 
@@ -594,6 +571,7 @@ class Settings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     bus: BusConfig = field(default_factory=BusConfig)
     replicas: ReplicaSettings = field(default_factory=ReplicaSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     ssh: SshSettings = field(default_factory=SshSettings)

@@ -3,13 +3,13 @@ checked for publishing with `make_envelope`, checked from the wire with `parse_e
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from services.shared import fastjson
 from services.shared.contracts.registry import event_type
 from services.shared.contracts.replicas import ANY_SOURCE
 from services.shared.errors import ContractError
@@ -35,7 +35,7 @@ class Envelope:
         }
 
     def to_json(self) -> bytes:
-        return json.dumps(self.to_dict(), separators=(",", ":")).encode()
+        return fastjson.dumps(self.to_dict())
 
 
 def utc_now_iso() -> str:
@@ -70,7 +70,7 @@ def make_envelope(
                 {"type": type_name, "source": source},
             )
     try:
-        json.dumps(data)
+        fastjson.dumps(data)
     except (TypeError, ValueError) as err:
         raise ContractError(
             f"data of {type_name!r} must be JSON values (times as ISO-8601 strings): {err}",
@@ -93,7 +93,7 @@ def parse_envelope(body: bytes | str | Mapping[str, Any]) -> Envelope:
     """Validate a message from the wire; ContractError says what is wrong with it."""
     if isinstance(body, bytes | str):
         try:
-            raw = json.loads(body)
+            raw = fastjson.loads(body)
         except (ValueError, UnicodeDecodeError) as err:
             raise ContractError(f"body is not JSON: {err}") from err
     else:

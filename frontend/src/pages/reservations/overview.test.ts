@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import {
   cellDescription, cellState, cellWidthFor, headerTicks, layoutRows, overviewRange, reservedSpans, rowAt, runAt,
-  slotAt, spanText, findKnown, indexReservations, HOST_ROW_HEIGHT, ROW_HEIGHT, type GridGpu,
+  slotAt, spanText, findKnown, gpuRuns, indexReservations, HOST_ROW_HEIGHT, ROW_HEIGHT, type GridGpu,
 } from './overview'
 
 const gpu: GridGpu = {
@@ -125,5 +125,27 @@ describe('overview layout', () => {
     const narrow = headerTicks(start, 30, 96, 2)
     expect(narrow.days.map((d) => d.slot)).toEqual([0, 48])
     expect(narrow.hourStep).toBeGreaterThanOrEqual(6)
+  })
+})
+
+describe('gpuRuns', () => {
+  it('reads compact cells over the labels as the full runs they stand for', () => {
+    const labels = [
+      ['free', null, null],
+      ['mine', null, null],
+      ['not_allowed', null, null],
+      ['taken', 'bob', 7],
+    ]
+    expect(gpuRuns({ cells: [2, 3, 0, 2, 3, 4, 1, 1] }, labels)).toEqual([
+      { first: 0, count: 3, state: 'not_allowed', owner: null, reservation_id: null },
+      { first: 3, count: 2, state: 'free', owner: null, reservation_id: null },
+      { first: 5, count: 4, state: 'taken', owner: 'bob', reservation_id: 7 },
+      { first: 9, count: 1, state: 'mine', owner: null, reservation_id: null },
+    ])
+  })
+
+  it('passes full runs through', () => {
+    const runs = [{ first: 0, count: 5, state: 'free', owner: null, reservation_id: null }]
+    expect(gpuRuns({ runs }, undefined)).toEqual(runs)
   })
 })

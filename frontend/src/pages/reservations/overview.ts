@@ -26,6 +26,36 @@ export const ROW_HEIGHT = 24
 export const HOST_ROW_HEIGHT = 26
 export const WEEK_CHOICES = [1, 2, 4, 8] as const
 
+/** A GPU of an overview answer: full (`runs`) or compact (`cells` over the answer's `labels`). */
+export interface AnswerGpu {
+  runs?: readonly Run[]
+  cells?: readonly number[]
+}
+
+/**
+ * A GPU's runs from either answer format. `format=compact` gives each GPU's runs as flat
+ * `cells` [label, count, label, count, ...] (the first run starts at slot 0) and the answer one
+ * `labels` table of [state, owner, reservation_id]: the same content as full runs, far smaller.
+ */
+export function gpuRuns(gpu: AnswerGpu, labels: readonly (readonly unknown[])[] | undefined): Run[] {
+  if (!gpu.cells) return (gpu.runs ?? []) as Run[]
+  const runs: Run[] = []
+  let first = 0
+  for (let i = 0; i + 1 < gpu.cells.length; i += 2) {
+    const label = labels?.[gpu.cells[i]!] ?? ['free', null, null]
+    const count = gpu.cells[i + 1]!
+    runs.push({
+      first,
+      count,
+      state: String(label[0]),
+      owner: (label[1] as string | null | undefined) ?? null,
+      reservation_id: (label[2] as number | null | undefined) ?? null,
+    })
+    first += count
+  }
+  return runs
+}
+
 /** The state a cell is drawn in. */
 export function cellState(state: string | undefined): CellState {
   switch (state) {

@@ -1,7 +1,7 @@
 """reservations: counted attempts (the gateway replicas' shared rate limits)
 
-Revision ID: reservations_0009
-Revises: reservations_0008
+Revision ID: reservations_0010
+Revises: reservations_0009
 Create Date: 2026-11-24
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "reservations_0009"
-down_revision: str | None = "reservations_0008"
+revision: str = "reservations_0010"
+down_revision: str | None = "reservations_0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,305 @@
+"""New reservations: checked against the in-memory model (services.reservations.memory) and
+written by group commit (services.reservations.group_commit).
+
+What a create reads (the actor, the owner's groups, the rules, the GPUs, the GPUs' bookings)
+comes from memory, brought up to date by one version query per batch. A request that passes
+is held as pending (in the slot index under a placeholder id, so the next requests of the
+batch see it) and written at the end of the batch with the others (services.reservations.
+create_writes: one SAVEPOINT each). The pending ones are written earlier when a request clashes
+with one of them (its refusal names the real reservation id) or has quota rules (its owner's
+bookings are read from the database, in the transaction).
+
+The database stays the final guard: its constraint refuses an overlap this replica did not
+know of (another replica's booking), which answers 409 with the reasons read back from the
+database, never a 500, and that GPU's slots are loaded again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.reservations import repository
+from services.reservations.access import access_refusals, rule_applies_to
+from services.reservations.booking import (
+    START_GRACE,
+    Actor,
+    DurationBounds,
+    conflict_refusals,
+    guest_refusals,
+    interval_refusals,
+    refusal_error,
+    removed_host_refusals,
+    text_refusals,
+)
+from services.reservations.create_writes import Row, write_rows
+from services.reservations.domain import Gpu, Refusal
+from services.reservations.group_commit import Answer, GroupWriter
+from services.reservations.memory import Memory
+from services.reservations.repository import ReservationRecord
+from services.reservations.store import Store, lock_owner, lock_owners, to_ms
+from services.shared.errors import Forbidden, InvalidRequest, NotFound, ReservationConflict
+
+
+@dataclass(frozen=True)
+class Request:
+    actor: Actor | str  # a bare username: looked up in memory, in the transaction
+    owner: str
+    uuids: list[str]  # sorted, unique
+    start: datetime
+    end: datetime
+    title: str
+    description: str
+    guests: tuple[str, ...]  # sorted, unique
+    now: datetime
+
+
+@dataclass
+class _Pending:
+    """A request that passed its checks, waiting to be written with its batch."""
+
+    request: Request
+    created_by: str
+    gpus: dict[str, Gpu]
+    start_ms: int
+    end_ms: int
+    now_ms: int
+    placeholder: int  # its id in the slot index until written (negative)
+    written: int | Exception | None = field(default=None)
+
+    def record(self, reservation_id: int) -> ReservationRecord:
+        # Built from what is written: no need to read it back.
+        return ReservationRecord(
+            id=reservation_id,
+            owner=self.request.owner,
+            title=self.request.title.strip(),
+            description=self.request.description,
+            start_ms=self.start_ms,
+            end_ms=self.end_ms,
+            status="active",
+            created_by=self.created_by,
+            created_at_ms=self.now_ms,
+            updated_at_ms=self.now_ms,
+            cancelled_at_ms=None,
+            cancelled_by=None,
+            cancel_reason=None,
+            cancelled_by_rules=False,
+            started_event_ms=None,
+            ended_event_ms=None,
+            usage=None,
+            gpu_uuids=tuple(self.request.uuids),
+            guests=self.request.guests,
+        )
+
+    def row(self) -> Row:
+        return Row(
+            owner=self.request.owner,
+            title=self.request.title.strip(),
+            description=self.request.description,
+            start_ms=self.start_ms,
+            end_ms=self.end_ms,
+            created_by=self.created_by,
+            now_ms=self.now_ms,
+            gpu_uuids=self.request.uuids,
+            guests=self.request.guests,
+            event=lambda reservation_id: self.record(reservation_id).event_data(self.gpus),
+        )
+
+    def answer(self) -> dict[str, Any]:
+        if isinstance(self.written, Exception):
+            raise self.written
+        assert self.written is not None
+        return self.record(self.written).to_dict(self.gpus)
+
+
+class Creates:
+    def __init__(
+        self,
+        store: Store,
+        bounds: DurationBounds,
+        *,
+        on_commit: Callable[[], None],
+        host_offered: Callable[[str], bool],
+        quota_margin: timedelta,
+    ) -> None:
+        self.bounds = bounds
+        self.host_offered = host_offered
+        self.quota_margin = quota_margin
+        self.memory = Memory()
+        self._pending: list[_Pending] = []
+        # GPUs of the requests waiting: a slot load takes theirs too (one query, not one each).
+        self._wanted: Counter[str] = Counter()
+        self._locked: set[str] = set()  # owners this batch's transaction holds (PostgreSQL)
+        self._wrote = False  # this batch wrote a reservation (flushes may come earlier)
+        self._placeholders = itertools.count(-1, -1)
+        self.writer = GroupWriter(
+            store,
+            prepare=self._prepare,
+            finish=self._finish,
+            on_commit=on_commit,
+            on_failure=self._failed,
+        )
+
+    async def create(self, request: Request) -> dict[str, Any]:
+        if isinstance(request.actor, Actor):  # else: refused in the job, once the actor is known
+            refusals = self._plain_refusals(request, request.actor)
+            if refusals:
+                raise refusal_error(refusals)
+        self._wanted.update(request.uuids)
+        try:
+            answer: dict[str, Any] = await self.writer.submit(
+                lambda conn: self._check(conn, request), request
+            )
+        finally:
+            self._wanted.subtract(request.uuids)
+        return answer
+
+    def _plain_refusals(self, request: Request, actor: Actor | str) -> list[Refusal]:
+        """What needs no database (an actor given by name: its admin flag is checked later)."""
+        refusals = (
+            text_refusals(request.title, request.description)
+            + interval_refusals(
+                request.start, request.end, self.bounds, request.now, new_start=True
+            )
+            + guest_refusals(request.owner, request.guests)
+        )
+        if isinstance(actor, Actor) and request.owner != actor.username and not actor.is_admin:
+            refusals.insert(0, Refusal("forbidden", "only admins reserve for someone else"))
+        if not request.uuids:
+            refusals.append(Refusal("invalid", "choose at least one GPU", {"field": "gpus"}))
+        return refusals
+
+    async def _check(self, conn: AsyncConnection, request: Request) -> Answer:
+        """Check `request` against memory (and the database for quotas); hold it as pending."""
+        directory = self.memory.directory
+        if isinstance(request.actor, str):
+            actor = directory.actor(request.actor)
+            if actor is None:
+                raise Forbidden(f"unknown user {request.actor!r}", {"actor": request.actor})
+            refusals = self._plain_refusals(request, actor)
+            if refusals:
+                raise refusal_error(refusals)
+        else:
+            actor = request.actor
+        member = directory.member(request.owner)
+        if member is None:
+            raise NotFound(f"no user named {request.owner!r}", {"user": request.owner})
+        uuids = request.uuids
+        missing = [uuid for uuid in uuids if uuid not in directory.gpus]
+        if missing:
+            raise InvalidRequest(
+                f"unknown GPU {', '.join(missing)}", {"field": "gpus", "unknown": missing}
+            )
+        unknown = directory.unknown_users(request.guests)
+        if unknown:
+            raise InvalidRequest(
+                f"unknown user {', '.join(unknown)} in guests",
+                {"field": "guests", "unknown": unknown},
+            )
+        gpus = {uuid: directory.gpus[uuid] for uuid in uuids}
+        start_ms, end_ms = to_ms(request.start), to_ms(request.end)
+        applicable = [rule for rule in directory.rules if rule_applies_to(rule, member)]
+        limited = any(rule.limits.any for rule in applicable)
+        if limited:  # the owner's bookings come from the database: write the pending first
+            await self._flush(conn)
+            if request.owner not in self._locked:  # (locked in _prepare, unless rules moved)
+                await lock_owner(conn, request.owner)
+                self._locked.add(request.owner)
+        slots = self.memory.slots
+        await slots.load(
+            conn,
+            uuids,
+            to_ms(request.now - START_GRACE),
+            also=(uuid for uuid, n in self._wanted.items() if n > 0),
+        )
+        clashes = slots.clashes(uuids, start_ms, end_ms)
+        if any(clash.reservation_id < 0 for clash in clashes):  # name the real reservation
+            await self._flush(conn)
+            await slots.load(conn, uuids, to_ms(request.now - START_GRACE))
+            clashes = slots.clashes(uuids, start_ms, end_ms)
+        refusals = removed_host_refusals(gpus.values(), self.host_offered)
+        refusals += conflict_refusals(clashes, gpus)
+        bookings = []
+        if limited:
+            bookings = await repository.owner_bookings(
+                conn,
+                request.owner,
+                to_ms(request.start - self.quota_margin),
+                to_ms(request.end + self.quota_margin),
+            )
+        refusals += access_refusals(
+            member,
+            applicable,
+            list(gpus.values()),
+            request.start,
+            request.end,
+            bookings,
+            directory.gpus,
+        )
+        if refusals:
+            raise refusal_error(refusals)
+        pending = _Pending(
+            request,
+            actor.username,
+            gpus,
+            start_ms,
+            end_ms,
+            to_ms(request.now),
+            placeholder=next(self._placeholders),
+        )
+        self._pending.append(pending)
+        slots.add(uuids, start_ms, end_ms, pending.placeholder, request.owner)
+        return pending.answer
+
+    async def _flush(self, conn: AsyncConnection) -> None:
+        """Write the pending requests (one SAVEPOINT each); an overlap the database refuses
+        is a 409 that says which booking, and those GPUs are loaded again."""
+        pending, self._pending = self._pending, []
+        written = await write_rows(conn, [p.row() for p in pending])
+        for held, outcome in zip(pending, written, strict=True):
+            uuids = held.request.uuids
+            if isinstance(outcome, Exception):
+                self.memory.slots.forget(uuids)
+                found = await repository.clashes(conn, uuids, held.start_ms, held.end_ms)
+                held.written = (
+                    refusal_error(conflict_refusals(found, held.gpus))
+                    if found
+                    else ReservationConflict(
+                        "a GPU was reserved by someone else at the same moment; try again",
+                        {"reasons": []},
+                    )
+                )
+            else:
+                self.memory.slots.rename(uuids, held.start_ms, held.placeholder, outcome)
+                held.written = outcome
+                self._wrote = True
+
+    async def _prepare(self, conn: AsyncConnection, requests: list[Request]) -> None:
+        """Sync the model; lock the owners whose quotas the batch checks, all at once and in
+        name order, so two replicas' batches never wait for each other in a circle."""
+        await self.memory.sync(conn)
+        directory = self.memory.directory
+        self._locked = set()
+        for request in requests:
+            member = directory.member(request.owner)
+            if member is not None and any(
+                rule.limits.any for rule in directory.rules if rule_applies_to(rule, member)
+            ):
+                self._locked.add(request.owner)
+        await lock_owners(conn, sorted(self._locked))
+
+    async def _finish(self, conn: AsyncConnection) -> bool:
+        await self._flush(conn)
+        wrote, self._wrote = self._wrote, False
+        return wrote
+
+    def _failed(self) -> None:
+        self._wrote = False
+        self._pending = []
+        self.memory.reset()
