@@ -13,10 +13,11 @@ Usage::
    (heartbeat 2 s, dead after 6 s). This process follows their heartbeats (`replica.heartbeat`:
    each says its id, role, hosts and its own RPC queue) and waits until both are `active` and
    their hosts add up to N.
-3. Warm-up (2 intervals; --quick: 1), each replica's stats reset, M intervals measured (4;
-   --quick: 2), each replica's stats again. Sample age is the time from a host's tick to its
-   events being published; the p99 given is the larger of the two replicas' p99s, which bounds
-   the p99 over both. CPU of each replica and of the simulator from /proc over that window.
+3. Warm-up (3 intervals: the first one has every SSH handshake; --quick: 1), each replica's
+   stats reset, M intervals measured (4; --quick: 2), each replica's stats again. Sample age
+   is the time from a host's tick to its events being published; the p99 given is the larger
+   of the two replicas' p99s, which bounds the p99 over both. CPU of each replica, of the
+   simulator, of RabbitMQ and PostgreSQL (all their users) from /proc over that window.
 4. Failover: this process subscribes to `host.sampled`, kills one replica with SIGKILL and
    waits until every host that replica polled (rendezvous hashing over the two ids:
    `services/monitor/shards.py`) has a sample taken after the kill. `monitor_failover_s` is the
@@ -126,6 +127,23 @@ class Samples:
         return doubles, gaps
 
 
+def _server_cpu_seconds() -> dict[str, float]:
+    """CPU seconds of RabbitMQ and of every PostgreSQL process (shared with whatever else
+    runs on this machine)."""
+    found = {"rabbitmq": 0.0, "postgresql": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name = (entry / "comm").read_text().strip()
+            key = "rabbitmq" if name == "beam.smp" else "postgresql" if name == "postgres" else ""
+            if key:
+                found[key] += common.cpu_seconds(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 async def _until(check: Any, what: str, timeout: float, *children: common.Child) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -154,7 +172,7 @@ async def measure_monitor_sharding(
     workdir: Path, *, hosts: int, interval_s: float, amqp_url: str, pg_url: str, quick: bool
 ) -> dict[str, Any]:
     """The figures of one run (see the module's doc); `pg_url` names the database to use."""
-    warmup, intervals = (1, 2) if quick else (2, 4)
+    warmup, intervals = (1, 2) if quick else (3, 4)
     env = common.child_env(workdir)
     children: list[common.Child] = []
     bus = AmqpBus(amqp_url, name=f"bench-monitor-sharding-{os.getpid()}")
@@ -207,15 +225,17 @@ async def measure_monitor_sharding(
         await asyncio.sleep(warmup * interval_s)
         rpcs = {pid: data["details"]["rpc"] for pid, data in shares.items()}
         for rpc in rpcs.values():
-            await bus.call(rpc, "stats", {"reset": True}, timeout=10)
+            await bus.call(rpc, "stats", {"reset": True}, timeout=30)
         started = time.monotonic()
         cpu0 = {c.name: common.cpu_seconds(c.pid) for c in (sim, a, b)}
+        servers0 = _server_cpu_seconds()
         await asyncio.sleep(intervals * interval_s)
-        stats = [await bus.call(rpc, "stats", {}, timeout=10) for rpc in rpcs.values()]
+        stats = [await bus.call(rpc, "stats", {}, timeout=30) for rpc in rpcs.values()]
         seconds = time.monotonic() - started
         cpu = {
             c.name: (common.cpu_seconds(c.pid) - cpu0[c.name]) / seconds * 100 for c in (sim, a, b)
         }
+        servers = {k: (v - servers0[k]) / seconds * 100 for k, v in _server_cpu_seconds().items()}
         p99s = [s["sample_age_ms"]["p99"] for s in stats]
         figures.update(
             p99_sample_age_ms=max((p for p in p99s if p is not None), default=float("nan")),
@@ -227,6 +247,9 @@ async def measure_monitor_sharding(
             failures=sum(s["failures"] for s in stats),
             monitor_cpu_percent=[round(cpu[a.name]), round(cpu[b.name])],
             sim_cpu_percent=round(cpu[sim.name]),
+            rabbitmq_cpu_percent=round(servers["rabbitmq"]),
+            postgresql_cpu_percent=round(servers["postgresql"]),
+            load_1m=round(os.getloadavg()[0], 1),
         )
 
         # Failover: SIGKILL b; its hosts fresh again from a.
