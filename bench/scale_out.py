@@ -10,9 +10,9 @@ rabbitmqctl on amqp://guest:guest@127.0.0.1:5672/) and a fresh PostgreSQL databa
 postgresql://postgres@127.0.0.1:5432), all removed afterwards, also on error or Ctrl-C:
 
 1. Monitor sharding (`measure_monitor_sharding`, bench/_monitor_sharding.py): `warden sim` with
-   N hosts x 8 GPUs (default 1,000, the largest that met the targets on 2 shared cores; the aim is
-   2,000: `--hosts 2000`; --quick: 100 at a 2 s interval), two `warden run monitor`
-   processes splitting them by rendezvous hashing over the replicas they hear; after a warm-up,
+   N hosts x 8 GPUs (default 1,000, the largest size measured that met the targets on 2 shared
+   cores; the aim is 2,000: `--hosts 2000`; --quick: 100 at a 2 s interval), two `warden run
+   monitor` processes splitting them by rendezvous hashing over the replicas they hear; after a warm-up,
    the sample age (a host's tick to its events published) over 4 intervals (the p99 given is
    the larger of the two replicas' p99s); then one replica is killed with SIGKILL and
    `monitor_failover_s` is the kill to the moment every host it polled has a sample taken
@@ -44,7 +44,7 @@ from _violations_failover import measure_violations_failover, postgres_database
 from services.shared.errors import WardenError
 
 ADMIN_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-# The aim is 2,000 hosts; 1,000 is the largest fleet that met the targets here, on
+# The aim is 2,000 hosts; of the sizes measured, 1,000 is the largest that met the targets on
 # 2 cores shared with the simulator (see the README's Performance section).
 AIM_HOSTS, HOSTS, QUICK_HOSTS = 2_000, 1_000, 100
 INTERVAL_S, QUICK_INTERVAL_S = 5.0, 2.0
