@@ -12,9 +12,9 @@ postgresql://postgres@127.0.0.1:5432), all removed afterwards, also on error or 
 1. Monitor sharding (`measure_monitor_sharding`, bench/_monitor_sharding.py): `warden sim` with
    N hosts x 8 GPUs (default 1,000, the largest size measured that met the targets on 2 shared
    cores; the aim is 2,000: `--hosts 2000`; --quick: 100 at a 2 s interval), two `warden run
-   monitor` processes splitting them by rendezvous hashing over the replicas they hear; after a warm-up,
-   the sample age (a host's tick to its events published) over 4 intervals (the p99 given is
-   the larger of the two replicas' p99s); then one replica is killed with SIGKILL and
+   monitor` processes splitting them by rendezvous hashing over the replicas they hear; after
+   a warm-up, the sample age (a host's tick to its events published) over 4 intervals (the
+   p99 given is the larger of the two replicas' p99s); then one replica is killed with SIGKILL and
    `monitor_failover_s` is the kill to the moment every host it polled has a sample taken
    after the kill; then it rejoins (double polls and gaps counted).
 2. Violations failover (`measure_violations_failover`, bench/_violations_failover.py): two
