@@ -22,6 +22,7 @@ from services.shared.bus import RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
 from services.shared.leadership import Leadership, is_solo, rpc_table, serve_office
 from services.shared.outbox import Relay
+from services.shared.rpc import served
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
 from services.shared.usage_report import report_handler
@@ -130,7 +131,11 @@ def rpc_table_for(
         ctx.bus,
         ctx.name,
         leadership,
-        local={api.USAGE_REPORT.name: report_handler(store, usage_report.usage_report)},
+        # `served` loads the arguments by the method's schema, as every handler gets them.
+        local=served(
+            [api.USAGE_REPORT],
+            {api.USAGE_REPORT: report_handler(store, usage_report.usage_report)},
+        ),
         office=lambda: serving or None,
         names={m.name: m.timeout_s for m in api.METHODS},
     )

@@ -71,15 +71,24 @@ class Commands:
         # Whether a host is in the monitor's inventory: a removed host's GPUs take no new booking.
         self.host_offered = host_offered
         self.on_commit = on_commit  # wakes the outbox relay and the lifecycle timer
+        # After creates committed, with their earliest start (ms); None: `on_commit`. Wakes
+        # only what a booking starting then concerns (service.py).
+        self.on_created: Callable[[int], None] | None = None
         self.clock = clock
         # Creates: checked in memory, written by group commit (services.reservations.creates).
         self.creates = Creates(
             store,
             bounds,
-            on_commit=lambda: self.on_commit(),
+            on_commit=self._created,
             host_offered=lambda host: self.host_offered(host),
             quota_margin=QUOTA_MARGIN,
         )
+
+    def _created(self, earliest_start_ms: int) -> None:
+        if self.on_created is None:
+            self.on_commit()
+        else:
+            self.on_created(earliest_start_ms)
 
     # --- who is asking ------------------------------------------------------------------------
 

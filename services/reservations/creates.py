@@ -124,7 +124,7 @@ class Creates:
         store: Store,
         bounds: DurationBounds,
         *,
-        on_commit: Callable[[], None],
+        on_commit: Callable[[int], None],
         host_offered: Callable[[str], bool],
         quota_margin: timedelta,
     ) -> None:
@@ -136,13 +136,15 @@ class Creates:
         # GPUs of the requests waiting: a slot load takes theirs too (one query, not one each).
         self._wanted: Counter[str] = Counter()
         self._locked: set[str] = set()  # owners this batch's transaction holds (PostgreSQL)
-        self._wrote = False  # this batch wrote a reservation (flushes may come earlier)
+        # The earliest start this batch wrote (flushes may come earlier); None: nothing written.
+        self._earliest: int | None = None
+        self.on_commit = on_commit  # with that start: what wakes depends on how soon it is
         self._placeholders = itertools.count(-1, -1)
         self.writer = GroupWriter(
             store,
             prepare=self._prepare,
             finish=self._finish,
-            on_commit=on_commit,
+            on_commit=self._committed,
             on_failure=self._failed,
         )
 
@@ -278,7 +280,8 @@ class Creates:
             else:
                 self.memory.slots.rename(uuids, held.start_ms, held.placeholder, outcome)
                 held.written = outcome
-                self._wrote = True
+                if self._earliest is None or held.start_ms < self._earliest:
+                    self._earliest = held.start_ms
 
     async def _prepare(self, conn: AsyncConnection, requests: list[Request]) -> None:
         """Sync the model; lock the owners whose quotas the batch checks, all at once and in
@@ -296,10 +299,14 @@ class Creates:
 
     async def _finish(self, conn: AsyncConnection) -> bool:
         await self._flush(conn)
-        wrote, self._wrote = self._wrote, False
-        return wrote
+        return self._earliest is not None
+
+    def _committed(self) -> None:
+        earliest, self._earliest = self._earliest, None
+        if earliest is not None:
+            self.on_commit(earliest)
 
     def _failed(self) -> None:
-        self._wrote = False
+        self._earliest = None
         self._pending = []
         self.memory.reset()

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from services.reservations import accounts, idle_store, repository
+from services.reservations import idle_store, repository
 from services.reservations.access import idle_policy_of
 from services.reservations.booking import Actor
 from services.reservations.commands import Commands
@@ -40,6 +40,7 @@ from services.reservations.idle import (
     read_token,
 )
 from services.reservations.lifecycle import Figure
+from services.reservations.memory import ReadDirectory
 from services.reservations.outbox import add_event
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
@@ -80,9 +81,12 @@ class IdleWatch:
         link_base: str,
         stale_after: timedelta,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        directory: ReadDirectory | None = None,
     ) -> None:
         self.store = store
         self.commands = commands
+        # Owners' groups, rules and GPUs: from memory, checked against the version counter.
+        self.directory = directory or ReadDirectory()
         self.bus = bus
         self.secret = secret
         self.link_base = link_base.rstrip("/")
@@ -155,18 +159,18 @@ class IdleWatch:
                 if ids
                 else []
             )
-            rules = await repository.load_rules(conn)
-            known = await repository.load_gpus(conn, [u for us in by_id.values() for u in us])
-            members = {
-                owner: await accounts.member(conn, owner) for owner in {r.owner for r in found}
-            }
+            directory = await self.directory.get(conn)
             stored = await idle_store.rows(conn, ids)
+        rules = list(directory.rules)
         running: dict[int, Running] = {}
         for row in found:
             state_row = stored.get(row.id)
             if state_row is not None and state_row.outcome is not None:
                 continue  # released already
-            policy = idle_policy_of(rules, members[row.owner], by_id[row.id], known, now)
+            member = directory.member(row.owner)
+            if member is None:
+                raise NotFound(f"no user named {row.owner!r}", {"user": row.owner})
+            policy = idle_policy_of(rules, member, by_id[row.id], directory.gpus, now)
             running[row.id] = Running(row.owner, row.title, row.end_ms, policy)
             seen = self._states.get(row.id, IdleState()).seen_at
             if state_row is not None:

@@ -61,13 +61,18 @@ class UsageTracker:
         self._refreshed_at = float("-inf")
         self._lock = asyncio.Lock()
 
+    @property
+    def margin_ms(self) -> int:
+        """How far around now a refresh looks: a booking that starts later needs none."""
+        return int(self.refresh_s * 1000) + 60_000
+
     def invalidate(self) -> None:
         """Reservations changed: look them up again before the next sample."""
         self._refreshed_at = float("-inf")
 
     async def _refresh(self) -> None:
         now_ms = to_ms(self.clock())
-        margin = int(self.refresh_s * 1000) + 60_000
+        margin = self.margin_ms
         async with self.store.read() as conn:
             rows = await repository.slots_in_range(conn, now_ms - margin, now_ms + margin)
             ids = {row.reservation_id for row in rows} - set(self._totals)

@@ -11,8 +11,11 @@ makes it: this replica, another one, an admin's SQL).
   constraint refuses ours (409), and that GPU is loaded again. Rebuilt every REBUILD_S anyway,
   so bookings that ended do not pile up.
 
-Reads may use it too (`Memory.sync` on a read connection gives the same guarantee at that
-moment). `Memory.sync(conn)` reads both counters (one query) inside the caller's write transaction.
+`Memory.sync(conn)` reads both counters (one query) inside the caller's write transaction.
+Reads (overview, earliest slot, the idle watch) take the directory from `ReadDirectory`, checked
+against the `directory` counter on the read's own connection: what it answers is at least as
+new as the counter read (the counter is read first, the tables after), so a change committed
+by any replica before the read began is in it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from services.reservations.store import from_ms
 from services.reservations.tables import group_members, groups, users
 
 _VERSIONS = "SELECT directory, slots_freed FROM reservations_versions WHERE id = 1"
+_DIRECTORY_VERSION = "SELECT directory FROM reservations_versions WHERE id = 1"
 # The slot index is rebuilt (lazily, per GPU) at least this often: bookings that ended leave it.
 REBUILD_S = 600.0
 
@@ -166,11 +170,35 @@ class SlotIndex:
         ]
 
 
+class ReadDirectory:
+    """The directory for reads, shared by every read of one replica."""
+
+    def __init__(self) -> None:
+        self._held: tuple[int, Directory] | None = None
+
+    def offer(self, version: int, directory: Directory) -> None:
+        """Keep `directory` (as of `version`) unless a newer one is held: counters only grow,
+        and two loads may finish in either order."""
+        if self._held is None or self._held[0] < version:
+            self._held = (version, directory)
+
+    async def get(self, conn: AsyncConnection) -> Directory:
+        """The directory as of now: one small query when nothing changed."""
+        version = int((await conn.exec_driver_sql(_DIRECTORY_VERSION)).scalar_one())
+        held = self._held
+        if held is not None and held[0] == version:
+            return held[1]
+        directory = await load_directory(conn)
+        self.offer(version, directory)
+        return directory
+
+
 class Memory:
     """The directory and the slot index of one replica, with the versions they are of."""
 
     def __init__(self) -> None:
         self.directory = Directory()
+        self.reads = ReadDirectory()  # what a write transaction loads serves the reads too
         self.slots = SlotIndex()
         self._versions: tuple[int, int] | None = None
         self._built_at = time.monotonic()
@@ -187,6 +215,7 @@ class Memory:
         held = self._versions
         if held is None or held[0] != directory:
             self.directory = await load_directory(conn)
+            self.reads.offer(directory, self.directory)
         if held is None or held[1] != freed or time.monotonic() - self._built_at > REBUILD_S:
             self.slots.clear()
             self._built_at = time.monotonic()

@@ -20,6 +20,7 @@ from services.reservations.access import (
 from services.reservations.activity import ActivityBoard
 from services.reservations.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.intervals import merge
+from services.reservations.memory import Directory, ReadDirectory
 from services.reservations.planner import IdleFirst, Slot, earliest_slot
 from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, from_ms, now_ms, to_ms
@@ -37,8 +38,11 @@ class Queries:
         live_usage: Callable[[int], dict[str, Any] | None] = lambda _: None,
         host_offered: Callable[[str], bool] = lambda _host: True,
         activity: ActivityBoard | None = None,
+        directory: ReadDirectory | None = None,
     ) -> None:
         self.store = store
+        # Users, groups, rules and GPUs, checked against the database's version counter per read.
+        self.directory = directory or ReadDirectory()
         self.live_usage = live_usage  # usage of running reservations, fresher than stored
         self.host_offered = host_offered  # a removed host's GPUs are not offered
         self.activity = activity  # what runs on the GPUs now: idle ones first for a slot now
@@ -120,11 +124,11 @@ class Queries:
             raise InvalidRequest("the range is shorter than one slot", {"field": "end"})
         end = start + slots * slot
         async with self.store.read() as conn:
-            member = await accounts.member(conn, username)
-            rules = await repository.load_rules(conn)
-            known = await repository.load_gpus(conn, gpu_uuids)
+            directory = await self.directory.get(conn)
+            member = _member(directory, username)
+            known = _gpus(directory, gpu_uuids)
             rows = await reads.busy_slots(conn, to_ms(start), to_ms(end), gpu_uuids)
-        mine = [r for r in rules if rule_applies_to(r, member)]
+        mine = [r for r in directory.rules if rule_applies_to(r, member)]
         allowed = allowed_by_gpu(member, mine, list(known.values()), start, end)
         booked = grid.by_gpu(rows)
         cells = grid.Grid(username, start, slot, slots)
@@ -164,9 +168,10 @@ class Queries:
         slot that starts now, GPUs idle now before those in use."""
         horizon = not_before + SLOT_SEARCH_HORIZON
         async with self.store.read() as conn:
-            member = await accounts.member(conn, username)
-            rules = await repository.load_rules(conn)
-            known = await repository.load_gpus(conn)
+            directory = await self.directory.get(conn)
+            member = _member(directory, username)
+            rules = directory.rules
+            known = directory.gpus
             candidates = [
                 g
                 for g in known.values()
@@ -258,14 +263,15 @@ class Queries:
         access rule covers the time, or someone else (who did not make them a guest) reserved
         them. An empty list: allowed."""
         async with self.store.read() as conn:
-            member = await accounts.member(conn, username)
-            known = await repository.load_gpus(conn, gpu_uuids)
+            directory = await self.directory.get(conn)
+            member = _member(directory, username)
+            known = _gpus(directory, gpu_uuids)
             missing = sorted(set(gpu_uuids) - set(known))
             if missing:
                 raise InvalidRequest(
                     f"unknown GPU {', '.join(missing)}", {"field": "gpus", "unknown": missing}
                 )
-            rules = await repository.load_rules(conn)
+            rules = directory.rules
             rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
             found = await repository.records(conn, {row.reservation_id for row in rows})
         refusals = [
@@ -321,6 +327,21 @@ class Queries:
             }
             for row in sorted(rows, key=lambda r: r.gpu_uuid)
         ]
+
+
+def _member(directory: Directory, username: str) -> Member:
+    member = directory.member(username)
+    if member is None:
+        raise NotFound(f"no user named {username!r}", {"user": username})
+    return member
+
+
+def _gpus(directory: Directory, uuids: Sequence[str] | None) -> dict[str, Gpu]:
+    """The known GPUs of `uuids` (all when None), in host and index order."""
+    if uuids is None:
+        return dict(directory.gpus)
+    wanted = set(uuids)
+    return {uuid: gpu for uuid, gpu in directory.gpus.items() if uuid in wanted}
 
 
 def _matches(gpu: Gpu, host: str | None, gpu_model: str | None) -> bool:

@@ -12,15 +12,20 @@ from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.directory import Directory
 from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
+from services.reservations.idle_watch import REFRESH_S as idle_refresh_s
 from services.reservations.idle_watch import IdleWatch
+from services.reservations.lifecycle import TICK_S as lifecycle_tick_s
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
-from services.reservations.store import Store
+from services.reservations.store import Store, now_ms
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
 from services.shared.host_directory import HostDirectory
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
+
+# The longest an event waits for the next flush after another flush began (outbox.Relay).
+RELAY_GAP_S = 0.01
 
 
 async def start(ctx: ServiceContext) -> Teardown:
@@ -28,7 +33,8 @@ async def start(ctx: ServiceContext) -> Teardown:
     try:
         store = Store(await open_database(ctx, stack))
         settings = ctx.settings.reservations
-        relay = Relay(store, ctx.bus, outbox)
+        # Creates commit one after the other at one client: their events share flushes.
+        relay = Relay(store, ctx.bus, outbox, min_gap_s=RELAY_GAP_S)
         usage = UsageTracker(store, settings.idle_below_percent)
         poll = timedelta(seconds=ctx.settings.monitor.interval_s)
         activity = ActivityBoard(
@@ -45,6 +51,18 @@ async def start(ctx: ServiceContext) -> Teardown:
             usage.invalidate()
             watch.invalidate()  # a new or changed booking: looked up at the next check
 
+        def on_created(earliest_start_ms: int) -> None:
+            # New bookings only: one that starts later than what each timer looks at is
+            # picked up by its own next look, so only the outbox is woken for it.
+            relay.kick()
+            soon_ms = earliest_start_ms - now_ms()
+            if soon_ms <= lifecycle_tick_s * 1000:  # reservation.started at once, as before
+                lifecycle.kick()
+            if soon_ms <= usage.margin_ms:
+                usage.invalidate()
+            if soon_ms <= idle_refresh_s * 1000:
+                watch.invalidate()
+
         lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
         # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
         hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
@@ -57,6 +75,8 @@ async def start(ctx: ServiceContext) -> Teardown:
             on_commit=on_commit,
             host_offered=hosts.offers,
         )
+        commands.on_created = on_created
+        reads = commands.creates.memory.reads  # one directory for the creates and the reads
         gateway = ctx.settings.gateway
         watch = IdleWatch(
             store,
@@ -66,6 +86,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             link_base=gateway.public_url or f"http://{gateway.host}:{gateway.port}",
             # No action on figures older than three polls: the host's picture is not "now".
             stale_after=3 * poll + timedelta(seconds=ctx.settings.monitor.poll_deadline_s),
+            directory=reads,
         )
         usage.on_figures = watch.on_figures
         await relay.start()
@@ -81,7 +102,9 @@ async def start(ctx: ServiceContext) -> Teardown:
             stack.push_async_callback(teardown)
         ldap = ctx.settings.auth.ldap
         directory = Directory(ldap) if ldap.url else None
-        queries = Queries(store, usage.live, host_offered=hosts.offers, activity=activity)
+        queries = Queries(
+            store, usage.live, host_offered=hosts.offers, activity=activity, directory=reads
+        )
         return await start_service(
             ctx,
             stack,

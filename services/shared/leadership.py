@@ -37,7 +37,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.bus import Bus, RpcHandler, Teardown
-from services.shared.bus.inproc import InProcessBus
 from services.shared.errors import ServiceUnavailable
 from services.shared.store import Store
 
@@ -61,7 +60,7 @@ def lease_table(metadata: MetaData, service: str) -> Table:
 
 def is_solo(bus: Bus, store: Store) -> bool:
     """One replica only: SQLite, or an in-process bus no other replica can share."""
-    return store.is_sqlite or isinstance(bus, InProcessBus)
+    return store.is_sqlite or bus.in_process
 
 
 def leader_service(service: str) -> str:

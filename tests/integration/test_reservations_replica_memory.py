@@ -5,7 +5,9 @@ so the test decides which one answers (behind RabbitMQ either may).
 - a slot the other replica freed is bookable at once (no false refusal from memory);
 - a booking the other replica made is a 409 naming it (the database's constraint), not a 500;
 - users, groups, admin flags, access rules and GPUs changed by the other replica apply at once;
-- in a group commit, the database refusing one create leaves the others of its group made.
+- in a group commit, the database refusing one create leaves the others of its group made;
+- reads (overview, earliest slot) take the directory from memory too: a rule, a user or a GPU
+  the other replica changed shows in the next read.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from services.reservations import accounts, repository
 from services.reservations.booking import Actor, DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.domain import Limits
+from services.reservations.queries import Queries
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import gpus, outbox, reservations, versions
 from services.shared import db
-from services.shared.errors import NotAllowed, ReservationConflict
+from services.shared.errors import NotAllowed, NotFound, ReservationConflict
 
 ADMIN = Actor("root", True)
 
@@ -244,3 +247,46 @@ async def test_the_versions_migration_goes_down_and_up_again(database_url: str) 
         assert await counters() == (0, 0)
     finally:
         await engine.dispose()
+
+
+def states(overview: dict[str, Any]) -> dict[str, set[str]]:
+    """Each GPU's slot states in an overview (full format)."""
+    return {
+        gpu["uuid"]: {run["state"] for run in gpu["runs"]}
+        for host in overview["hosts"]
+        for gpu in host["gpus"]
+    }
+
+
+async def test_a_rule_changed_on_one_replica_shows_in_the_others_reads(
+    replicas: Replicas,
+) -> None:
+    reads = Queries(replicas.b_store, directory=replicas.b.creates.memory.reads)
+    start, _end = slot(1)
+    hour = timedelta(hours=1)
+
+    async def overview() -> dict[str, set[str]]:
+        return states(await reads.overview("ann", start, start + 4 * hour, hour))
+
+    async def find() -> dict[str, Any]:
+        return await reads.find_slot("ann", count=1, duration=hour, not_before=start)
+
+    assert await overview() == {"GPU-a-0": {"free"}}  # b holds the directory now
+    assert (await find())["start"] == start.isoformat()
+    async with replicas.b_store.read() as conn:
+        only_rule = (await repository.load_rules(conn))[0]  # "users: every GPU, any time"
+    await replicas.a.delete_rule(ADMIN, only_rule.id)
+    assert await overview() == {"GPU-a-0": {"not_allowed"}}
+    with pytest.raises(NotFound):
+        await find()
+    await replicas.a.create_rule(ADMIN, only_rule)  # back, on a again
+    assert await overview() == {"GPU-a-0": {"free"}}
+    await add_gpu(replicas.a.store, "GPU-a-1", 1)
+    assert await overview() == {"GPU-a-0": {"free"}, "GPU-a-1": {"free"}}
+    with pytest.raises(NotFound):  # a user a makes is one b's reads know
+        await reads.overview("dan", start, start + hour, hour)
+    async with replicas.a.store.write() as conn:
+        await accounts.create_user(
+            conn, username="dan", email="dan@lab.example", password="password-1", actor="t"
+        )
+    assert states(await reads.overview("dan", start, start + hour, hour))["GPU-a-1"] == {"free"}

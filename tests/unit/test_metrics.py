@@ -217,3 +217,13 @@ async def test_the_listener_serves_metrics_and_a_taken_port_says_what_to_set() -
         assert "metrics.port" in taken.value.message
     finally:
         await stop()
+
+
+def test_the_metered_view_tells_what_its_bus_is() -> None:
+    """Leadership asks whether the bus is in-process (then one replica leads alone), the live
+    stream whether the broker connection was re-made: both through a service's MeteredBus."""
+    inner = InProcessBus()
+    metered = MeteredBus(inner, "violations", new_replica_id("violations"))
+    assert metered.in_process
+    inner.reconnections = 3
+    assert metered.reconnections == 3

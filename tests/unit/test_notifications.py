@@ -4,6 +4,7 @@ recording senders: dedupe by key, preferences off, rate limit recorded as limite
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
@@ -26,7 +27,7 @@ from services.violations.notifications.channels import Note
 from services.violations.notifications.limits import RateLimiter
 from services.violations.notifications.notifier import Notifier
 from services.violations.notifications.preferences import Preferences, answer, mask
-from services.violations.notifications.reminders import plan
+from services.violations.notifications.reminders import plan, reminders
 from services.violations.tables import metadata
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -99,6 +100,44 @@ def _held(start_in: timedelta, length: timedelta = timedelta(hours=1)) -> Holdin
     return Holding(
         7, "alice", frozenset(), NOW + start_in, NOW + start_in + length, {"u": ("h", 1)}
     )
+
+
+def _plan_by_reminders(
+    holdings: list[Holding], leads: dict[str, tuple[int, int]], now: datetime
+) -> tuple[list[dict[str, Any]], datetime | None]:
+    """The plan as every reservation's two reminders (notes and all) say it."""
+    due, upcoming = [], []
+    for held in holdings:
+        start_lead, end_lead = leads.get(held.owner, (10, 10))
+        for reminder, moment in zip(
+            reminders(held, start_lead, end_lead), (held.start, held.end), strict=True
+        ):
+            if now >= moment:
+                continue
+            if reminder.at <= now:
+                minutes = -(-int((moment - now).total_seconds()) // 60)
+                due.append({**reminder.note, "text": f"{reminder.note['text']} (in {minutes} min)"})
+            else:
+                upcoming.append(reminder.at)
+    return due, min(upcoming, default=None)
+
+
+def test_the_plan_is_what_each_reservations_reminders_say() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        holdings = [
+            Holding(
+                i,
+                rng.choice(("alice", "bob", "cyd")),
+                frozenset(),
+                start := NOW + timedelta(minutes=rng.randint(-90, 90)),
+                start + timedelta(minutes=rng.randint(1, 120)),
+                {f"u{g}": ("h", g) for g in rng.sample(range(8), rng.randint(1, 3))},
+            )
+            for i in range(rng.randint(0, 12))
+        ]
+        leads = {"alice": (rng.randint(0, 60), rng.randint(0, 60)), "bob": (5, 30)}
+        assert plan(holdings, leads, NOW) == _plan_by_reminders(holdings, leads, NOW)
 
 
 def test_a_reminder_is_due_within_the_lead_time_and_keyed_by_what_it_reminds_of() -> None:

@@ -95,6 +95,11 @@ class Bus(ABC):
         """Whether the bus reaches its broker now (an in-process bus always does)."""
         return True
 
+    @property
+    def in_process(self) -> bool:
+        """Whether every service on this bus is in this one process (`warden run all`)."""
+        return False
+
     @abstractmethod
     async def close(self) -> None:
         """Stop consuming, let in-flight handlers finish or requeue, close connections."""

@@ -75,6 +75,10 @@ class InProcessBus(Bus):
         self._workers: set[asyncio.Task[None]] = set()
         self._closed = False
 
+    @property
+    def in_process(self) -> bool:
+        return True
+
     async def start(self) -> None:
         self._closed = False
 

@@ -56,6 +56,14 @@ class MeteredBus(Bus):
     def connected(self) -> bool:
         return self.inner.connected
 
+    @property
+    def in_process(self) -> bool:
+        return self.inner.in_process
+
+    @property
+    def reconnections(self) -> int:  # type: ignore[override]  # the stream's broker-drop check
+        return self.inner.reconnections
+
     def add_probe(self, probe: Probe) -> Teardown:
         """Run `probe` at every scrape under this service's labels; returns its removal."""
         remove = PROBES.add(self.service, self.replica, probe)

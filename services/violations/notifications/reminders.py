@@ -22,6 +22,9 @@ from services.shared.reservation_book import Holding
 log = logging.getLogger("warden.notifications")
 
 MAX_SLEEP_S = 60.0  # looks again at least this often (a lead time changed meanwhile)
+# Woken by changes, a pass comes at most this often: a stream of bookings (hundreds a second)
+# shares passes, each of which looks at every reservation held; reminders are in minutes.
+MIN_GAP_S = 1.0
 
 # owner -> (start lead, end lead) in minutes
 Leads = Callable[[Iterable[str]], Awaitable[dict[str, tuple[int, int]]]]
@@ -40,46 +43,53 @@ def _gpus(held: Holding) -> str:
     )
 
 
+_KINDS = (("reservation_starting", "starts"), ("reservation_ending", "ends"))
+
+
+def _note(held: Holding, kind: str, verb: str, at: datetime) -> dict[str, Any]:
+    return {
+        "user": held.owner,
+        "kind": kind,
+        "title": f"Your reservation #{held.reservation_id} {verb} soon",
+        "text": f"Reservation #{held.reservation_id} on {_gpus(held)} {verb} at "
+        f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC.",
+        "key": f"reservation:{held.reservation_id}:{kind}:{at.isoformat()}",
+    }
+
+
 def reminders(held: Holding, start_lead_min: int, end_lead_min: int) -> list[Due]:
     """The two reminders of one reservation, with when each is due (pure)."""
-    found = []
-    for kind, at, lead, verb in (
-        ("reservation_starting", held.start, start_lead_min, "starts"),
-        ("reservation_ending", held.end, end_lead_min, "ends"),
-    ):
-        note = {
-            "user": held.owner,
-            "kind": kind,
-            "title": f"Your reservation #{held.reservation_id} {verb} soon",
-            "text": f"Reservation #{held.reservation_id} on {_gpus(held)} {verb} at "
-            f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC.",
-            "key": f"reservation:{held.reservation_id}:{kind}:{at.isoformat()}",
-        }
-        found.append(Due(note, at - timedelta(minutes=lead)))
-    return found
+    return [
+        Due(_note(held, kind, verb, at), at - timedelta(minutes=lead))
+        for (kind, verb), at, lead in zip(
+            _KINDS, (held.start, held.end), (start_lead_min, end_lead_min), strict=True
+        )
+    ]
 
 
 def plan(
     holdings: Iterable[Holding], leads: dict[str, tuple[int, int]], now: datetime
 ) -> tuple[list[dict[str, Any]], datetime | None]:
-    """(notes due now, when the next one is due) for `holdings` (pure)."""
+    """(notes due now, when the next one is due) for `holdings` (pure). A note is written
+    only for a reminder due now: a pass looks at every reservation held, after every change."""
     due: list[dict[str, Any]] = []
-    upcoming: list[datetime] = []
+    upcoming: datetime | None = None
     for held in holdings:
         start_lead, end_lead = leads.get(held.owner, (10, 10))
-        for reminder, moment in zip(
-            reminders(held, start_lead, end_lead), (held.start, held.end), strict=True
+        for (kind, verb), moment, lead in zip(
+            _KINDS, (held.start, held.end), (start_lead, end_lead), strict=True
         ):
             if now >= moment:
                 continue  # it has started (or ended): too late to remind
-            if reminder.at <= now:
+            at = moment - timedelta(minutes=lead)
+            if at <= now:
                 minutes = math.ceil((moment - now).total_seconds() / 60)
-                note = dict(reminder.note)
+                note = _note(held, kind, verb, moment)
                 note["text"] = f"{note['text']} (in {minutes} min)"
                 due.append(note)
-            else:
-                upcoming.append(reminder.at)
-    return due, min(upcoming, default=None)
+            elif upcoming is None or at < upcoming:
+                upcoming = at
+    return due, upcoming
 
 
 class Reminders:
@@ -120,7 +130,9 @@ class Reminders:
         return upcoming
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            began = loop.time()
             self._wake.clear()
             try:
                 upcoming = await self.pass_once()
@@ -132,3 +144,6 @@ class Reminders:
                 wait = min(wait, max((upcoming - self.clock()).total_seconds(), 0.05))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
+            rest = began + MIN_GAP_S - loop.time()
+            if rest > 0 and self._wake.is_set():
+                await asyncio.sleep(rest)  # the changes of the next moments share this pass
