@@ -16,8 +16,9 @@ Set-up, for each backend in turn:
   4 weeks ago to 8 weeks ahead (mostly 1 GPU, some 2/4/8 on one host, 1-12 h, never
   overlapping on a GPU), bulk-inserted straight into the tables (no RPC).
 - The service started as `warden run` starts it (`services.reservations.service.start` on an
-  in-process bus); every figure below is one `bus.call("reservations", ...)` (JSON round trip
-  of arguments and results included), timed with time.perf_counter after a few warm-up calls.
+  in-process bus, then `runtime.settle_garbage_collector()`); every figure below is one
+  `bus.call("reservations", ...)` (JSON round trip of arguments and results included), timed
+  with time.perf_counter after a few warm-up calls.
 
 Measurements:
 
@@ -84,7 +85,7 @@ from services.shared import db
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings
 from services.shared.errors import NotFound, ReservationConflict, WardenError
-from services.shared.runtime import ServiceContext
+from services.shared.runtime import ServiceContext, settle_garbage_collector
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -392,6 +393,7 @@ async def running_service(url: str, data_dir: Path) -> AsyncIterator[Call]:
     await bus.start()
     try:
         teardown = await start_reservations(ServiceContext("reservations", settings, bus))
+        settle_garbage_collector()  # as `warden run` does once its services have started
         try:
 
             async def call(method: str, args: dict[str, Any]) -> Any:
