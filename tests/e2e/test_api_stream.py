@@ -126,8 +126,11 @@ async def test_reconnecting_with_the_last_id_resumes_with_what_was_missed(
         assert [two["data"]["id"], three["data"]["id"]] == [second_made["id"], third_made["id"]]
         assert made["id"] not in (two["data"]["id"], three["data"]["id"])
         assert int(id_two.split("-")[1]) < int(id_three.split("-")[1])
-        # `<epoch>-<seq>-<event_id>`: the event's own id, in the data line too
-        assert id_two.split("-", 2)[2] == two["event_id"] != three["event_id"]
+        # `<epoch>-<seq>-<event_id>`: the event's own id, in the data line too; the id leaves
+        # it out ("") while this replica received events late (here: the accounts' events of
+        # the set-up, published when the service started), as it cannot vouch for positions.
+        assert two["event_id"] and two["event_id"] != three["event_id"]
+        assert id_two.split("-", 2)[2] in (two["event_id"], "")
     finally:
         resumed.response.close()
 

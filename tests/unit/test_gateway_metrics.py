@@ -7,7 +7,7 @@ heartbeating on that bus.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -58,22 +58,23 @@ async def bus() -> AsyncIterator[InProcessBus]:
 
 
 @pytest.mark.parametrize(
-    ("headers", "status"),
+    ("make_headers", "status"),
+    # Made when the test runs: a token issued at collection may have expired by then.
     [
-        ({}, 401),
-        (bearer("not-the-token"), 401),
-        (bearer(access_token("alice", admin=False)), 403),
-        (bearer(access_token("root", admin=True)), 200),
-        (bearer(TOKEN), 200),
-        ({"Authorization": f"Basic {TOKEN}"}, 401),
+        (lambda: {}, 401),
+        (lambda: bearer("not-the-token"), 401),
+        (lambda: bearer(access_token("alice", admin=False)), 403),
+        (lambda: bearer(access_token("root", admin=True)), 200),
+        (lambda: bearer(TOKEN), 200),
+        (lambda: {"Authorization": f"Basic {TOKEN}"}, 401),
     ],
     ids=["anonymous", "wrong token", "user", "admin", "metrics token", "not bearer"],
 )
 async def test_metrics_on_the_gateway_port_are_for_admins_and_the_token(
-    bus: InProcessBus, headers: dict[str, str], status: int
+    bus: InProcessBus, make_headers: Callable[[], dict[str, str]], status: int
 ) -> None:
     async with TestClient(TestServer(create_app(settings(), bus))) as client:
-        response = await client.get("/metrics", headers=headers)
+        response = await client.get("/metrics", headers=make_headers())
         assert response.status == status
         if status == 200:
             assert response.content_type == "text/plain"

@@ -69,6 +69,8 @@ from services.shared.failures import (
 )
 
 log = logging.getLogger("warden.bus")
+# How long stopping a consumer may wait for the broker (see subscribe's teardown).
+TEARDOWN_S = 5.0
 
 DEAD_LETTER_EXCHANGE = "warden.dead-letter"
 RPC_EXCHANGE = "warden.rpc"
@@ -309,9 +311,12 @@ class AmqpBus(Bus):
             self._consumer_channels.discard(channel)
             self._ack_batchers.pop(channel, None)
             if not channel.is_closed:
-                await quietly(queue.cancel(tag))
-                await quietly(acks.flush())
-                await quietly(channel.close())
+                # Bounded: on a connection that is down or reconnecting these can wait for the
+                # broker indefinitely, and a leader standing down must not hang on them; a
+                # closed channel is not restored with its consumer when the broker is back.
+                await quietly(asyncio.wait_for(queue.cancel(tag), TEARDOWN_S))
+                await quietly(asyncio.wait_for(acks.flush(), TEARDOWN_S))
+                await quietly(asyncio.wait_for(channel.close(), TEARDOWN_S))
 
         return teardown
 
