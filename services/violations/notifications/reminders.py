@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.shared.failures import describe_failure, outage
 from services.shared.reservation_book import Holding
 
 log = logging.getLogger("warden.notifications")
@@ -136,8 +137,11 @@ class Reminders:
             self._wake.clear()
             try:
                 upcoming = await self.pass_once()
-            except Exception:  # the service may be starting: try again later
-                log.exception("reminders: a pass failed")
+            except Exception as err:  # the service may be starting: try again later
+                if outage(err):  # the database or a service away: no traceback for that
+                    log.warning("reminders: a pass failed (%s); retrying", describe_failure(err))
+                else:
+                    log.exception("reminders: a pass failed")
                 upcoming = None
             wait = MAX_SLEEP_S
             if upcoming is not None:
