@@ -20,7 +20,7 @@ from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
 from services.shared.bus import RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
-from services.shared.leadership import Leadership, is_solo, rpc_table, serve_office
+from services.shared.leadership import Leadership, elect, rpc_table, serve_office
 from services.shared.outbox import Relay
 from services.shared.rpc import served
 from services.shared.runtime import ServiceContext, open_database, start_service
@@ -88,18 +88,7 @@ async def start(ctx: ServiceContext) -> Teardown:
                     await ctx.bus.subscribe(source, pattern, f"{ctx.name}.{name}", handler)
                 )
 
-        leadership = Leadership(
-            store,
-            leader_lease,
-            ctx.name,
-            ctx.replicas.replica_id,
-            on_elected,
-            lease_s=ctx.settings.replicas.lease_s,
-            solo=is_solo(ctx.bus, store),
-            connected=lambda: ctx.bus.connected,
-        )
-        store.fence = leadership.fence
-        ctx.replicas.role = leadership.role
+        leadership = elect(ctx, store, leader_lease, on_elected)
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
         # The leader (the only replica with SQLite) has its consumers subscribed before the

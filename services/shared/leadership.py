@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, literal_column, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -39,6 +39,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.errors import ServiceUnavailable
 from services.shared.store import Store
+
+if TYPE_CHECKING:
+    from services.shared.runtime import ServiceContext
 
 log = logging.getLogger("warden.leadership")
 
@@ -362,6 +365,29 @@ class Leadership:
             self.token = None
         if was_leading and not stopping:
             log.warning("%s: this replica stands by (%s)", self.service, why)
+
+
+def elect(
+    ctx: ServiceContext,
+    store: Store,
+    table: Table,
+    on_elected: Callable[[AsyncExitStack], Awaitable[None]],
+) -> Leadership:
+    """The leadership of a single-writer service's replica: every write of `store` fenced by
+    it, and the replica's heartbeats saying leader or standby. Not started yet."""
+    leadership = Leadership(
+        store,
+        table,
+        ctx.name,
+        ctx.replicas.replica_id,
+        on_elected,
+        lease_s=ctx.settings.replicas.lease_s,
+        solo=is_solo(ctx.bus, store),
+        connected=lambda: ctx.bus.connected,
+    )
+    store.fence = leadership.fence
+    ctx.replicas.role = leadership.role
+    return leadership
 
 
 def rpc_table(

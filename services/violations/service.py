@@ -14,7 +14,7 @@ from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
 from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
-from services.shared.leadership import Leadership, is_solo, rpc_table, serve_office
+from services.shared.leadership import Leadership, elect, rpc_table, serve_office
 from services.shared.outbox import Relay
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.store import Store
@@ -156,18 +156,7 @@ async def start(ctx: ServiceContext) -> Teardown:
 
             office.push_async_callback(stop_starting)
 
-        leadership = Leadership(
-            store,
-            leader_lease,
-            ctx.name,
-            ctx.replicas.replica_id,
-            on_elected,
-            lease_s=ctx.settings.replicas.lease_s,
-            solo=is_solo(ctx.bus, store),
-            connected=lambda: ctx.bus.connected,
-        )
-        store.fence = leadership.fence
-        ctx.replicas.role = leadership.role
+        leadership = elect(ctx, store, leader_lease, on_elected)
         # The leader (the only replica with SQLite) has its consumers subscribed before the
         # service answers `health`, as a service always had; a standby just stands by.
         rpc_served = asyncio.Event()
