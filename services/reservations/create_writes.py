@@ -62,8 +62,9 @@ _GUEST_SQL = "INSERT INTO reservations_guests (reservation_id, username) VALUES 
 _OUTBOX_SQL = "INSERT INTO reservations_outbox (envelope, created_at_ms) VALUES (?, ?)"
 
 
-def _sqlite_writes(db: sqlite3.Connection, rows: Sequence[Row]) -> Written:
-    """Runs on aiosqlite's thread, inside the open transaction."""
+def _sqlite_writes(db: sqlite3.Connection, rows: Sequence[Row], commit: bool) -> Written:
+    """Runs on aiosqlite's thread, inside the open transaction; commits it when `commit` and
+    every row was written."""
     cursor = db.cursor()
     written: Written = []
     try:
@@ -100,6 +101,8 @@ def _sqlite_writes(db: sqlite3.Connection, rows: Sequence[Row]) -> Written:
             else:
                 written.append(reservation_id)
             cursor.execute("RELEASE warden_create")
+        if commit and not any(isinstance(outcome, Exception) for outcome in written):
+            db.commit()
     finally:
         cursor.close()
     return written
@@ -189,8 +192,13 @@ async def _core_writes(conn: AsyncConnection, rows: Sequence[Row]) -> Written:
     return written
 
 
-async def write_rows(conn: AsyncConnection, rows: Sequence[Row]) -> Written:
-    """Write `rows` in the transaction of `conn`; one answer per row, in order."""
+async def write_rows(conn: AsyncConnection, rows: Sequence[Row], *, last: bool = False) -> Written:
+    """Write `rows` in the transaction of `conn`; one answer per row, in order.
+
+    `last`: nothing else is written in this transaction. On SQLite, when every row was
+    written, the COMMIT then goes in the same round trip to aiosqlite's thread (the store
+    finds nothing left to commit); otherwise the transaction stays open for the caller's
+    reads of the refusal, and the store commits it."""
     if not rows:
         return []
     if conn.dialect.name != "sqlite":
@@ -198,5 +206,5 @@ async def write_rows(conn: AsyncConnection, rows: Sequence[Row]) -> Written:
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection  # aiosqlite.Connection
     # aiosqlite's own way to run a function on its thread (where its sqlite3 connection lives).
-    written: Written = await driver._execute(_sqlite_writes, driver._conn, rows)
+    written: Written = await driver._execute(_sqlite_writes, driver._conn, rows, last)
     return written

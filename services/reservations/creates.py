@@ -259,11 +259,12 @@ class Creates:
         slots.add(uuids, start_ms, end_ms, pending.placeholder, request.owner)
         return pending.answer
 
-    async def _flush(self, conn: AsyncConnection) -> None:
+    async def _flush(self, conn: AsyncConnection, *, last: bool = False) -> None:
         """Write the pending requests (one SAVEPOINT each); an overlap the database refuses
-        is a 409 that says which booking, and those GPUs are loaded again."""
+        is a 409 that says which booking, and those GPUs are loaded again. `last`: the
+        transaction's last writes (see `write_rows`)."""
         pending, self._pending = self._pending, []
-        written = await write_rows(conn, [p.row() for p in pending])
+        written = await write_rows(conn, [p.row() for p in pending], last=last)
         for held, outcome in zip(pending, written, strict=True):
             uuids = held.request.uuids
             if isinstance(outcome, Exception):
@@ -298,7 +299,7 @@ class Creates:
         await lock_owners(conn, sorted(self._locked))
 
     async def _finish(self, conn: AsyncConnection) -> bool:
-        await self._flush(conn)
+        await self._flush(conn, last=True)
         return self._earliest is not None
 
     def _committed(self) -> None:

@@ -24,19 +24,16 @@ import bisect
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import repository
+from services.reservations import reads, repository
 from services.reservations.booking import Actor, Clash
 from services.reservations.domain import AccessRule, Gpu, Member
 from services.reservations.store import from_ms
 from services.reservations.tables import group_members, groups, users
 
-_VERSIONS = "SELECT directory, slots_freed FROM reservations_versions WHERE id = 1"
-_DIRECTORY_VERSION = "SELECT directory FROM reservations_versions WHERE id = 1"
 # The slot index is rebuilt (lazily, per GPU) at least this often: bookings that ended leave it.
 REBUILD_S = 600.0
 
@@ -137,8 +134,10 @@ class SlotIndex:
             return
         missing = [uuid for uuid in dict.fromkeys([*uuids, *also]) if uuid not in self._gpus]
         found: dict[str, list[tuple[int, int, int, str]]] = {uuid: [] for uuid in missing}
-        for row in await repository.slots_in_range(conn, after_ms, 2**62, missing):
-            found[row.gpu_uuid].append((row.start_ms, row.end_ms, row.reservation_id, row.owner))
+        for uuid, reservation_id, owner, start, end in await reads.busy_slots(
+            conn, after_ms, 2**62, missing
+        ):
+            found[uuid].append((start, end, reservation_id, owner))
         for uuid, held in found.items():
             held.sort()
             self._gpus[uuid] = _Timeline(
@@ -184,7 +183,10 @@ class ReadDirectory:
 
     async def get(self, conn: AsyncConnection) -> Directory:
         """The directory as of now: one small query when nothing changed."""
-        version = int((await conn.exec_driver_sql(_DIRECTORY_VERSION)).scalar_one())
+        return await self.at(conn, await reads.directory_version(conn))
+
+    async def at(self, conn: AsyncConnection, version: int) -> Directory:
+        """The directory as of `version`, the counter just read on `conn` (or newer)."""
         held = self._held
         if held is not None and held[0] == version:
             return held[1]
@@ -210,8 +212,7 @@ class Memory:
 
     async def sync(self, conn: AsyncConnection) -> None:
         """Bring the model up to the database's versions; call inside the write transaction."""
-        row: Any = (await conn.exec_driver_sql(_VERSIONS)).one()
-        directory, freed = int(row[0]), int(row[1])
+        directory, freed = await reads.versions(conn)
         held = self._versions
         if held is None or held[0] != directory:
             self.directory = await load_directory(conn)

@@ -124,10 +124,12 @@ class Queries:
             raise InvalidRequest("the range is shorter than one slot", {"field": "end"})
         end = start + slots * slot
         async with self.store.read() as conn:
-            directory = await self.directory.get(conn)
-            member = _member(directory, username)
-            known = _gpus(directory, gpu_uuids)
-            rows = await reads.busy_slots(conn, to_ms(start), to_ms(end), gpu_uuids)
+            version, rows = await reads.busy_slots_and_directory_version(
+                conn, to_ms(start), to_ms(end), gpu_uuids
+            )
+            directory = await self.directory.at(conn, version)
+        member = _member(directory, username)
+        known = _gpus(directory, gpu_uuids)
         mine = [r for r in directory.rules if rule_applies_to(r, member)]
         allowed = allowed_by_gpu(member, mine, list(known.values()), start, end)
         booked = grid.by_gpu(rows)

@@ -104,6 +104,43 @@ async def busy_slots(
     )
 
 
+_VERSIONS = "SELECT directory, slots_freed FROM reservations_versions WHERE id = 1"
+
+
+async def versions(conn: AsyncConnection) -> tuple[int, int]:
+    """The `directory` and `slots_freed` counters of services/reservations/memory.py."""
+    directory, freed = (await _fetch(conn, _VERSIONS, {}))[0]
+    return int(directory), int(freed)
+
+
+async def directory_version(conn: AsyncConnection) -> int:
+    return (await versions(conn))[0]
+
+
+@cache
+def _busy_and_version_statement(dialect: str, some_gpus: bool) -> str:
+    # The counter comes as one more row, with no GPU (a slot always has one).
+    return (
+        "SELECT NULL, directory, NULL, NULL, NULL FROM reservations_versions WHERE id = 1 "
+        "UNION ALL " + _busy_statement(dialect, some_gpus)
+    )
+
+
+async def busy_slots_and_directory_version(
+    conn: AsyncConnection, start_ms: int, end_ms: int, gpu_uuids: Sequence[str] | None = None
+) -> tuple[int, list[tuple[str, int, str, int, int]]]:
+    """(the `directory` counter, `busy_slots`) read by one statement: one snapshot, one round
+    trip for what an overview reads on every call."""
+    dialect = conn.dialect.name
+    rows = await _fetch(
+        conn,
+        _busy_and_version_statement(dialect, gpu_uuids is not None),
+        _range_params(start_ms, end_ms, gpu_uuids, dialect),
+    )
+    version = next(int(row[1]) for row in rows if row[0] is None)
+    return version, [row for row in rows if row[0] is not None]
+
+
 # --- the calendar -------------------------------------------------------------------------------
 
 _RESERVATION_COLUMNS = (

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.shared.errors import SchemaNotMigrated
+from services.shared.store import sqlite_in_transaction
 
 # Services with tables of their own (the gateway keeps nothing durable).
 SERVICES_WITH_DATABASE = ("monitor", "reservations", "jobs", "violations")
@@ -46,7 +47,23 @@ def create_engine(url: str) -> AsyncEngine:
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        _skip_idle_rollbacks(engine)
     return engine
+
+
+def _skip_idle_rollbacks(engine: AsyncEngine) -> None:
+    """A ROLLBACK only where SQLite holds a transaction open. sqlite3 itself does nothing for
+    one outside a transaction, but SQLAlchemy asks for one after every read and when the pool
+    takes a connection back, and each is a round trip to aiosqlite's thread and back through
+    the event loop: under load, a queue's worth of waiting per round trip."""
+    dialect = engine.sync_engine.dialect
+    rollback = dialect.do_rollback
+
+    def do_rollback(dbapi_connection: Any) -> None:
+        if sqlite_in_transaction(dbapi_connection):
+            rollback(dbapi_connection)
+
+    dialect.do_rollback = do_rollback  # type: ignore[method-assign]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -9,9 +9,11 @@ a normal transaction. A `fence` (a leader's check that it still leads, see
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -36,6 +38,18 @@ def now_ms() -> int:
     return to_ms(datetime.now(UTC))
 
 
+def sqlite_in_transaction(connection: Any) -> bool:
+    """Whether the sqlite3 connection under `connection` (the pool's proxy, SQLAlchemy's
+    adapter, aiosqlite's connection or itself) is in a transaction: a flag read, no
+    statement. True when it cannot tell."""
+    found = connection
+    for _ in range(4):
+        if isinstance(found, sqlite3.Connection):
+            return found.in_transaction
+        found = getattr(found, "dbapi_connection", None) or getattr(found, "_connection", None)
+    return True
+
+
 class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -58,12 +72,17 @@ class Store:
                 yield conn
             return
         async with self._write_lock, self.engine.connect() as conn:
-            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # BEGIN, COMMIT and ROLLBACK by aiosqlite itself: one round trip to its thread
+            # each (three for a statement through SQLAlchemy's cursor). SQLAlchemy's own
+            # transaction, if a statement began one, ends with the connection.
+            sqlite: Any = (await conn.get_raw_connection()).driver_connection
+            await sqlite.execute("BEGIN IMMEDIATE")
             try:
                 if self.fence is not None:
                     await self.fence(conn)
                 yield conn
             except BaseException:
-                await conn.rollback()
+                await sqlite.rollback()
                 raise
-            await conn.commit()
+            if sqlite_in_transaction(sqlite):  # else the block's last write committed
+                await sqlite.commit()

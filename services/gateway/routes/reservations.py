@@ -277,7 +277,7 @@ async def end_reservation(call: Call) -> dict[str, Any]:
     return _seen(call, "reservation.ended", ended)
 
 
-async def overview(call: Call) -> dict[str, Any]:
+async def overview(call: Call) -> web.Response:
     start, end = _range(call.query)
     args: dict[str, Any] = {
         "actor": call.user.username,
@@ -289,8 +289,7 @@ async def overview(call: Call) -> dict[str, Any]:
         args["format"] = call.query["format"]
     if call.query.get("gpus"):
         args["gpus"] = await resolve_gpus(call, call.query["gpus"])
-    grid: dict[str, Any] = await call.rpc(api.OVERVIEW, args)
-    return grid
+    return await call.rpc_answer(api.OVERVIEW, args)  # passed on as the service wrote it
 
 
 async def earliest_slot(call: Call) -> dict[str, Any]:
@@ -341,6 +340,7 @@ ROUTES = (
         TAG,
         query=OverviewQuery,
         response=OverviewSchema,
+        raw=True,
     ),
     Route(
         "GET",

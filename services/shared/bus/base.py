@@ -146,6 +146,19 @@ class Bus(ABC):
     ) -> Any:
         """Call `service.method(args)`; raises the remote WardenError or ServiceUnavailable."""
 
+    async def call_json(
+        self,
+        service: str,
+        method: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
+        """`call`, answering the result as JSON text: for a caller that passes it on as it is
+        (the gateway answering a client), so that a bus holding it as text need not build
+        Python objects from it only to have them encoded again."""
+        return fastjson.dumps(await self.call(service, method, args, timeout=timeout))
+
     @abstractmethod
     async def dead_letters(self, queue: str) -> list[bytes]:
         """Take the bodies waiting in the dead-letter queue of `queue` (for tools and tests)."""

@@ -218,6 +218,17 @@ class InProcessBus(Bus):
         *,
         timeout: float | None = None,
     ) -> Any:
+        # As over the wire: what comes back is plain JSON data, never the server's objects.
+        return fastjson.loads(await self.call_json(service, method, args, timeout=timeout))
+
+    async def call_json(
+        self,
+        service: str,
+        method: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
         deadline = self.settings.rpc_timeout_s if timeout is None else timeout
         servers = self._servers.get(service)
         if self._closed or not servers:
@@ -233,8 +244,12 @@ class InProcessBus(Bus):
             )
         wire_args = fastjson.loads(fastjson.dumps(dict(args or {})))
         try:
-            result = await asyncio.wait_for(handler(wire_args), deadline)
-            return fastjson.loads(fastjson.dumps(result))
+            # In the caller's own task (asyncio.timeout, not wait_for's task of its own): two
+            # trips through the event loop's queue fewer per call, what `warden run all`'s
+            # latency under load is made of.
+            async with asyncio.timeout(deadline):
+                result = await handler(wire_args)
+            return fastjson.dumps(result)
         except TimeoutError as err:
             raise ServiceUnavailable(
                 f"{service}.{method} did not answer within {deadline:g}s",

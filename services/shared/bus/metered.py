@@ -12,7 +12,7 @@ It also knows the durable queues its service consumes, whose depths are read at 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from services.shared.bus.base import (
@@ -167,10 +167,28 @@ class MeteredBus(Bus):
         *,
         timeout: float | None = None,
     ) -> Any:
+        return await self._timed_call(
+            service, method, self.inner.call(service, method, args, timeout=timeout)
+        )
+
+    async def call_json(
+        self,
+        service: str,
+        method: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
+        answer: bytes = await self._timed_call(
+            service, method, self.inner.call_json(service, method, args, timeout=timeout)
+        )
+        return answer
+
+    async def _timed_call(self, service: str, method: str, calling: Awaitable[Any]) -> Any:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            return await self.inner.call(service, method, args, timeout=timeout)
+            return await calling
         except ServiceUnavailable:
             outcome = "unavailable"
             raise
