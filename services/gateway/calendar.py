@@ -45,6 +45,9 @@ ITEM_KEYS = (
 # How far back the copy keeps reservations (older ones are dropped and asked for by RPC).
 KEEP_PAST = timedelta(weeks=8)
 LOAD_AHEAD = timedelta(weeks=52)
+# Answers of `between` kept for the reads that come again (a calendar page polling), each
+# with the version of its GPUs; all dropped at once when there are this many.
+ANSWERS_KEPT = 4096
 
 
 def _time(value: Any) -> datetime:
@@ -104,6 +107,7 @@ class CalendarView:
         # changed (the version of an answer about some GPUs: `version`).
         self.changes = 0
         self._changed_at: dict[str, int] = {}
+        self._answers: dict[tuple[Any, ...], tuple[int, list[dict[str, Any]]]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -119,6 +123,7 @@ class CalendarView:
             if int(data["id"]) not in self._by_id:
                 changed |= self._put(item(data))
         self.covers_from, self.covers_until = start, end
+        self._answers.clear()
         self._tell(changed)
 
     def apply(self, event_type: str, data: Mapping[str, Any]) -> None:
@@ -150,6 +155,7 @@ class CalendarView:
         self._by_id.clear()
         self._by_gpu.clear()
         self._cancelled.clear()
+        self._answers.clear()  # (what went moved no version)
         self.covers_from = self.covers_until = None
         self._tell(changed)
 
@@ -221,12 +227,19 @@ class CalendarView:
         owner: str | None = None,
         include_cancelled: bool = False,
     ) -> list[dict[str, Any]]:
-        """Reservations overlapping [start, end) on `gpus` (all when None), by start then id."""
-        if gpus is None:
+        """Reservations overlapping [start, end) on `gpus` (all when None), by start then id.
+        The list is shared with later calls that ask the same: do not change it."""
+        asked = None if gpus is None else tuple(gpus)
+        key = (start, end, asked, owner, include_cancelled)
+        version = self.version(asked)
+        kept = self._answers.get(key)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        if asked is None:
             candidates: Iterable[_Entry] = self._by_id.values()
         else:
             candidates = dict.fromkeys(  # once each, when on several of the GPUs
-                chain.from_iterable(self._starting_before(uuid, end) for uuid in gpus)
+                chain.from_iterable(self._starting_before(uuid, end) for uuid in asked)
             )
         chosen = [
             entry
@@ -237,7 +250,11 @@ class CalendarView:
             and (owner is None or entry.data["owner"] == owner)
         ]
         chosen.sort(key=lambda entry: (entry.start, entry.data["id"]))
-        return [entry.data for entry in chosen]
+        found = [entry.data for entry in chosen]
+        if len(self._answers) >= ANSWERS_KEPT:
+            self._answers.clear()
+        self._answers[key] = (version, found)
+        return found
 
     def _starting_before(self, gpu_uuid: str, end: datetime) -> list[_Entry]:
         """The GPU's reservations that start before `end`, by start."""

@@ -188,3 +188,17 @@ def test_a_copy_that_missed_events_is_forgotten_then_loaded_anew() -> None:
     assert heard == [frozenset({"g0", "g1"})]
     view.load([reservation(1, ["g0"], 0, 1)], T0 - timedelta(days=1), T0 + timedelta(days=7))
     assert [r["id"] for r in view.between(T0, T0 + timedelta(days=1), None)] == [1]
+
+
+def test_a_read_asked_again_is_answered_as_before_until_its_gpus_change() -> None:
+    view = loaded(reservation(1, ["g0"], 0, 1))
+    window = (T0 - timedelta(hours=1), T0 + timedelta(days=1))
+    first = view.between(*window, ["g0"])
+    assert view.between(*window, ["g0"]) is first  # kept: nothing on g0 changed
+    view.apply("reservation.created", reservation(2, ["g1"], 0, 1))
+    assert view.between(*window, ["g0"]) is first  # a change on another GPU only
+    view.apply("reservation.created", reservation(3, ["g0"], 2, 1))
+    assert [r["id"] for r in view.between(*window, ["g0"])] == [1, 3]
+    view.forget()  # drops what it held without moving any version
+    view.load([reservation(4, ["g0"], 0, 1)], T0 - timedelta(days=30), T0 + timedelta(days=60))
+    assert [r["id"] for r in view.between(*window, ["g0"])] == [4]

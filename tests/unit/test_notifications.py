@@ -27,7 +27,7 @@ from services.violations.notifications.channels import Note
 from services.violations.notifications.limits import RateLimiter
 from services.violations.notifications.notifier import Notifier
 from services.violations.notifications.preferences import Preferences, answer, mask
-from services.violations.notifications.reminders import plan, reminders
+from services.violations.notifications.reminders import Reminders, plan, reminders
 from services.violations.tables import metadata
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -120,6 +120,47 @@ def _plan_by_reminders(
             else:
                 upcoming.append(reminder.at)
     return due, min(upcoming, default=None)
+
+
+async def test_a_due_reminder_is_handed_to_the_notifier_once_not_on_every_pass() -> None:
+    sent: list[str] = []
+
+    async def leads(owners: Any) -> dict[str, tuple[int, int]]:
+        return {owner: (10, 10) for owner in owners}
+
+    async def notify(note: dict[str, Any]) -> None:
+        sent.append(note["key"])
+
+    holdings = [_held(timedelta(minutes=5)), _held(timedelta(hours=3))]
+    now = [NOW]
+    due_soon = Reminders(lambda: holdings, leads, notify, clock=lambda: now[0])
+    upcoming = await due_soon.pass_once()
+    assert upcoming == NOW + timedelta(minutes=55)  # the first one's end (65 min) less 10
+    await due_soon.pass_once()
+    assert len(sent) == 1 and ":reservation_starting:" in sent[0]
+    now[0] = NOW + timedelta(minutes=56)  # its end reminder is due now, and sent once
+    await due_soon.pass_once()
+    await due_soon.pass_once()
+    assert len(sent) == 2
+
+
+def test_a_booking_wakes_the_reminders_only_if_a_reminder_of_it_may_come_before_the_next_pass() -> (
+    None
+):
+    async def leads(owners: Any) -> dict[str, tuple[int, int]]:
+        return {}
+
+    async def notify(note: dict[str, Any]) -> None:
+        return None
+
+    watch = Reminders(list, leads, notify, clock=lambda: NOW)
+    watch._next_pass = NOW + timedelta(minutes=30)  # as a pass that found nothing sooner plans
+    watch.changed(_held(timedelta(weeks=2)))
+    assert not watch._wake.is_set()  # weeks ahead: nothing due before the planned pass
+    watch.changed(None)  # cancelled: nothing to remind of
+    assert not watch._wake.is_set()
+    watch.changed(_held(timedelta(hours=20)))  # may be due within the longest lead time
+    assert watch._wake.is_set()
 
 
 def test_the_plan_is_what_each_reservations_reminders_say() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,6 +25,20 @@ async def load_prefs(
     if row is None:
         return Preferences(), None, None
     return Preferences.from_json(row.prefs), row.chat_format, row.chat_url
+
+
+async def load_all_prefs(conn: AsyncConnection, usernames: Iterable[str]) -> dict[str, Preferences]:
+    """The preferences of each of `usernames` (the defaults for those who never set any), in
+    one query."""
+    wanted = sorted(set(usernames))
+    found = {name: Preferences() for name in wanted}
+    if wanted:
+        query = sa.select(notification_prefs.c.username, notification_prefs.c.prefs).where(
+            notification_prefs.c.username.in_(wanted)
+        )
+        for username, stored in await conn.execute(query):
+            found[username] = Preferences.from_json(stored)
+    return found
 
 
 async def save_prefs(

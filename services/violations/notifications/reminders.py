@@ -23,6 +23,9 @@ from services.shared.reservation_book import Holding
 log = logging.getLogger("warden.notifications")
 
 MAX_SLEEP_S = 60.0  # looks again at least this often (a lead time changed meanwhile)
+# The longest lead time a user may choose (services/violations/api.py): a reservation that
+# starts later than this after the next pass has no reminder due before it.
+MAX_LEAD = timedelta(minutes=1440)
 # Woken by changes, a pass comes at most this often: a stream of bookings (hundreds a second)
 # shares passes, each of which looks at every reservation held; reminders are in minutes.
 MIN_GAP_S = 1.0
@@ -107,10 +110,25 @@ class Reminders:
         self.clock = clock
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._next_pass: datetime | None = None  # None: a pass is coming now
+        # Keys sent since the start, kept until what each reminds of has passed: a pass sends
+        # a due reminder once (the notifier's keys hold across restarts), not on every pass.
+        self._sent: dict[str, datetime] = {}
 
     def wake(self) -> None:
-        """Look again now: a reservation or a lead time changed."""
+        """Look again now: reservations or lead times changed."""
+        self._next_pass = None
         self._wake.set()
+
+    def changed(self, held: Holding | None) -> None:
+        """A reservation was booked or moved (None: it was cancelled or ended, nothing to
+        remind of). A pass comes now only if one of its reminders may be due before the next
+        one planned: a stream of bookings weeks ahead costs no pass each."""
+        if held is None:
+            return
+        planned = self._next_pass
+        if planned is None or min(held.start, held.end) - MAX_LEAD <= planned:
+            self.wake()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -125,9 +143,16 @@ class Reminders:
         """Send what is due; when the next one is."""
         held = self.holdings()
         leads = await self.leads({h.owner for h in held})
-        due, upcoming = plan(held, leads, self.clock())
+        now = self.clock()
+        due, upcoming = plan(held, leads, now)
+        for key, until in list(self._sent.items()):
+            if until <= now:  # what it reminds of has passed: never due again
+                del self._sent[key]
         for note in due:
+            if note["key"] in self._sent:
+                continue
             await self.notify(note)  # the key makes a second pass send nothing
+            self._sent[note["key"]] = now + MAX_LEAD  # a due reminder's moment comes sooner
         return upcoming
 
     async def _run(self) -> None:
@@ -135,6 +160,7 @@ class Reminders:
         while True:
             began = loop.time()
             self._wake.clear()
+            self._next_pass = None  # a change during the pass brings another
             try:
                 upcoming = await self.pass_once()
             except Exception as err:  # the service may be starting: try again later
@@ -146,6 +172,8 @@ class Reminders:
             wait = MAX_SLEEP_S
             if upcoming is not None:
                 wait = min(wait, max((upcoming - self.clock()).total_seconds(), 0.05))
+            if not self._wake.is_set():
+                self._next_pass = self.clock() + timedelta(seconds=wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
             rest = began + MIN_GAP_S - loop.time()

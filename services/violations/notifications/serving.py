@@ -73,12 +73,11 @@ class Notifications:
         return str(found) if found else None
 
     async def leads(self, owners: Iterable[str]) -> dict[str, tuple[int, int]]:
-        found = {}
         async with self.store.read() as conn:
-            for owner in owners:
-                prefs, _, _ = await records.load_prefs(conn, owner)
-                found[owner] = (prefs.start_lead_min, prefs.end_lead_min)
-        return found
+            chosen = await records.load_all_prefs(conn, owners)
+        return {
+            owner: (prefs.start_lead_min, prefs.end_lead_min) for owner, prefs in chosen.items()
+        }
 
     def told_by_steps(self, incident: Mapping[str, Any]) -> frozenset[str]:
         violations = self.settings.violations
@@ -115,7 +114,7 @@ class Notifications:
     def events(self) -> dict[tuple[str, str, str], EventHandler]:
         async def reservation_changed(envelope: Envelope) -> None:
             self.book.apply(envelope.type, envelope.data)
-            self.reminders.wake()
+            self.reminders.changed(self.book.get(int(envelope.data["id"])))
 
         return {
             **producers.event_handlers(self.notifier.notify, self.told_by_steps),
