@@ -243,12 +243,33 @@ def json_answer(data: Any, status: int = 200) -> web.Response:
     )
 
 
+# Queries that validated, per route, by their text: a page polling the same URL has it
+# validated once (a query's validation depends on its text alone). All dropped at this many.
+QUERIES_KEPT = 1024
+
+
+def _query_loader(schema: Schema) -> Callable[[web.Request], dict[str, Any]]:
+    known: dict[str, dict[str, Any]] = {}
+
+    def load(request: web.Request) -> dict[str, Any]:
+        text = request.query_string
+        loaded = known.get(text)
+        if loaded is None:
+            loaded = _validate(schema, _query_dict(schema, request), "query")
+            if len(known) >= QUERIES_KEPT:
+                known.clear()
+            known[text] = loaded
+        return dict(loaded)  # the handler's own (values are not changed in place)
+
+    return load
+
+
 def wrap(
     route: Route, authenticator: Authenticator, bus: Bus, settings: Settings
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The aiohttp handler of a route: auth, access level, validation, JSON answer."""
     params_schema = route.params() if route.params else None
-    query_schema = route.query() if route.query else None
+    load_query = _query_loader(route.query()) if route.query else None
     body_schema = route.body() if route.body else None
     needs_user = route.access is not Access.PUBLIC
     streams = route.raw and route.produces == "text/event-stream"
@@ -260,11 +281,7 @@ def wrap(
         if route.access is Access.ADMIN and not (caller and caller.is_admin):
             raise Forbidden("only admins may do this")
         params = _validate(params_schema, dict(request.match_info), "path") if params_schema else {}
-        query = (
-            _validate(query_schema, _query_dict(query_schema, request), "query")
-            if (query_schema)
-            else {}
-        )
+        query = load_query(request) if load_query else {}
         body: dict[str, Any] = {}
         if body_schema is not None:
             raw = await _json_body(request)

@@ -19,6 +19,7 @@ from sqlalchemy import Column, DateTime, MetaData, String, Table, event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from services.shared import sqlite_driver
 from services.shared.errors import SchemaNotMigrated
 from services.shared.store import sqlite_in_transaction
 
@@ -38,7 +39,8 @@ def create_engine(url: str) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        kwargs["connect_args"] = {"timeout": 30}
+        # One trip to aiosqlite's thread per statement (services/shared/sqlite_driver.py).
+        kwargs["connect_args"] = {"timeout": 30, "async_creator_fn": sqlite_driver.connect}
     else:
         kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
         # A server that accepts TCP but never answers fails a connect after this long, not

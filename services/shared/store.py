@@ -76,13 +76,20 @@ class Store:
             # each (three for a statement through SQLAlchemy's cursor). SQLAlchemy's own
             # transaction, if a statement began one, ends with the connection.
             sqlite: Any = (await conn.get_raw_connection()).driver_connection
-            await sqlite.execute("BEGIN IMMEDIATE")
+            if hasattr(sqlite, "begin_with_next"):  # services/shared/sqlite_driver.py
+                sqlite.begin_with_next("BEGIN IMMEDIATE")  # in the trip of the first statement
+            else:
+                await sqlite.execute("BEGIN IMMEDIATE")
             try:
                 if self.fence is not None:
                     await self.fence(conn)
                 yield conn
             except BaseException:
-                await sqlite.rollback()
+                if sqlite_in_transaction(sqlite):
+                    await sqlite.rollback()
                 raise
+            finally:
+                if hasattr(sqlite, "begin_with_next"):
+                    sqlite.begin_with_next(None)  # a block that ran no statement began nothing
             if sqlite_in_transaction(sqlite):  # else the block's last write committed
                 await sqlite.commit()

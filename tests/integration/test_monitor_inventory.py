@@ -129,7 +129,8 @@ async def test_hosts_added_edited_and_removed_are_polled_accordingly(
             api.ADD_HOST, **candidate(monitor.served, "sim-002", labels=["a100", "lab-b"])
         )
         assert added["source"] == "api" and added["labels"] == ["a100", "lab-b"]
-        assert monitor.of("host.added") == [{"host": added}]
+        # The event is published before the answer; it reaches consumers soon after.
+        await until(lambda: monitor.of("host.added") == [{"host": added}], "host.added")
         with pytest.raises(AlreadyExists):
             await monitor.call(api.ADD_HOST, **candidate(monitor.served, "sim-002"))
 
@@ -143,12 +144,14 @@ async def test_hosts_added_edited_and_removed_are_polled_accordingly(
         # Pointed at sim-003's port: the same name now reads the other host's GPUs.
         port = monitor.served.server.ports["sim-003"]
         edited = await monitor.call(api.UPDATE_HOST, name="sim-002", port=port)
-        assert edited["port"] == port and monitor.of("host.updated") == [{"host": edited}]
+        assert edited["port"] == port
+        await until(lambda: monitor.of("host.updated") == [{"host": edited}], "host.updated")
         await until(lambda: polled("sim-002", gpu_uuids(fleet, "sim-003")), "the new address")
         assert monitor.served.server.open_connections("sim-002") == 0  # the old reader closed
 
         removed = await monitor.call(api.REMOVE_HOST, name="sim-002")
-        assert removed == edited and monitor.of("host.removed") == [{"host": "sim-002"}]
+        assert removed == edited
+        await until(lambda: monitor.of("host.removed") == [{"host": "sim-002"}], "host.removed")
         assert "sim-002" not in await monitor.snapshot()
         with pytest.raises(NotFound):
             await monitor.call(api.SNAPSHOT, host="sim-002")

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
+from marshmallow import Schema, fields
 
 from services.gateway.app import create_app
 from services.gateway.inputs import MAX_DEPTH, text_problems
+from services.gateway.routing import ValidationFailed, _query_loader
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import GatewaySettings, Settings
 
@@ -109,3 +111,24 @@ async def test_paths_no_file_can_have_give_the_page_not_a_500(tmp_path: Path, pa
             assert "Warden" in await answer.text()
     finally:
         await bus.close()
+
+
+def test_a_query_that_validated_is_kept_by_its_text_and_a_bad_one_is_refused_every_time() -> None:
+    loads: list[str] = []
+
+    class Counted(Schema):
+        n = fields.Integer(required=True)
+
+        def load(self, data: Any, **kwargs: Any) -> Any:
+            loads.append(data.get("n"))
+            return super().load(data, **kwargs)
+
+    load = _query_loader(Counted())
+    first = load(make_mocked_request("GET", "/x?n=1"))
+    first["n"] = 99  # the handler's own copy
+    assert load(make_mocked_request("GET", "/x?n=1")) == {"n": 1}
+    assert loads == ["1"]  # validated once
+    for _ in range(2):
+        with pytest.raises(ValidationFailed):
+            load(make_mocked_request("GET", "/x?n=one"))
+    assert loads == ["1", "one", "one"]

@@ -292,12 +292,11 @@ async def overview(call: Call) -> web.Response:
     return await call.rpc_answer(api.OVERVIEW, args)  # passed on as the service wrote it
 
 
-async def earliest_slot(call: Call) -> dict[str, Any]:
+async def earliest_slot(call: Call) -> web.Response:
     args = {"actor": call.user.username, **call.query}
     if "not_before" in args:
         args["not_before"] = args["not_before"].isoformat()
-    slot: dict[str, Any] = await call.rpc(api.FIND_SLOT, args)
-    return slot
+    return await call.rpc_answer(api.FIND_SLOT, args)
 
 
 TAG = "reservations"
@@ -353,6 +352,7 @@ ROUTES = (
         "nobody uses now come first; GPUs in use are offered only when too few are idle.",
         query=SlotQuery,
         response=SlotSchema,
+        raw=True,
     ),
     Route(
         "GET",
