@@ -185,6 +185,11 @@ class ReadDirectory:
         """The directory as of now: one small query when nothing changed."""
         return await self.at(conn, await reads.directory_version(conn))
 
+    def held_at(self, version: int) -> Directory | None:
+        """The directory held, if it is of `version`."""
+        held = self._held
+        return held[1] if held is not None and held[0] == version else None
+
     async def at(self, conn: AsyncConnection, version: int) -> Directory:
         """The directory as of `version`, the counter just read on `conn` (or newer)."""
         held = self._held

@@ -123,11 +123,18 @@ class Queries:
         if slots < 1:
             raise InvalidRequest("the range is shorter than one slot", {"field": "end"})
         end = start + slots * slot
-        async with self.store.read() as conn:
-            version, rows = await reads.busy_slots_and_directory_version(
-                conn, to_ms(start), to_ms(end), gpu_uuids
-            )
-            directory = await self.directory.at(conn, version)
+        found = reads.busy_slots_and_directory_version_now(
+            self.store, to_ms(start), to_ms(end), gpu_uuids
+        )
+        directory = None if found is None else self.directory.held_at(found[0])
+        if found is None or directory is None:  # not SQLite, or the directory moved
+            async with self.store.read() as conn:
+                version, rows = await reads.busy_slots_and_directory_version(
+                    conn, to_ms(start), to_ms(end), gpu_uuids
+                )
+                directory = await self.directory.at(conn, version)
+        else:
+            rows = found[1]
         member = _member(directory, username)
         known = _gpus(directory, gpu_uuids)
         mine = [r for r in directory.rules if rule_applies_to(r, member)]

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.usage import from_row, summary
-from services.shared.store import from_ms
+from services.shared.store import Store, from_ms
 
 _OVERLAP = "s.end_ms > :start_ms AND s.start_ms < :end_ms"
 
@@ -126,9 +126,12 @@ def _busy_and_version_statement(dialect: str, some_gpus: bool) -> str:
     )
 
 
+BusyAndVersion = tuple[int, list[tuple[str, int, str, int, int]]]
+
+
 async def busy_slots_and_directory_version(
     conn: AsyncConnection, start_ms: int, end_ms: int, gpu_uuids: Sequence[str] | None = None
-) -> tuple[int, list[tuple[str, int, str, int, int]]]:
+) -> BusyAndVersion:
     """(the `directory` counter, `busy_slots`) read by one statement: one snapshot, one round
     trip for what an overview reads on every call."""
     dialect = conn.dialect.name
@@ -137,6 +140,20 @@ async def busy_slots_and_directory_version(
         _busy_and_version_statement(dialect, gpu_uuids is not None),
         _range_params(start_ms, end_ms, gpu_uuids, dialect),
     )
+    return _split_version(rows)
+
+
+def busy_slots_and_directory_version_now(
+    store: Store, start_ms: int, end_ms: int, gpu_uuids: Sequence[str] | None = None
+) -> BusyAndVersion | None:
+    """The same, read at once on SQLite (`Store.read_now`); None where it cannot be."""
+    sql, names = _positional(_busy_and_version_statement("sqlite", gpu_uuids is not None), "sqlite")
+    params = _range_params(start_ms, end_ms, gpu_uuids, "sqlite")
+    rows = store.read_now(sql, [params[name] for name in names])
+    return None if rows is None else _split_version(rows)
+
+
+def _split_version(rows: Sequence[Any]) -> BusyAndVersion:
     version = next(int(row[1]) for row in rows if row[0] is None)
     return version, [row for row in rows if row[0] is not None]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -50,12 +50,39 @@ def sqlite_in_transaction(connection: Any) -> bool:
     return True
 
 
+# How long a read on the event loop's thread may wait for SQLite (only while it recovers or
+# resets its write-ahead log; readers wait for no writer) before it is asked off the thread.
+READ_NOW_WAIT_S = 0.05
+
+
 class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._write_lock = asyncio.Lock()
         self.fence: Callable[[AsyncConnection], Awaitable[None]] | None = None
+        database = engine.url.database if self.is_sqlite else None
+        self._file = database if database and database != ":memory:" else None
+        self._reader: sqlite3.Connection | None = None
+
+    def read_now(self, sql: str, parameters: Sequence[Any]) -> list[Any] | None:
+        """The rows of one small read, on this (the event loop's) thread, for a SQLite file.
+
+        In WAL mode a reader waits for no writer, so a read of a few rows costs less here
+        than its trip to aiosqlite's thread, whose answer waits behind everything queued in
+        the event loop (under load, most of a read's latency). None where it cannot be (not
+        SQLite, or SQLite busy with its log): then read with `read()`."""
+        if self._file is None:
+            return None
+        if self._reader is None:
+            self._reader = sqlite3.connect(self._file, timeout=READ_NOW_WAIT_S)
+            self._reader.execute("PRAGMA query_only = ON")
+        try:
+            return self._reader.execute(sql, parameters).fetchall()
+        except sqlite3.OperationalError as err:
+            if "locked" in str(err) or "busy" in str(err):
+                return None
+            raise
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
