@@ -114,6 +114,7 @@ async def versions(conn: AsyncConnection) -> tuple[int, int]:
 
 
 async def directory_version(conn: AsyncConnection) -> int:
+    """The `directory` counter alone (what the reads' directory is checked against)."""
     return (await versions(conn))[0]
 
 

@@ -61,7 +61,8 @@ class Store:
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._write_lock = asyncio.Lock()
         self.fence: Callable[[AsyncConnection], Awaitable[None]] | None = None
-        database = engine.url.database if self.is_sqlite else None
+        # A plain file (not in memory, no URI options): what `read_now` opens beside aiosqlite.
+        database = engine.url.database if self.is_sqlite and not engine.url.query else None
         self._file = database if database and database != ":memory:" else None
         self._reader: sqlite3.Connection | None = None
 
