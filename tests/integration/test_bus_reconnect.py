@@ -75,3 +75,61 @@ async def test_consumers_handle_and_retry_events_after_the_broker_restarts() -> 
             await teardown()
             await consumer.close()
             await publisher.close()
+
+
+async def test_a_consumer_torn_down_while_the_broker_is_away_handles_nothing_once_it_is_back() -> (
+    None
+):
+    """A leader standing down while the broker restarts tears its consumers down when nothing
+    can reach the broker; the robust channel must not bring them back to act as a deposed
+    replica: what they would have had goes to the consumer that took over."""
+    with private_rabbit() as rabbit:
+        publisher = AmqpBus(rabbit.url, BusSettings(), name="test-publisher")
+        old = AmqpBus(rabbit.url, BusSettings(), name="test-old-leader")
+        new = AmqpBus(rabbit.url, BusSettings(), name="test-new-leader")
+        for bus in (publisher, old, new):
+            await bus.start()
+        by_old: list[str] = []
+        by_new: list[str] = []
+
+        async def old_handles(envelope: Envelope) -> None:
+            by_old.append(envelope.data["host"])
+
+        async def new_handles(envelope: Envelope) -> None:
+            by_new.append(envelope.data["host"])
+
+        async def emit(host: str) -> None:
+            data = {"host": host, "at": "2026-11-21T13:05:01+00:00"}
+            await publisher.emit("host.recovered", data, source="monitor")
+
+        old_teardown = await old.subscribe("monitor", "host.recovered", "test.on", old_handles)
+        new_teardown = None
+        try:
+            await emit("before")
+            await until(lambda: by_old == ["before"], "handled by the leader", WAIT_S)
+            await asyncio.to_thread(rabbit.stop)
+            await old_teardown()  # stands down: the broker cannot be told
+            await asyncio.to_thread(rabbit.start)
+
+            async def sent_again() -> bool:
+                if not (publisher.connected and old.connected and new.connected):
+                    return False
+                try:
+                    await emit("after-0")
+                except Exception:
+                    return False
+                return True
+
+            await until(sent_again, "a publish after the restart", WAIT_S, interval=0.5)
+            await asyncio.sleep(2)  # time for the old consumer to be restored, were it to be
+            for n in range(1, 6):
+                await emit(f"after-{n}")
+            new_teardown = await new.subscribe("monitor", "host.recovered", "test.on", new_handles)
+            await until(lambda: len(by_new) == 6, "every event handled by the new one", WAIT_S)
+            assert by_old == ["before"]
+            assert sorted(by_new) == [f"after-{n}" for n in range(6)]
+        finally:
+            if new_teardown is not None:
+                await new_teardown()
+            for bus in (publisher, old, new):
+                await bus.close()

@@ -289,7 +289,17 @@ class AmqpBus(Bus):
         # keeps the consumer busy.
         acks = AckBatcher(every=max(1, self.settings.prefetch // 2))
 
+        stopped = False
+
         async def on_message(message: AbstractIncomingMessage) -> None:
+            if stopped:
+                # Torn down, yet given a message: a consumer the robust channel restored when
+                # the broker came back after its teardown (which could not reach the broker).
+                # Never handled here (this replica may no longer be the one to act): it goes
+                # back to the queue, and this consumer goes for good.
+                await quietly(message.nack(requeue=True))
+                await quietly(asyncio.wait_for(channel.close(), TEARDOWN_S))
+                return
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.add(task)
@@ -308,9 +318,13 @@ class AmqpBus(Bus):
         self._ack_batchers[channel] = acks
 
         async def teardown() -> None:
+            nonlocal stopped
+            stopped = True
             self._consumer_channels.discard(channel)
             self._ack_batchers.pop(channel, None)
-            if not channel.is_closed:
+            if channel.is_closed:  # lost with the connection: closed by us, it is not restored
+                await quietly(asyncio.wait_for(channel.close(), TEARDOWN_S))
+            else:
                 # Bounded: on a connection that is down or reconnecting these can wait for the
                 # broker indefinitely, and a leader standing down must not hang on them; a
                 # closed channel is not restored with its consumer when the broker is back.
