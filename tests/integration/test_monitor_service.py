@@ -36,6 +36,7 @@ class Running:
     fleet: SimFleet
     bus: Bus  # the bus the test talks on (another connection on RabbitMQ)
     events: list[Envelope]
+    context: ServiceContext  # the monitor's
 
     def of(self, event_type: str, host: str | None = None) -> list[dict[str, Any]]:
         return [
@@ -71,9 +72,10 @@ async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             await bus.start()
         events: list[Envelope] = []
         await record(buses[-1], events, "monitor")
-        teardown = await start_monitor(ServiceContext("monitor", settings, service_bus))
+        context = ServiceContext("monitor", settings, service_bus)
+        teardown = await start_monitor(context)
         try:
-            yield Running(fleet, buses[-1], events)
+            yield Running(fleet, buses[-1], events, context)
         finally:
             await teardown()
             for bus in buses:
@@ -96,6 +98,15 @@ async def test_every_gpu_is_discovered_and_every_host_sampled(running: Running) 
     assert len(hosts["sim-002"]["sample"]["gpus"]) == 4
     with pytest.raises(NotFound):
         await running.bus.call("monitor", "snapshot", {"host": "nope"})
+
+
+async def test_alone_on_the_in_process_bus_it_waits_for_no_peer(running: Running) -> None:
+    """On RabbitMQ a starting replica says `joining` to hear its peers first, then `active`
+    with the moment it takes its hosts from (`active_from`); on the in-process bus there is no
+    other replica to hear, and it takes its hosts at once (no `active_from`)."""
+    replicas = running.context.replicas
+    await until(lambda: replicas.role() == "active", "the replica active")
+    assert ("active_from" in replicas.details()) == (not running.bus.in_process)
 
 
 async def test_a_new_process_is_observed_with_its_owner(running: Running) -> None:
