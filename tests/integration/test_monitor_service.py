@@ -54,7 +54,14 @@ async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     fleet = SimFleet(3, 4, seed=7, churn=False)
     async with served_fleet(fleet, tmp_path) as served:
         monitor = {"interval_s": INTERVAL_S}
-        config = write_config(tmp_path / "warden.toml", **served.config(), monitor=monitor)
+        # On RabbitMQ a replica waits 1.5 heartbeats to hear its peers before it polls: 0.75 s
+        # here, not the default 3 s (nothing here is about heartbeats).
+        config = write_config(
+            tmp_path / "warden.toml",
+            **served.config(),
+            monitor=monitor,
+            replicas={"heartbeat_s": 0.5},
+        )
         settings = load_settings(config, environ={})
         engine = db.create_engine(settings.storage.database_url_for("monitor"))
         await db.upgrade(engine, "monitor")
