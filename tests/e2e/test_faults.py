@@ -300,6 +300,14 @@ async def test_a_stopped_broker_answers_503_with_a_reason_and_recovers_alone(
                 reads_again, "the API works again", DEADLINE_S, interval=0.5, report=processes.logs
             )
             await ready(api, processes)
+            # The bus says so once it has restored its consumers, which may be just after the
+            # gateway answers again.
+            await until(
+                lambda: "reconnected to RabbitMQ" in processes.log("core"),
+                "the reconnection logged",
+                DEADLINE_S,
+                report=processes.logs,
+            )
             core = processes.log("core")
             assert "internal_error" not in core and "Traceback" not in core
             assert core.count("lost the connection to RabbitMQ") == 1
