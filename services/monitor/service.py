@@ -26,7 +26,6 @@ from services.monitor.tsdb.influx import InfluxMetricsStore
 from services.monitor.tsdb.sqlite import SqlMetricsStore
 from services.monitor.writer import MetricsWriter
 from services.shared.bus import Teardown
-from services.shared.bus.inproc import InProcessBus
 from services.shared.config import HostConfig, MonitorSettings, Settings
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.ssh import SshHostShell, SshOptions
@@ -120,7 +119,8 @@ async def start(ctx: ServiceContext) -> Teardown:
             replicas,
             view,
             # On the in-process bus this replica is the only one: no peers to wait for.
-            settle_s=0.0 if isinstance(ctx.bus, InProcessBus) else replicas.heartbeat_s * 1.5,
+            # (`in_process`, not isinstance: ctx.bus is the MeteredBus around it.)
+            settle_s=0.0 if ctx.bus.in_process else replicas.heartbeat_s * 1.5,
             ask_peers=ask_peers,
         )
         own_rpc = rpc_name(replicas.replica_id)

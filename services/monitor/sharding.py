@@ -173,8 +173,11 @@ class Sharding:
             len(self._owners),
         )
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+            # comes as the event is set (the `stopping` heartbeat, at stop), and stop hangs.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.check_s)
+                async with asyncio.timeout(self.check_s):
+                    await self._wake.wait()
             self._wake.clear()
             # `owners` asks for the live replicas, which also expires the silent ones.
             if self.owners() != self._owners:

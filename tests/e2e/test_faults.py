@@ -39,6 +39,10 @@ pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
 WARDEN = [sys.executable, "-m", "services.cli"]
 CORE = ("reservations", "monitor", "jobs", "gateway")
 DEADLINE_S = 60.0
+# Shorter than the defaults (2 s, 6 s, 6 s), as in the other multi-process tests: a monitor
+# polls 1.5 heartbeats after it starts, and a violations service started again after a
+# SIGKILL leads once the dead one's lease expired. Nothing here measures them.
+REPLICAS = {"heartbeat_s": 0.5, "dead_after_s": 3.0, "lease_s": 3.0}
 
 
 @dataclass
@@ -198,6 +202,7 @@ async def squatted_system(
             storage={"database_url": database_url},
             gateway={"port": port},
             monitor={"interval_s": 1.0},
+            replicas=REPLICAS,
             violations={
                 "steps": steps,
                 "handlers": ["webhook"],
@@ -228,7 +233,9 @@ async def incidents_of(api: Api, reservation_id: int) -> list[dict[str, Any]]:
 async def test_a_violations_service_killed_mid_incident_continues_it_exactly(
     tmp_path: Path, amqp_url: str, pg_url: str
 ) -> None:
-    steps = ["0s webhook owner", "12s webhook owner"]
+    # Step 1 falls due after the restart: the killed replica's lease (3 s) has expired and the
+    # new one leads by then.
+    steps = ["0s webhook owner", "8s webhook owner"]
     async with squatted_system(tmp_path, amqp_url, pg_url, steps) as (
         processes,
         api,
@@ -293,6 +300,14 @@ async def test_a_stopped_broker_answers_503_with_a_reason_and_recovers_alone(
                 reads_again, "the API works again", DEADLINE_S, interval=0.5, report=processes.logs
             )
             await ready(api, processes)
+            # The bus says so once it has restored its consumers, which may be just after the
+            # gateway answers again.
+            await until(
+                lambda: "reconnected to RabbitMQ" in processes.log("core"),
+                "the reconnection logged",
+                DEADLINE_S,
+                report=processes.logs,
+            )
             core = processes.log("core")
             assert "internal_error" not in core and "Traceback" not in core
             assert core.count("lost the connection to RabbitMQ") == 1
@@ -349,7 +364,19 @@ async def test_a_stopped_database_answers_503_and_escalation_catches_up_once(
             # database goes (else its record fails and the redelivery is dead-lettered).
             await until(step_0_recorded, "step 0 recorded", DEADLINE_S, interval=0.2)
             await asyncio.to_thread(pg.stop)
-            await asyncio.sleep(15)  # step 1 falls due while the database is down
+            due = datetime.fromisoformat(hooks_.got[0]["incident"]["next_at"])  # step 1's
+
+            def step_1_due_and_lease_lost() -> bool:
+                late = datetime.now(UTC) > due + timedelta(seconds=1)
+                return late and "the lease could not be reached" in processes.log("violations")
+
+            # Step 1 falls due while the database is down (and the leader cannot renew).
+            await until(
+                step_1_due_and_lease_lost,
+                "step 1 due with the database down",
+                DEADLINE_S,
+                report=processes.logs,
+            )
             status, body = await api.call("GET", f"/reservations/{booked['id']}")
             assert status == 503, body
             assert "database" in body["message"] and "5432" not in body["message"]

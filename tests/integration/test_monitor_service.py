@@ -36,6 +36,7 @@ class Running:
     fleet: SimFleet
     bus: Bus  # the bus the test talks on (another connection on RabbitMQ)
     events: list[Envelope]
+    context: ServiceContext  # the monitor's
 
     def of(self, event_type: str, host: str | None = None) -> list[dict[str, Any]]:
         return [
@@ -53,7 +54,14 @@ async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     fleet = SimFleet(3, 4, seed=7, churn=False)
     async with served_fleet(fleet, tmp_path) as served:
         monitor = {"interval_s": INTERVAL_S}
-        config = write_config(tmp_path / "warden.toml", **served.config(), monitor=monitor)
+        # On RabbitMQ a replica waits 1.5 heartbeats to hear its peers before it polls: 0.75 s
+        # here, not the default 3 s (nothing here is about heartbeats).
+        config = write_config(
+            tmp_path / "warden.toml",
+            **served.config(),
+            monitor=monitor,
+            replicas={"heartbeat_s": 0.5},
+        )
         settings = load_settings(config, environ={})
         engine = db.create_engine(settings.storage.database_url_for("monitor"))
         await db.upgrade(engine, "monitor")
@@ -71,9 +79,10 @@ async def running(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             await bus.start()
         events: list[Envelope] = []
         await record(buses[-1], events, "monitor")
-        teardown = await start_monitor(ServiceContext("monitor", settings, service_bus))
+        context = ServiceContext("monitor", settings, service_bus)
+        teardown = await start_monitor(context)
         try:
-            yield Running(fleet, buses[-1], events)
+            yield Running(fleet, buses[-1], events, context)
         finally:
             await teardown()
             for bus in buses:
@@ -96,6 +105,15 @@ async def test_every_gpu_is_discovered_and_every_host_sampled(running: Running) 
     assert len(hosts["sim-002"]["sample"]["gpus"]) == 4
     with pytest.raises(NotFound):
         await running.bus.call("monitor", "snapshot", {"host": "nope"})
+
+
+async def test_alone_on_the_in_process_bus_it_waits_for_no_peer(running: Running) -> None:
+    """On RabbitMQ a starting replica says `joining` to hear its peers first, then `active`
+    with the moment it takes its hosts from (`active_from`); on the in-process bus there is no
+    other replica to hear, and it takes its hosts at once (no `active_from`)."""
+    replicas = running.context.replicas
+    await until(lambda: replicas.role() == "active", "the replica active")
+    assert ("active_from" in replicas.details()) == (not running.bus.in_process)
 
 
 async def test_a_new_process_is_observed_with_its_owner(running: Running) -> None:

@@ -35,6 +35,9 @@ from tests.support.polling import until
 
 DEADLINE_S = 30.0
 STOP_DEADLINE_S = 60.0
+# Heartbeats every 0.5 s (the default is 2 s): on RabbitMQ a monitor waits 1.5 heartbeats to
+# hear its peers before it polls. A flow's own [replicas] section goes over this one.
+FAST_REPLICAS = {"replicas": {"heartbeat_s": 0.5}}
 # The params of a system fixture that runs once on each bus; see `bus_config`.
 BUS_KINDS = ["inproc", pytest.param("amqp", marks=pytest.mark.amqp)]
 
@@ -50,7 +53,9 @@ def bus_config(request: pytest.FixtureRequest) -> dict[str, Any]:
 async def system_settings(directory: Path, served: ServedFleet, **sections: Any) -> Settings:
     """Write `directory`/warden.toml for `served` with `sections` merged over it, migrate every
     database and create the accounts; return the settings read back from that file."""
-    config = write_config(directory / "warden.toml", **merged(served.config(), sections))
+    config = write_config(
+        directory / "warden.toml", **merged(served.config(), FAST_REPLICAS, sections)
+    )
     settings = load_settings(config, environ={"HOME": str(directory)})
     await create_accounts(settings)
     return settings
