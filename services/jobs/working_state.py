@@ -81,7 +81,8 @@ class WorkingState:
     async def wait_for_kick(self, timeout_s: float) -> None:
         """Until kicked or `timeout_s` passed; then ready for the next kick."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # (3.11's wait_for can swallow a cancel)
+                await self._wake.wait()
         self._wake.clear()
 
     # -- GPUs -----------------------------------------------------------------------------------

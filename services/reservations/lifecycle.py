@@ -289,5 +289,6 @@ class Lifecycle:
                 retrying.succeeded()
                 wait_s = TICK_S
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_s)
+                async with asyncio.timeout(wait_s):  # (3.11's wait_for can swallow a cancel)
+                    await self._wake.wait()
             self._wake.clear()

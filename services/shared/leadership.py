@@ -255,7 +255,8 @@ class Leadership:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.renew_s)
+                async with asyncio.timeout(self.renew_s):  # (3.11's wait_for can swallow a cancel)
+                    await self._wake.wait()
             self._wake.clear()
             if self._stepping_down is not None and not self._stepping_down.done():
                 continue  # the old office is still being torn down

@@ -158,7 +158,8 @@ class Relay:
         last = float("-inf")
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_s)
+                async with asyncio.timeout(wait_s):  # (3.11's wait_for can swallow a cancel)
+                    await self._wake.wait()
             rest = last + self.min_gap_s - loop.time()
             if rest > 0 and not self._stopping:
                 await asyncio.sleep(rest)  # the commits of the next moments join this flush

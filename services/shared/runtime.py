@@ -219,7 +219,8 @@ async def _connect(bus: Bus, wait_s: float, stop: asyncio.Event) -> bool:
                 log.warning("%s; retrying for up to %gs", err.message, wait_s)
                 warned = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+                async with asyncio.timeout(delay):  # (3.11's wait_for can swallow a cancel)
+                    await stop.wait()
             delay = min(delay * 2, 5.0)
     return False
 
@@ -272,7 +273,8 @@ async def _start_with_retries(
                 log.warning("%s; retrying for up to %gs", reason, wait_s)
                 warned = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+                async with asyncio.timeout(delay):  # (3.11's wait_for can swallow a cancel)
+                    await stop.wait()
             delay = min(delay * 2, 5.0)
     return None
 

@@ -256,7 +256,8 @@ class Tracker:
                 # the loop into a busy one.
                 wait_s = backoff_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_s)
+                async with asyncio.timeout(wait_s):  # (3.11's wait_for can swallow a cancel)
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.tick()

@@ -175,7 +175,8 @@ class Reminders:
             if not self._wake.is_set():
                 self._next_pass = self.clock() + timedelta(seconds=wait)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):  # (3.11's wait_for can swallow a cancel)
+                    await self._wake.wait()
             rest = began + MIN_GAP_S - loop.time()
             if rest > 0 and self._wake.is_set():
                 await asyncio.sleep(rest)  # the changes of the next moments share this pass
