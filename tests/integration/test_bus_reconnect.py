@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,6 +20,22 @@ from tests.support.private_servers import private_rabbit
 
 pytestmark = pytest.mark.timeout(300)
 WAIT_S = 60.0
+
+
+async def published_again(buses: list[AmqpBus], publish: Callable[[], Awaitable[None]]) -> None:
+    """Once every bus is connected again after the restart, `publish` (retried until it goes)."""
+
+    async def sent() -> bool:
+        if not all(bus.connected for bus in buses):
+            return False
+        try:
+            await publish()
+        except Exception:
+            return False
+        return True
+
+    published: bool = await until(sent, "a publish after the restart", WAIT_S, interval=0.5)
+    assert published
 
 
 async def test_consumers_handle_and_retry_events_after_the_broker_restarts() -> None:
@@ -51,16 +68,7 @@ async def test_consumers_handle_and_retry_events_after_the_broker_restarts() -> 
             await asyncio.to_thread(rabbit.stop)
             await asyncio.to_thread(rabbit.start)
 
-            async def sent_again() -> bool:
-                if not (publisher.connected and consumer.connected):
-                    return False
-                try:
-                    await emit("after")
-                except Exception:
-                    return False
-                return True
-
-            await until(sent_again, "a publish after the restart", WAIT_S, interval=0.5)
+            await published_again([publisher, consumer], lambda: emit("after"))
             await emit("flaky-after")
             await until(
                 lambda: handled["after"] >= 1 and handled["flaky-after"] == 1,
@@ -111,16 +119,7 @@ async def test_a_consumer_torn_down_while_the_broker_is_away_handles_nothing_onc
             await old_teardown()  # stands down: the broker cannot be told
             await asyncio.to_thread(rabbit.start)
 
-            async def sent_again() -> bool:
-                if not (publisher.connected and old.connected and new.connected):
-                    return False
-                try:
-                    await emit("after-0")
-                except Exception:
-                    return False
-                return True
-
-            await until(sent_again, "a publish after the restart", WAIT_S, interval=0.5)
+            await published_again([publisher, old, new], lambda: emit("after-0"))
             await asyncio.sleep(2)  # time for the old consumer to be restored, were it to be
             for n in range(1, 6):
                 await emit(f"after-{n}")
