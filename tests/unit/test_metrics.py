@@ -8,7 +8,7 @@ this process (the registry is the process's) never count.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -26,6 +26,17 @@ from services.shared.metrics.http import serve_metrics
 from services.shared.replicas import new_replica_id
 from tests.support.polling import until
 from tests.unit.test_monitor_loop import healthy
+
+
+@pytest.fixture(autouse=True)
+def only_this_tests_probes() -> Iterator[None]:
+    """The process-wide probes without those earlier tests of the same run left behind: a
+    stopped service's probe makes every scrape here wait out the probe deadline (10 s a test
+    in the whole suite)."""
+    left = dict(PROBES._probes)
+    PROBES._probes.clear()
+    yield
+    PROBES._probes.update(left)
 
 
 @pytest.fixture
