@@ -9,6 +9,7 @@ a normal transaction. A `fence` (a leader's check that it still leads, see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -114,7 +115,11 @@ class Store:
                 yield conn
             except BaseException:
                 if sqlite_in_transaction(sqlite):
-                    await sqlite.rollback()
+                    # What failed the block is what the caller must see: a rollback that
+                    # fails too (the connection closed as the service stops) must not replace
+                    # it, least of all a cancellation (the task would then run on).
+                    with contextlib.suppress(Exception):
+                        await sqlite.rollback()
                 raise
             finally:
                 if hasattr(sqlite, "begin_with_next"):

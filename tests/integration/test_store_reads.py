@@ -4,6 +4,7 @@ commit and roll back as the block says, with aiosqlite's statements one trip eac
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -79,5 +80,23 @@ async def test_no_read_now_on_postgresql(pg_url: str) -> None:
     store = await _store(pg_url)
     try:
         assert store.read_now("SELECT name FROM things", []) is None
+    finally:
+        await store.engine.dispose()
+
+
+async def test_a_cancelled_write_stays_cancelled_when_its_connection_is_gone(
+    tmp_path: Path,
+) -> None:
+    """A task cancelled in the middle of a statement: SQLAlchemy closes that connection (its
+    state is unknown). The block's rollback then fails too; the caller must still get the
+    cancellation, or a stopping service's loop takes it for a failure and runs on."""
+    store = await _store(f"sqlite+aiosqlite:///{tmp_path / 'things.db'}")
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            async with store.write() as conn:
+                await conn.execute(text("INSERT INTO things (name) VALUES ('half')"))
+                await (await conn.get_raw_connection()).driver_connection.close()
+                raise asyncio.CancelledError
+        assert store.read_now("SELECT name FROM things", []) == []  # nothing committed
     finally:
         await store.engine.dispose()
