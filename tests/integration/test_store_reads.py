@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -95,7 +96,8 @@ async def test_a_cancelled_write_stays_cancelled_when_its_connection_is_gone(
         with pytest.raises(asyncio.CancelledError):
             async with store.write() as conn:
                 await conn.execute(text("INSERT INTO things (name) VALUES ('half')"))
-                await (await conn.get_raw_connection()).driver_connection.close()
+                sqlite: Any = (await conn.get_raw_connection()).driver_connection
+                await sqlite.close()
                 raise asyncio.CancelledError
         assert store.read_now("SELECT name FROM things", []) == []  # nothing committed
     finally:
