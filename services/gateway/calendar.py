@@ -155,7 +155,7 @@ class CalendarView:
         self._by_id.clear()
         self._by_gpu.clear()
         self._cancelled.clear()
-        self._answers.clear()  # (what went moved no version)
+        self._answers.clear()  # what was dropped here moved no version
         self.covers_from = self.covers_until = None
         self._tell(changed)
 

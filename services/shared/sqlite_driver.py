@@ -24,22 +24,14 @@ from aiosqlite.context import contextmanager
 Outcome = tuple[Any, int, int | None, list[Any]]  # description, rowcount, lastrowid, rows
 
 
-def _execute(db: sqlite3.Connection, sql: str, parameters: Any) -> Outcome:
-    """Runs on aiosqlite's thread."""
+def _run(db: sqlite3.Connection, sql: str, parameters: Any, many: bool) -> Outcome:
+    """Runs on aiosqlite's thread: one statement (`many`: for each set of parameters)."""
     cursor = db.cursor()
     try:
-        cursor.execute(sql, () if parameters is None else parameters)
-        rows = cursor.fetchall() if cursor.description else []
-        return cursor.description, cursor.rowcount, cursor.lastrowid, rows
-    finally:
-        cursor.close()
-
-
-def _executemany(db: sqlite3.Connection, sql: str, parameters: Iterable[Any]) -> Outcome:
-    """Runs on aiosqlite's thread."""
-    cursor = db.cursor()
-    try:
-        cursor.executemany(sql, parameters)
+        if many:
+            cursor.executemany(sql, parameters)
+        else:
+            cursor.execute(sql, () if parameters is None else parameters)
         rows = cursor.fetchall() if cursor.description else []
         return cursor.description, cursor.rowcount, cursor.lastrowid, rows
     finally:
@@ -59,11 +51,11 @@ class OneTripCursor:
         self._rows: deque[Any] = deque()
 
     async def execute(self, sql: str, parameters: Any = None) -> OneTripCursor:
-        self._took(await self._connection.run(_execute, sql, parameters))
+        self._took(await self._connection.run(_run, sql, parameters, False))
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> OneTripCursor:
-        self._took(await self._connection.run(_executemany, sql, parameters))
+        self._took(await self._connection.run(_run, sql, parameters, True))
         return self
 
     def _took(self, outcome: Outcome) -> None:
