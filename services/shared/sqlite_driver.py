@@ -6,6 +6,9 @@ loop's queue, so under load a statement waits for the whole queue four times. He
 cursor is made, executed, read and closed on the thread in one trip; SQLAlchemy then reads
 the rows from memory (it fetches every row of a non-streaming result at once anyway).
 
+A connection can also run its work on the caller's thread (`on_loop`, for the event loop's
+small hot-path transactions, see `Store.write`): then a statement makes no trip at all.
+
 `connect` is what `create_engine` gives SQLAlchemy as `async_creator_fn` for SQLite files.
 """
 
@@ -88,8 +91,26 @@ class OneTripCursor:
         await self.close()
 
 
+def _begin_without_waiting(db: sqlite3.Connection, begin: str) -> bool:
+    """`begin` (BEGIN IMMEDIATE) if the write lock is free now; False if another process
+    holds it (waiting for it is for aiosqlite's thread, not the event loop's)."""
+    (busy_timeout_ms,) = db.execute("PRAGMA busy_timeout").fetchone()
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        db.execute(begin)
+    except sqlite3.OperationalError as err:
+        if "locked" in str(err) or "busy" in str(err):
+            return False
+        raise
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return True
+
+
 class OneTripConnection(aiosqlite.Connection):
     _begin: str | None = None  # run before the next trip's work, in that trip
+    # Run the work on the caller's thread, no trip (see `run_on_loop`).
+    _on_loop = False
 
     @contextmanager
     async def cursor(self) -> Any:  # made here, not on the thread: nothing to make there yet
@@ -100,8 +121,20 @@ class OneTripConnection(aiosqlite.Connection):
         a transaction's first statement then costs one trip, not two. None: no longer."""
         self._begin = sql
 
+    def run_on_loop(self, on: bool) -> None:
+        """Run this connection's work on the caller's (the event loop's) thread from now on,
+        or no longer. For short transactions only: SQLite's work then blocks the loop, which
+        costs less than a trip's wait behind everything queued in the loop. A BEGIN that would
+        wait for another process's write lock goes to aiosqlite's thread instead, and the
+        rest of that transaction with it."""
+        self._on_loop = on
+
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         begin, self._begin = self._begin, None
+        if self._on_loop:
+            if begin is None or _begin_without_waiting(self._conn, begin):
+                return fn(*args, **kwargs)
+            self._on_loop = False  # the lock is taken: wait for it off the loop
         if begin is None:
             return await super()._execute(fn, *args, **kwargs)
         db, work = self._conn, partial(fn, *args, **kwargs)
@@ -118,7 +151,10 @@ class OneTripConnection(aiosqlite.Connection):
 
 
 def connect(database: str, **kwargs: Any) -> OneTripConnection:
-    """As `aiosqlite.connect`; its thread a daemon, as SQLAlchemy makes aiosqlite's."""
+    """As `aiosqlite.connect`; its thread a daemon, as SQLAlchemy makes aiosqlite's. The
+    sqlite3 connection may be used from the event loop's thread too (`run_on_loop`), never
+    from two at once: its user awaits each statement."""
+    kwargs["check_same_thread"] = False
     connection = OneTripConnection(partial(sqlite3.connect, database, **kwargs), 64)
     thread = connection if isinstance(connection, Thread) else connection._thread  # < 0.22: one
     thread.daemon = True

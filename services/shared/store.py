@@ -51,6 +51,34 @@ def sqlite_in_transaction(connection: Any) -> bool:
     return True
 
 
+def _closes_without_trip(conn: AsyncConnection) -> bool:
+    """Whether closing `conn` makes no trip to the database: its driver holds no transaction
+    open, so the pool takes it back without a ROLLBACK."""
+    try:
+        adapted: Any = conn.sync_connection.connection.dbapi_connection  # type: ignore[union-attr]
+    except Exception:  # closed, invalidated: let SQLAlchemy sort it out
+        return False
+    if hasattr(adapted, "_transaction"):  # SQLAlchemy's asyncpg adapter
+        return adapted._transaction is None
+    return not sqlite_in_transaction(adapted)
+
+
+@asynccontextmanager
+async def _connected(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """`engine.connect()` as a block. SQLAlchemy's own `async with` closes the connection in a
+    task of its own, so that a cancellation cannot cut its ROLLBACK short: a turn of the event
+    loop's queue for every read and write, which under load is most of a short one's wait.
+    Where closing makes no trip there is nothing to cut short, and it is closed here."""
+    conn = await engine.connect()
+    try:
+        yield conn
+    finally:
+        if _closes_without_trip(conn):
+            await conn.close()
+        else:
+            await conn.__aexit__(None, None, None)  # shielded, as SQLAlchemy does
+
+
 # How long a read on the event loop's thread may wait for SQLite (only while it recovers or
 # resets its write-ahead log; readers wait for no writer) before it is asked off the thread.
 READ_NOW_WAIT_S = 0.05
@@ -88,41 +116,50 @@ class Store:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
+        async with _connected(self.engine) as conn:
             yield conn
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction that commits when the block ends without an error."""
+    async def write(self, *, on_loop: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A transaction that commits when the block ends without an error.
+
+        `on_loop` (SQLite): its statements run on this, the event loop's, thread instead of
+        each making a trip to aiosqlite's thread and back through the loop's queue (under
+        load, a queue's wait per trip). Only for a few small statements (see
+        `sqlite_driver.OneTripConnection.run_on_loop`)."""
         if not self.is_sqlite:
-            async with self.engine.begin() as conn:
+            async with _connected(self.engine) as conn, conn.begin():
                 if self.fence is not None:
                     await self.fence(conn)
                 yield conn
             return
-        async with self._write_lock, self.engine.connect() as conn:
+        async with self._write_lock, _connected(self.engine) as conn:
             # BEGIN, COMMIT and ROLLBACK by aiosqlite itself: one round trip to its thread
             # each (three for a statement through SQLAlchemy's cursor). SQLAlchemy's own
             # transaction, if a statement began one, ends with the connection.
             sqlite: Any = (await conn.get_raw_connection()).driver_connection
-            if hasattr(sqlite, "begin_with_next"):  # services/shared/sqlite_driver.py
+            one_trip = hasattr(sqlite, "begin_with_next")  # services/shared/sqlite_driver.py
+            if one_trip:
                 sqlite.begin_with_next("BEGIN IMMEDIATE")  # in the trip of the first statement
+                sqlite.run_on_loop(on_loop)
             else:
                 await sqlite.execute("BEGIN IMMEDIATE")
             try:
-                if self.fence is not None:
-                    await self.fence(conn)
-                yield conn
-            except BaseException:
-                if sqlite_in_transaction(sqlite):
-                    # What failed the block is what the caller must see: a rollback that
-                    # fails too (the connection closed as the service stops) must not replace
-                    # it, least of all a cancellation (the task would then run on).
-                    with contextlib.suppress(Exception):
-                        await sqlite.rollback()
-                raise
+                try:
+                    if self.fence is not None:
+                        await self.fence(conn)
+                    yield conn
+                except BaseException:
+                    if sqlite_in_transaction(sqlite):
+                        # What failed the block is what the caller must see: a rollback that
+                        # fails too (the connection closed as the service stops) must not
+                        # replace it, least of all a cancellation (the task would then run on).
+                        with contextlib.suppress(Exception):
+                            await sqlite.rollback()
+                    raise
+                if sqlite_in_transaction(sqlite):  # else the block's last write committed
+                    await sqlite.commit()
             finally:
-                if hasattr(sqlite, "begin_with_next"):
+                if one_trip:
                     sqlite.begin_with_next(None)  # a block that ran no statement began nothing
-            if sqlite_in_transaction(sqlite):  # else the block's last write committed
-                await sqlite.commit()
+                    sqlite.run_on_loop(False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -100,5 +101,82 @@ async def test_a_cancelled_write_stays_cancelled_when_its_connection_is_gone(
                 await sqlite.close()
                 raise asyncio.CancelledError
         assert store.read_now("SELECT name FROM things", []) == []  # nothing committed
+    finally:
+        await store.engine.dispose()
+
+
+async def _thread_of_statements(conn: Any) -> int:
+    """The id of the thread that runs this connection's statements."""
+    sqlite: Any = (await conn.get_raw_connection()).driver_connection
+    # A function SQLite calls back on whichever thread runs the statement.
+    await sqlite.run(lambda db: db.create_function("thread_id", 0, threading.get_ident))
+    return int((await conn.execute(text("SELECT thread_id()"))).scalar_one())
+
+
+async def test_a_write_on_loop_runs_on_the_loop_thread_and_commits(tmp_path: Path) -> None:
+    store = await _store(f"sqlite+aiosqlite:///{tmp_path / 'things.db'}")
+    try:
+        async with store.write(on_loop=True) as conn:
+            assert await _thread_of_statements(conn) == threading.get_ident()
+            await conn.execute(text("INSERT INTO things (name) VALUES ('kept')"))
+        with pytest.raises(RuntimeError):
+            async with store.write(on_loop=True) as conn:
+                await conn.execute(text("INSERT INTO things (name) VALUES ('undone')"))
+                raise RuntimeError("the block fails")
+        async with store.write() as conn:  # the next plain write: on aiosqlite's thread again
+            assert await _thread_of_statements(conn) != threading.get_ident()
+        assert store.read_now("SELECT name FROM things ORDER BY id", []) == [("kept",)]
+    finally:
+        await store.engine.dispose()
+
+
+async def test_a_write_on_loop_waits_off_the_loop_for_another_process_lock(
+    tmp_path: Path,
+) -> None:
+    """Another process holds SQLite's write lock: the write waits for it on aiosqlite's
+    thread, and the event loop runs on meanwhile."""
+    path = tmp_path / "things.db"
+    store = await _store(f"sqlite+aiosqlite:///{path}")
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        threads: list[int] = []
+
+        async def write() -> None:
+            async with store.write(on_loop=True) as conn:
+                await conn.execute(text("INSERT INTO things (name) VALUES ('late')"))
+                threads.append(await _thread_of_statements(conn))
+
+        writing = asyncio.create_task(write())
+        await asyncio.sleep(0.2)  # (a BEGIN waiting on the loop's thread would hold it 30 s)
+        assert not writing.done()  # still waiting for the lock, and the loop ran meanwhile
+        other.execute("COMMIT")
+        await writing
+        assert threads and threads[0] != threading.get_ident()
+        assert store.read_now("SELECT name FROM things", []) == [("late",)]
+    finally:
+        other.close()
+        await store.engine.dispose()
+
+
+async def test_a_write_on_loop_and_a_read_leave_the_loop_no_turn(tmp_path: Path) -> None:
+    """Nothing in them waits for the event loop's queue: not their statements (on the loop's
+    thread), not the connection's close (SQLAlchemy's `async with` closes in a task)."""
+    store = await _store(f"sqlite+aiosqlite:///{tmp_path / 'things.db'}")
+    loop = asyncio.get_running_loop()
+    try:
+        turned: list[str] = []
+        loop.call_soon(turned.append, "write")
+        async with store.write(on_loop=True) as conn:
+            await conn.execute(text("INSERT INTO things (name) VALUES ('one')"))
+        assert turned == []
+        await asyncio.sleep(0)
+        loop.call_soon(turned.append, "read")  # a read's statement does go to the thread
+        async with store.read() as conn:
+            await conn.execute(text("SELECT 1"))
+        assert turned == ["write", "read"]
+        async with store.read():
+            loop.call_soon(turned.append, "close")
+        assert turned == ["write", "read"]  # closing it took no turn
     finally:
         await store.engine.dispose()
