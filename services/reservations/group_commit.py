@@ -5,7 +5,8 @@ Each job runs inside the shared transaction and answers with a function that giv
 writes what the jobs left (each in its own SAVEPOINT, so a constraint violation undoes that one
 alone). One drain task runs the batches, so a write pays BEGIN, the version check and COMMIT
 once per batch instead of once per request, and on SQLite holds the write lock only while it
-works.
+works. On SQLite a batch runs on the event loop's thread (`Store.write(on_loop=True)`): it
+makes no trip to aiosqlite's thread, whose answers wait behind everything the loop has queued.
 
 Answers reach their callers after the COMMIT; if the transaction fails, every job of the batch
 gets that error (none of them happened).
@@ -66,7 +67,7 @@ class GroupWriter:
             answers: list[tuple[asyncio.Future[Any], Answer]] = []
             wrote = False
             try:
-                async with self.store.write() as conn:
+                async with self.store.write(on_loop=True) as conn:
                     await self.prepare(conn, [about for _job, about, _future in batch])
                     for job, _about, future in batch:
                         try:

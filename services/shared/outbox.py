@@ -145,7 +145,7 @@ class Relay:
                     return sent
                 for row in rows:
                     await self.bus.publish(parse_envelope(row.envelope))
-                async with self.store.write() as conn:
+                async with self.store.write(on_loop=True) as conn:  # (a writer waits)
                     await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
                 sent += len(rows)
                 if len(rows) < self.batch:
