@@ -2,10 +2,10 @@
 SAVEPOINT, the reservation, its GPU slots, its guests and its `reservation.created` outbox row.
 A constraint violation (an overlap the in-memory check did not know of) undoes that one alone.
 
-On SQLite the whole list runs in ONE hand-off to aiosqlite's thread, on its sqlite3 connection
-(the same connection and transaction SQLAlchemy holds), with statements sqlite3 caches. On
-PostgreSQL the ids are drawn from the sequence first and each table gets one executemany for
-the whole list (asyncpg sends it in one round trip); only if the database refuses one row is
+On SQLite the whole list runs as ONE call on the sqlite3 connection (the same connection and
+transaction SQLAlchemy holds; on the thread the transaction runs on), with statements sqlite3
+caches. On PostgreSQL the ids are drawn from the sequence first, then every table is written
+for the whole list in one statement (one round trip); only if the database refuses one row is
 the list written again row by row, each in its own SAVEPOINT.
 """
 
@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, text
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.outbox import SOURCE
-from services.reservations.tables import gpu_slots, guests, outbox, reservations
 from services.shared.contracts import make_envelope
 from services.shared.store import now_ms
 
@@ -108,65 +107,71 @@ def _sqlite_writes(db: sqlite3.Connection, rows: Sequence[Row], commit: bool) ->
     return written
 
 
-_INSERT_RESERVATIONS = insert(reservations)
-_INSERT_SLOTS = insert(gpu_slots)
-_INSERT_GUESTS = insert(guests)
-_INSERT_OUTBOX = insert(outbox)
+# PostgreSQL: every table in ONE statement, each list one array parameter (data-modifying
+# CTEs; the foreign keys are checked at the statement's end). The outbox rows keep the list's
+# order, which is the order the relay publishes them in.
+_INSERT_ALL = text(
+    """
+WITH new_reservations AS (
+    INSERT INTO reservations (id, owner, title, description, start_ms, end_ms, status,
+        created_by, created_at_ms, updated_at_ms, cancelled_by_rules)
+    SELECT id, owner, title, description, start_ms, end_ms, 'active', created_by, at_ms,
+        at_ms, false
+    FROM unnest(CAST(:ids AS integer[]), CAST(:owners AS text[]), CAST(:titles AS text[]),
+        CAST(:descriptions AS text[]), CAST(:starts AS bigint[]), CAST(:ends AS bigint[]),
+        CAST(:created_by AS text[]), CAST(:created_at AS bigint[]))
+        AS r(id, owner, title, description, start_ms, end_ms, created_by, at_ms)
+), new_slots AS (
+    INSERT INTO reservations_gpu_slots (reservation_id, gpu_uuid, owner, start_ms, end_ms,
+        active)
+    SELECT reservation_id, gpu_uuid, owner, start_ms, end_ms, true
+    FROM unnest(CAST(:slot_ids AS integer[]), CAST(:slot_gpus AS text[]),
+        CAST(:slot_owners AS text[]), CAST(:slot_starts AS bigint[]),
+        CAST(:slot_ends AS bigint[]))
+        AS s(reservation_id, gpu_uuid, owner, start_ms, end_ms)
+), new_guests AS (
+    INSERT INTO reservations_guests (reservation_id, username)
+    SELECT reservation_id, username
+    FROM unnest(CAST(:guest_ids AS integer[]), CAST(:guest_names AS text[]))
+        AS g(reservation_id, username)
+)
+INSERT INTO reservations_outbox (envelope, created_at_ms)
+SELECT envelope, :outbox_at FROM unnest(CAST(:envelopes AS text[])) WITH ORDINALITY
+    AS o(envelope, n)
+ORDER BY n
+"""
+)
 _NEXT_IDS = text(
     "SELECT nextval(pg_get_serial_sequence('reservations', 'id')) FROM generate_series(1, :n)"
 )
 
 
 async def _insert_all(conn: AsyncConnection, rows: Sequence[Row], ids: Sequence[int]) -> None:
-    """Every table in one executemany (one round trip each with asyncpg)."""
+    """Every row of every table in one statement (one round trip)."""
+    pairs = list(zip(rows, ids, strict=True))
+    slots = [(i, uuid, row) for row, i in pairs for uuid in row.gpu_uuids]
+    named = [(i, guest) for row, i in pairs for guest in row.guests]
     await conn.execute(
-        _INSERT_RESERVATIONS,
-        [
-            {
-                "id": reservation_id,
-                "owner": row.owner,
-                "title": row.title,
-                "description": row.description,
-                "start_ms": row.start_ms,
-                "end_ms": row.end_ms,
-                "status": "active",
-                "created_by": row.created_by,
-                "created_at_ms": row.now_ms,
-                "updated_at_ms": row.now_ms,
-                "cancelled_by_rules": False,
-            }
-            for row, reservation_id in zip(rows, ids, strict=True)
-        ],
-    )
-    await conn.execute(
-        _INSERT_SLOTS,
-        [
-            {
-                "reservation_id": reservation_id,
-                "gpu_uuid": uuid,
-                "owner": row.owner,
-                "start_ms": row.start_ms,
-                "end_ms": row.end_ms,
-                "active": True,
-            }
-            for row, reservation_id in zip(rows, ids, strict=True)
-            for uuid in row.gpu_uuids
-        ],
-    )
-    named = [
-        {"reservation_id": reservation_id, "username": guest}
-        for row, reservation_id in zip(rows, ids, strict=True)
-        for guest in row.guests
-    ]
-    if named:
-        await conn.execute(_INSERT_GUESTS, named)
-    at_ms = now_ms()
-    await conn.execute(
-        _INSERT_OUTBOX,
-        [
-            {"envelope": row.envelope(reservation_id), "created_at_ms": at_ms}
-            for row, reservation_id in zip(rows, ids, strict=True)
-        ],
+        _INSERT_ALL,
+        {
+            "ids": list(ids),
+            "owners": [row.owner for row in rows],
+            "titles": [row.title for row in rows],
+            "descriptions": [row.description for row in rows],
+            "starts": [row.start_ms for row in rows],
+            "ends": [row.end_ms for row in rows],
+            "created_by": [row.created_by for row in rows],
+            "created_at": [row.now_ms for row in rows],
+            "slot_ids": [i for i, _uuid, _row in slots],
+            "slot_gpus": [uuid for _i, uuid, _row in slots],
+            "slot_owners": [row.owner for _i, _uuid, row in slots],
+            "slot_starts": [row.start_ms for _i, _uuid, row in slots],
+            "slot_ends": [row.end_ms for _i, _uuid, row in slots],
+            "guest_ids": [i for i, _guest in named],
+            "guest_names": [guest for _i, guest in named],
+            "envelopes": [row.envelope(i) for row, i in pairs],
+            "outbox_at": now_ms(),
+        },
     )
 
 
