@@ -290,13 +290,15 @@ class FleetBoard:
     """The app's current Composition, kept up to date with few RPCs.
 
     - The monitor's snapshot is asked for again once the composition is REFRESH_AFTER_S old,
-      by the first caller after that; the others that come meanwhile wait for that one
-      update (milliseconds) and get its answer, so none is served older than MAX_AGE_S.
+      by the first caller after that, who waits for that update (milliseconds) and gets its
+      answer; the others that come meanwhile get the composition it replaces while that is
+      younger than MAX_AGE_S, and wait for the update after that.
     - Reservations are read from the calendar copy, which tells the board which GPUs'
       reservations changed: a composition is served only while no change came after it, and
-      the next one puts only those GPUs together again, without an RPC. Until the copy covers
-      the next 7 days (before its start-up load), each update asks the reservations service for
-      them instead, so no GPU shows what a copy still loading lacks.
+      the caller that finds it outdated puts only those GPUs together again, without an RPC or
+      a task (and keeps the composition, and its ETags, if none of them shows). Until the copy
+      covers the next 7 days (before its start-up load), each update asks the reservations
+      service for them instead, so no GPU shows what a copy still loading lacks.
     - One update runs at a time; callers that need a newer one wait for it together.
     """
 
@@ -314,15 +316,23 @@ class FleetBoard:
         target = self.changes
         while True:
             latest = self.latest
-            if (
-                latest is not None
-                and latest.changes >= target
-                and self.clock() - latest.built_at < REFRESH_AFTER_S
+            updating = self._updating is not None and not self._updating.done()
+            if latest is not None and (
+                self.clock() - latest.built_at < (MAX_AGE_S if updating else REFRESH_AFTER_S)
             ):
-                return latest
-            # Callers wait for the one update under way rather than get the figures it
-            # replaces: served in the background, a refresh a caller started went only to
-            # the next one (a caller polling once a second always got 1 s old figures).
+                # Young, or not too old while an update runs: the caller that started it waits
+                # for it and gets its figures (a refresh served in the background went only
+                # to the next caller: one polling once a second always got 1 s old figures);
+                # the others meanwhile need not.
+                if latest.changes >= target:
+                    return latest
+                now = datetime.now(UTC)
+                if self.calendar.covers(now, now + NEXT_WITHIN):
+                    # Only reservations changed, and the copy has them: put them in here, with
+                    # no task (under load each of its turns costs a poller a queue's wait). An
+                    # update under way reads the copy as it is when it ends: this is in it.
+                    self._rehold(latest, now)
+                    continue
             await asyncio.shield(self._update(rpc))
 
     def on_change(self, gpus: frozenset[str]) -> None:
@@ -347,36 +357,53 @@ class FleetBoard:
             log.debug("composing hosts and GPUs failed: %s", task.exception())
 
     async def _run_update(self, rpc: Rpc) -> None:
-        changes, pending, everything = self.changes, self._pending, self._rehold_all
-        self._pending, self._rehold_all = set(), False
+        asked = self.changes  # heard of before the service is asked, if it is
         started = self.clock()
         latest = self.latest
         fetch_snapshot = latest is None or started - latest.built_at >= REFRESH_AFTER_S
         now = datetime.now(UTC)
-        try:
-            snapshot, calendar = await asyncio.gather(
-                rpc(monitor_api.SNAPSHOT) if fetch_snapshot else _nothing(),
-                self._calendar_at(rpc, now),
-            )
-        except BaseException:
-            self._pending |= pending
-            self._rehold_all = self._rehold_all or everything
-            raise
-        if calendar is not self.calendar:
-            everything = self._rehold_all = True
-
-        def holders(uuid: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-            return calendar.now_and_next(uuid, now, NEXT_WITHIN)
-
+        snapshot, calendar = await asyncio.gather(
+            rpc(monitor_api.SNAPSHOT) if fetch_snapshot else _nothing(),
+            self._calendar_at(rpc, now),
+        )
+        if calendar is self.calendar:
+            # The copy as it is now, after the awaits: every change heard of so far is in it.
+            changes, pending, everything = self.changes, self._pending, self._rehold_all
+            self._pending, self._rehold_all = set(), False
+        else:
+            # The service's answer holds what was heard before it was asked; every GPU is
+            # read from the copy again once that covers the next 7 days.
+            changes, pending, everything = asked, set(), True
+            self._rehold_all = True
+        holders = _holders(calendar, now)
+        latest = self.latest  # (reservations put in meanwhile by callers)
         if fetch_snapshot:
             hosts = compose_hosts(snapshot, holders)
             shown = shown_hosts(hosts, latest.hosts if latest else {})
-            built_at, generated_at = started, snapshot.get("generated_at") or now.isoformat()
+            generated_at = snapshot.get("generated_at") or now.isoformat()
+            self.latest = Composition(changes, started, generated_at, shown)
         else:
             assert latest is not None
-            shown = _rehold(latest.hosts, holders, None if everything else pending)
-            built_at, generated_at = latest.built_at, latest.generated_at
-        self.latest = Composition(changes, built_at, generated_at, shown)
+            self._show(latest, changes, holders, None if everything else pending)
+
+    def _rehold(self, latest: Composition, now: datetime) -> None:
+        """`latest` with the reservations changed since, from the calendar copy."""
+        changes, pending, everything = self.changes, self._pending, self._rehold_all
+        self._pending, self._rehold_all = set(), False
+        self._show(latest, changes, _holders(self.calendar, now), None if everything else pending)
+
+    def _show(
+        self, latest: Composition, changes: int, holders: Holders, only: Set[str] | None
+    ) -> None:
+        """`latest` with the reservations of the GPUs `only` (None: all) as `holders` has them,
+        counting the calendar's first `changes` changes."""
+        shown = _rehold_hosts(latest.hosts, holders, only)
+        if all(map(operator.is_, shown.values(), latest.hosts.values())):
+            # Nothing shown changed (a booking beyond the next 7 days): the same answers, so
+            # the same ETags, and pollers keep getting 304s.
+            latest.changes = max(latest.changes, changes)
+        else:
+            self.latest = Composition(changes, latest.built_at, latest.generated_at, shown)
 
     async def _calendar_at(self, rpc: Rpc, now: datetime) -> CalendarView:
         """The calendar copy when it covers the next 7 days, else the service's answer for them."""
@@ -393,7 +420,14 @@ async def _nothing() -> dict[str, Any]:
     return {}
 
 
-def _rehold(
+def _holders(calendar: CalendarView, now: datetime) -> Holders:
+    def holders(uuid: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        return calendar.now_and_next(uuid, now, NEXT_WITHIN)
+
+    return holders
+
+
+def _rehold_hosts(
     hosts: dict[str, ShownHost], holders: Holders, only: Set[str] | None
 ) -> dict[str, ShownHost]:
     """The hosts with the reservations of the GPUs `only` (None: all) as `holders` has them."""

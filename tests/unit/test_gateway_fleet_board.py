@@ -4,6 +4,7 @@ fields hidden from outsiders. A fake RPC answers the monitor's snapshot and the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -62,6 +63,19 @@ class FakeRpc:
 
     def names(self) -> list[str]:
         return [name for name, _ in self.asked]
+
+
+class GatedRpc(FakeRpc):
+    """Holds every snapshot after the first until `gate` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any:
+        if method is monitor_api.SNAPSHOT and len(self.asked) > 0:
+            await self.gate.wait()
+        return await super().__call__(method, args)
 
 
 def loaded(*reservations: dict[str, Any]) -> CalendarView:
@@ -123,6 +137,19 @@ async def test_a_booking_shows_at_once_and_only_its_gpu_is_serialised_again() ->
     assert await board.composition(rpc) is after  # nothing changed since
 
 
+async def test_a_booking_that_shows_nowhere_keeps_the_composition_and_its_tags() -> None:
+    view = loaded(reservation(1, "GPU-0", -1, 2))
+    board = board_on(view)
+    rpc = FakeRpc()
+    before = await board.composition(rpc)
+    view.apply("reservation.created", reservation(2, "GPU-1", 24 * 8))  # beyond "next"
+    assert await board.composition(rpc) is before  # the same serial: the same ETag
+    view.apply("reservation.created", reservation(3, "GPU-1", 24 * 6))  # next on GPU-1
+    after = await board.composition(rpc)
+    assert after is not before and after.serial != before.serial
+    assert held(after.hosts["h1"].gpus[1].data) == (None, 3)
+
+
 async def test_the_next_reservation_is_the_first_starting_within_7_days() -> None:
     view = loaded(
         reservation(1, "GPU-0", 5),
@@ -167,6 +194,47 @@ async def test_a_caller_gets_the_figures_its_own_request_asked_for() -> None:
     fresh = await board.composition(rpc)
     assert rpc.names() == ["snapshot", "snapshot"]
     assert fresh is not first and fresh.built_at == 0.99
+
+
+async def test_while_one_caller_refreshes_the_others_get_what_it_replaces_up_to_max_age() -> None:
+    clock = [0.0]
+    board = FleetBoard(loaded(), clock=lambda: clock[0])
+    rpc = GatedRpc()
+    first = await board.composition(rpc)
+    clock[0] = 0.7  # old enough to refresh
+    refreshing = asyncio.create_task(board.composition(rpc))
+    await asyncio.sleep(0)
+    assert not refreshing.done()  # its caller waits for the snapshot it asked for
+    async with asyncio.timeout(5):  # another caller meanwhile: no wait
+        assert await board.composition(rpc) is first
+    clock[0] = 1.0  # too old to serve: the others wait for the update too
+    waiting = asyncio.create_task(board.composition(rpc))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    rpc.gate.set()
+    fresh = await refreshing
+    assert await waiting is fresh and fresh is not first
+    assert rpc.names() == ["snapshot", "snapshot"]
+
+
+async def test_a_booking_heard_during_a_refresh_shows_at_once_and_after_it() -> None:
+    clock = [0.0]
+    view = loaded()
+    board = FleetBoard(view, clock=lambda: clock[0])
+    rpc = GatedRpc()
+    await board.composition(rpc)
+    clock[0] = 0.7
+    refreshing = asyncio.create_task(board.composition(rpc))
+    await asyncio.sleep(0)
+    view.apply("reservation.created", reservation(2, "GPU-1", 1))
+    async with asyncio.timeout(5):  # (fails rather than hangs if it waited for the refresh)
+        meanwhile = await board.composition(rpc)
+    assert not refreshing.done()
+    assert held(meanwhile.hosts["h1"].gpus[1].data) == (None, 2)
+    rpc.gate.set()
+    refreshed = await refreshing
+    assert held(refreshed.hosts["h1"].gpus[1].data) == (None, 2)
+    assert await board.composition(rpc) is refreshed  # nothing left to put in
 
 
 async def test_each_host_shows_its_labels_and_a_label_picks_hosts_and_their_gpus() -> None:
