@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from services.reservations import accounts, idle_watch
+from services.reservations import accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
 from services.shared import db
@@ -171,16 +171,18 @@ async def test_a_restart_neither_tells_twice_nor_skips_the_release(settings: Set
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_a_message_that_fails_is_sent_again_and_the_notice_stands(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
 ) -> None:
-    # Tried again 2 s after the failure instead of 30 s: when is not what this test is about.
-    monkeypatch.setattr(idle_watch, "NOTIFY_RETRY", timedelta(seconds=2))
     bus = InProcessBus()
     await bus.start()
     double = NotifyDouble(bus)
     double.failures = 1
     await double.serve()
-    stop: Teardown = await start_reservations(ServiceContext("reservations", settings, bus))
+    stop: Teardown = await start_reservations(
+        ServiceContext("reservations", settings, bus),
+        # Tried again 2 s after the failure instead of 30 s: when is not what this test is about.
+        idle_notify_retry=timedelta(seconds=2),
+    )
     try:
         await bus.emit(
             "gpu.discovered",
