@@ -179,6 +179,7 @@ def make_bus(settings: Settings, kind: str, *, name: str) -> Bus:
         max_deliveries=settings.bus.max_deliveries,
         prefetch=settings.bus.prefetch,
         rpc_timeout_s=settings.bus.rpc_timeout_s,
+        connect_timeout_s=settings.bus.connect_timeout_s,
     )
     if kind == "inproc":
         return InProcessBus(bus_settings)

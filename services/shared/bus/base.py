@@ -39,6 +39,9 @@ class BusSettings:
     max_deliveries: int = 5
     prefetch: int = 64
     rpc_timeout_s: float = 5.0
+    # One attempt to connect (AMQP): a broker that accepts TCP but never answers gives up after
+    # this.
+    connect_timeout_s: float = 10.0
 
 
 def events_exchange(source: str) -> str:
