@@ -125,6 +125,7 @@ class AmqpBus(Bus):
                 self.url,
                 client_properties={"connection_name": self.name},
                 timeout=self.settings.connect_timeout_s,
+                reconnect_interval=self.settings.reconnect_interval_s,
             )
         except TimeoutError as err:
             raise ServiceUnavailable(
