@@ -25,6 +25,16 @@ from services.shared.logging import configure_logging
 log = logging.getLogger("warden.cli")
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"at least 0 seconds, not {text}")
+    return value
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -84,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--bus",
         choices=("inproc", "amqp"),
         help="message bus (default: inproc for `all`, amqp (RabbitMQ) otherwise)",
+    )
+    run.add_argument(
+        "--connect-wait",
+        type=_seconds,
+        metavar="SECONDS",
+        help="at start-up, how long to keep retrying a broker or database that cannot be "
+        "reached before giving up (default: 30)",
     )
 
     database = commands.add_parser("db", parents=[common], help="database migrations")
@@ -240,7 +257,7 @@ async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from services.shared.runtime import run_services
+    from services.shared.runtime import CONNECT_WAIT_S, run_services
 
     settings = _settings(args)
     configure_logging(settings.log)
@@ -258,7 +275,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         event_loop.loop_name(),
         extra={"fields": {"config": settings.source}},
     )
-    event_loop.run(run_services(names, settings, bus_kind=bus_kind))
+    wait_s = CONNECT_WAIT_S if args.connect_wait is None else args.connect_wait
+    event_loop.run(run_services(names, settings, bus_kind=bus_kind, connect_wait_s=wait_s))
     return 0
 
 

@@ -7,9 +7,10 @@ changed (so a restart neither tells twice nor skips a release), and does what is
 The notice starts when it is due: from then the owner's UI shows it (`GET /me/idle`, the banner)
 and the grace runs. Its message goes through the notifications' one path (`violations.notify`,
 keyed so a message sent again is sent once) and is best effort: a failure is logged once and
-tried again every NOTIFY_RETRY, after a restart too (`sent_notices`), and never holds back the
-release: a lost message does not keep an idle GPU booked for ever. Nothing is released without
-a notice given and its grace passed, and only where an admin turned a rule's policy on.
+tried again every `notify_retry` (NOTIFY_RETRY), after a restart too (`sent_notices`), and
+never holds back the release: a lost message does not keep an idle GPU booked for ever. Nothing
+is released without a notice given and its grace passed, and only where an admin turned a
+rule's policy on.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class IdleWatch:
         stale_after: timedelta,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         directory: ReadDirectory | None = None,
+        notify_retry: timedelta = NOTIFY_RETRY,
     ) -> None:
         self.store = store
         self.commands = commands
@@ -92,6 +94,7 @@ class IdleWatch:
         self.link_base = link_base.rstrip("/")
         self.stale_after = stale_after
         self.clock = clock
+        self.notify_retry = notify_retry  # after a message that failed, the next try
         self._pending: dict[int, list[tuple[datetime, list[Figure]]]] = {}
         self._states: dict[int, IdleState] = {}
         self._running: dict[int, Running] = {}
@@ -281,7 +284,7 @@ class IdleWatch:
             )
         except Exception as err:
             self._unsent[reservation_id] = notice
-            self._retry_at[reservation_id] = now + NOTIFY_RETRY
+            self._retry_at[reservation_id] = now + self.notify_retry
             if reservation_id not in self._failing:
                 self._failing.add(reservation_id)
                 log.warning(

@@ -12,8 +12,8 @@ from services.reservations.booking import DurationBounds
 from services.reservations.commands import Commands
 from services.reservations.directory import Directory
 from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
+from services.reservations.idle_watch import NOTIFY_RETRY, IdleWatch
 from services.reservations.idle_watch import REFRESH_S as idle_refresh_s
-from services.reservations.idle_watch import IdleWatch
 from services.reservations.lifecycle import TICK_S as lifecycle_tick_s
 from services.reservations.lifecycle import Lifecycle, UsageTracker
 from services.reservations.queries import Queries
@@ -28,7 +28,8 @@ from services.shared.runtime import ServiceContext, open_database, start_service
 RELAY_GAP_S = 0.01
 
 
-async def start(ctx: ServiceContext) -> Teardown:
+async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RETRY) -> Teardown:
+    """`idle_notify_retry`: after an idle notice's message failed, when it is tried again."""
     stack = AsyncExitStack()
     try:
         store = Store(await open_database(ctx, stack))
@@ -87,6 +88,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             # No action on figures older than three polls: the host's picture is not "now".
             stale_after=3 * poll + timedelta(seconds=ctx.settings.monitor.poll_deadline_s),
             directory=reads,
+            notify_retry=idle_notify_retry,
         )
         usage.on_figures = watch.on_figures
         await relay.start()

@@ -41,6 +41,9 @@ log = logging.getLogger("warden.runtime")
 
 # Backends start before the gateway and stop after it.
 START_ORDER = ("reservations", "monitor", "violations", "jobs", "gateway")
+# How long start-up keeps retrying a broker or a database it cannot reach (`warden run
+# --connect-wait`).
+CONNECT_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ def make_bus(settings: Settings, kind: str, *, name: str) -> Bus:
         max_deliveries=settings.bus.max_deliveries,
         prefetch=settings.bus.prefetch,
         rpc_timeout_s=settings.bus.rpc_timeout_s,
+        connect_timeout_s=settings.bus.connect_timeout_s,
     )
     if kind == "inproc":
         return InProcessBus(bus_settings)
@@ -300,7 +304,7 @@ async def run_services(
     *,
     bus_kind: str,
     stop: asyncio.Event | None = None,
-    connect_wait_s: float = 30.0,
+    connect_wait_s: float = CONNECT_WAIT_S,
     bus: Bus | None = None,
 ) -> None:
     """Start `names`, run until `stop` is set (or SIGINT/SIGTERM), then stop them in reverse.

@@ -26,6 +26,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from services.shared.bus.amqp import rpc_queue_name
 from services.sim.model import SimFleet
 from tests.support.accounts import PASSWORD
 from tests.support.fleet import ServedFleet, served_fleet
@@ -333,8 +334,18 @@ async def test_a_request_held_by_a_frozen_broker_is_not_carried_out_later(
             finally:
                 await asyncio.to_thread(rabbit.thaw)
             assert status == 503, body
-            await asyncio.sleep(8)  # long after the request would have reached the service
+            # The gateway's later calls (health) go out on the channel the request went out on:
+            # once they are answered, the request was delivered (or expired) before them.
             await ready(api, processes)
+
+            async def request_settled() -> bool:
+                # Nothing waits in the reservations service's RPC queue or is being handled:
+                # had the service carried the request out, it would have by now (it
+                # acknowledges a request once its answer went out).
+                queue = rpc_queue_name("reservations")
+                return await asyncio.to_thread(rabbit.messages, queue) == (0, 0)
+
+            await until(request_settled, "the RPC queue settled", DEADLINE_S, interval=0.2)
             status, after = await api.call("GET", f"/reservations/{booked['id']}")
             assert status == 200, after
             assert after["status"] == "active"  # the end the caller was told failed never came

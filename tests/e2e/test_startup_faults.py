@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -41,12 +42,17 @@ def env_for(tmp: Path, **settings: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def silent_listener() -> Iterator[int]:
-    """A TCP port that accepts connections and never says a word."""
+def silent_listener() -> Iterator[socket.socket]:
+    """A listening TCP socket: connections to its port are accepted (by the kernel) and never
+    hear a word."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(16)
-        yield int(server.getsockname()[1])
+        yield server
+
+
+def port_of(server: socket.socket) -> int:
+    return int(server.getsockname()[1])
 
 
 def start(tmp: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
@@ -71,6 +77,17 @@ def finish(process: subprocess.Popen[bytes], tmp: Path, deadline_s: float) -> tu
     return code, output_of(tmp)
 
 
+def wait_for_a_caller(
+    process: subprocess.Popen[bytes], tmp: Path, server: socket.socket, deadline_s: float
+) -> None:
+    """Wait until a connection to `server` waits to be accepted (it never is): the process is
+    inside a connect that will get no answer."""
+    deadline = time.monotonic() + deadline_s
+    while not select.select([server], [], [], 0.2)[0]:
+        if time.monotonic() > deadline or process.poll() is not None:
+            pytest.fail(f"no connection within {deadline_s:g}s; output:\n{output_of(tmp)[-3000:]}")
+
+
 def wait_for_output(
     process: subprocess.Popen[bytes], tmp: Path, words: str, deadline_s: float
 ) -> None:
@@ -86,10 +103,14 @@ def wait_for_output(
 def test_a_broker_that_never_answers_neither_hangs_start_up_nor_ignores_sigterm(
     tmp_path: Path,
 ) -> None:
-    with silent_listener() as port:
-        env = env_for(tmp_path, bus_amqp_url=f"amqp://guest:guest@127.0.0.1:{port}/")
+    with silent_listener() as server:
+        env = env_for(
+            tmp_path,
+            bus_amqp_url=f"amqp://guest:guest@127.0.0.1:{port_of(server)}/",
+            bus_connect_timeout_s="2",  # each try gives up after 2 s instead of 10 s
+        )
         process = start(tmp_path, env, "run", "reservations")
-        wait_for_output(process, tmp_path, "did not answer", deadline_s=60)
+        wait_for_output(process, tmp_path, "did not answer within 2s", deadline_s=60)
         process.send_signal(signal.SIGTERM)
         code, output = finish(process, tmp_path, deadline_s=20)
     assert code == 0, output
@@ -100,22 +121,26 @@ def test_a_broker_that_never_answers_neither_hangs_start_up_nor_ignores_sigterm(
 def test_an_unreachable_database_is_retried_then_one_clear_line(tmp_path: Path) -> None:
     dead = f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/warden"
     env = env_for(tmp_path, storage_database_url=dead)
-    code, output = finish(start(tmp_path, env, "run", "all"), tmp_path, deadline_s=120)
+    # 3 s of retries instead of the default 30 s: three attempts (after 0.5 s, 1 s), enough to
+    # see it retry and say so once.
+    process = start(tmp_path, env, "run", "all", "--connect-wait", "3")
+    code, output = finish(process, tmp_path, deadline_s=120)
     assert code == 1, output
     assert "Traceback" not in output
     assert "cannot reach" in output or "unreachable" in output
-    assert "retrying for up to" in output  # said once while it waited
+    assert "retrying for up to 3s" in output  # said once while it waited
     assert output.count("retrying for up to") == 1
     last = output.strip().splitlines()[-1]
     assert last.startswith("warden: ") and "storage.database_url" in last
+    assert "after 3s of retries" in last
 
 
 @pytest.mark.timeout(120)
 def test_an_unreachable_database_does_not_keep_sigterm_waiting(tmp_path: Path) -> None:
-    with silent_listener() as port:  # accepts, never answers: each connect times out
-        env = env_for(tmp_path, storage_database_url=f"postgresql+asyncpg://x@127.0.0.1:{port}/w")
-        process = start(tmp_path, env, "run", "all")
-        time.sleep(3)
+    with silent_listener() as server:  # accepts, never answers: each connect times out
+        url = f"postgresql+asyncpg://x@127.0.0.1:{port_of(server)}/w"
+        process = start(tmp_path, env_for(tmp_path, storage_database_url=url), "run", "all")
+        wait_for_a_caller(process, tmp_path, server, deadline_s=60)  # the database's connect
         process.send_signal(signal.SIGTERM)
         code, output = finish(process, tmp_path, deadline_s=30)
     assert code == 0, output

@@ -17,7 +17,7 @@ from services.shared.db import create_engine
 from services.shared.outbox import Relay, outbox_table
 from services.shared.store import Store, now_ms
 
-GAP_S = 5.0  # long beside four inserts, so the kicks below all come within it
+GAP_S = 2.0  # long beside four inserts (milliseconds), so the kicks below all come within it
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

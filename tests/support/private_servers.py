@@ -8,6 +8,7 @@ installed servers are (Debian's `rabbitmq-server`; PostgreSQL's `initdb` and `pg
     with private_rabbit() as rabbit:    # rabbit.url: amqp://guest:guest@127.0.0.1:PORT/
         rabbit.stop(); rabbit.start()    # the broker application down, up
         rabbit.freeze(); rabbit.thaw()   # SIGSTOP / SIGCONT its Erlang VM
+        rabbit.messages("a-queue")       # (ready, unacknowledged)
 
     with private_postgres() as pg:      # pg.url("warden"): postgresql+asyncpg://...
         pg.stop(); pg.start()
@@ -90,6 +91,16 @@ class PrivateRabbit:
 
     def thaw(self) -> None:
         os.kill(self.beam_pid, signal.SIGCONT)
+
+    def messages(self, queue: str) -> tuple[int, int]:
+        """(ready, unacknowledged) messages of `queue` on the default vhost; (0, 0) when there
+        is no such queue."""
+        columns = ("name", "messages_ready", "messages_unacknowledged")
+        for line in self.ctl("list_queues", "--no-table-headers", *columns).splitlines():
+            name, ready, unacknowledged = line.split("\t")
+            if name == queue:
+                return int(ready), int(unacknowledged)
+        return 0, 0
 
 
 def _own_folder(prefix: str, owner: str) -> Path:

@@ -291,6 +291,16 @@ def test_unknown_service_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "scheduler" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("wait", ["-1", "soon", "inf", "nan"])
+def test_a_connect_wait_that_is_no_number_of_seconds_is_a_usage_error(
+    wait: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "all", "--connect-wait", wait])
+    assert exited.value.code == 2
+    assert "--connect-wait" in capsys.readouterr().err
+
+
 # --- regressions (bugs found while writing these tests) ---------------------------------------
 
 

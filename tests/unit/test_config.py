@@ -80,6 +80,7 @@ def test_defaults_without_a_file_in_dev_mode(isolated_home: Path) -> None:
     assert settings.bus.prefetch == 64
     assert settings.bus.max_deliveries == 5
     assert settings.bus.rpc_timeout_s == 5.0
+    assert settings.bus.connect_timeout_s == 10.0
     assert settings.gateway.host == "127.0.0.1"  # bind to loopback by default
     assert settings.gateway.port == 8080
     assert settings.gateway.cors_origins == ()
@@ -175,6 +176,7 @@ def test_invalid_toml_is_a_config_error(write_config: Callable[[str], Path]) -> 
         ('[bus]\nprefetch = "many"', "bus.prefetch"),
         ("[bus]\nmax_deliveries = 0", "bus.max_deliveries"),
         ("[bus]\nrpc_timeout_s = 0", "bus.rpc_timeout_s"),
+        ("[bus]\nconnect_timeout_s = 0", "bus.connect_timeout_s"),
         ('[bus]\namqp_url = "http://rabbit"', "bus.amqp_url"),
         ('[log]\nlevel = "verbose"', "log.level"),
         ('[log]\nformat = "xml"', "log.format"),

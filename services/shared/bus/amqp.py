@@ -75,8 +75,6 @@ TEARDOWN_S = 5.0
 DEAD_LETTER_EXCHANGE = "warden.dead-letter"
 RPC_EXCHANGE = "warden.rpc"
 DELIVERIES_HEADER = "x-warden-deliveries"
-# One attempt to connect: a broker that accepts TCP but never answers gives up after this.
-CONNECT_TIMEOUT_S = 10.0
 # An RPC request's absolute deadline (Unix time in integer milliseconds, the caller's clock):
 # the queue TTL counts from the request's arrival, so one held up in a frozen broker would
 # still be delivered after it. Integer: AMQP carries a Python float as single precision,
@@ -126,12 +124,13 @@ class AmqpBus(Bus):
             self._connection = await aio_pika.connect_robust(
                 self.url,
                 client_properties={"connection_name": self.name},
-                timeout=CONNECT_TIMEOUT_S,
+                timeout=self.settings.connect_timeout_s,
+                reconnect_interval=self.settings.reconnect_interval_s,
             )
         except TimeoutError as err:
             raise ServiceUnavailable(
                 f"RabbitMQ at {_redact(self.url)} accepts connections but did not answer "
-                f"within {CONNECT_TIMEOUT_S:g}s",
+                f"within {self.settings.connect_timeout_s:g}s",
                 {"amqp_url": _redact(self.url)},
             ) from err
         except (OSError, AMQPError) as err:

@@ -39,6 +39,12 @@ class BusSettings:
     max_deliveries: int = 5
     prefetch: int = 64
     rpc_timeout_s: float = 5.0
+    # One attempt to connect (AMQP): a broker that accepts TCP but never answers gives up after
+    # this.
+    connect_timeout_s: float = 10.0
+    # After the connection is lost, the pause between attempts to connect again (AMQP;
+    # aio-pika's default).
+    reconnect_interval_s: float = 5.0
 
 
 def events_exchange(source: str) -> str:

@@ -107,6 +107,14 @@ class BusConfig:
     rpc_timeout_s: float = option(
         5.0, "Default deadline of an RPC call, in seconds.", min=0.01, max=300
     )
+    connect_timeout_s: float = option(
+        10.0,
+        "Deadline of one attempt to connect to RabbitMQ, in seconds: a broker that accepts the "
+        "connection but does not answer within it counts as unreachable (at start-up it is "
+        "tried again, see `warden run --connect-wait`).",
+        min=0.1,
+        max=300,
+    )
 
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
