@@ -11,7 +11,6 @@ not as `\\uXXXX` escapes: the same value.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -21,8 +20,15 @@ _OPTIONS = (
 )
 # orjson reads an integer of 19 digits or more that does not fit 64 bits as a float: such
 # text (rare: ids and figures are far shorter) is read by `json`, which keeps it an integer.
-_LONG_NUMBER = re.compile(rb"\d{19}")
-_LONG_TEXT = re.compile(r"\d{19}")
+# Found by two C passes (every ASCII digit made "0", all else " "; then 19 "0"s looked for): a
+# regular expression took 3 times as long as orjson's whole reading.
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_NINETEEN_DIGITS = b"0" * 19
+
+
+def _long_number_in(raw: bytes | bytearray | str) -> bool:
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    return data.translate(_DIGITS).find(_NINETEEN_DIGITS) >= 0
 
 
 def _refuse(value: Any) -> Any:
@@ -45,8 +51,7 @@ def dumps_text(value: Any) -> str:
 def loads(raw: bytes | bytearray | str) -> Any:
     """`json.loads(raw)`'s value; ValueError (json.JSONDecodeError, UnicodeDecodeError) when
     `raw` is not JSON, as `json.loads` raises."""
-    long_number = _LONG_TEXT if isinstance(raw, str) else _LONG_NUMBER
-    if long_number.search(raw) is None:  # type: ignore[arg-type]
+    if not _long_number_in(raw):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
