@@ -75,13 +75,21 @@ def setup_logging_and_sigterm() -> None:
     signal.signal(signal.SIGTERM, exit_on)
 
 
-def run_async(main: Coroutine[Any, Any, T], cleaned_up: str, *stops: type[Exception]) -> T:
+def run_async(
+    main: Coroutine[Any, Any, T],
+    cleaned_up: str,
+    *stops: type[Exception],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
     """`asyncio.run(main)` with setup_logging_and_sigterm; on Ctrl-C (or one of the `stops`) it
-    says so and what the `finally` blocks `cleaned_up`, and exits with status 130."""
+    says so and what the `finally` blocks `cleaned_up`, and exits with status 130.
+    `loop_factory`: another event loop (a bench that runs a service in its own process passes
+    `services.shared.event_loop.loop_factory()`, the loop `warden run` runs it on)."""
     setup_logging_and_sigterm()
     interrupts: tuple[type[BaseException], ...] = (KeyboardInterrupt, *stops)
     try:
-        return asyncio.run(main)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(main)
     except interrupts as err:
         print(f"interrupted ({str(err) or 'Ctrl-C'}): {cleaned_up}", file=sys.stderr)
         raise SystemExit(130) from None

@@ -81,7 +81,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.reservations.service import start as start_reservations
 from services.reservations.tables import gpu_slots, gpus, reservations
-from services.shared import db
+from services.shared import db, event_loop
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings
 from services.shared.errors import NotFound, ReservationConflict, WardenError
@@ -770,8 +770,8 @@ def report(results: list[BackendResult], cfg: Config, args: argparse.Namespace) 
     print(
         f"data:    {len(USERS)} users + admin, {len(HOSTS)} hosts x {GPUS_PER_HOST} GPUs, "
         f"{cfg.seed_reservations:,} reservations (-4..+8 weeks); in-process bus, "
-        f"{WARMUP_CALLS} warm-up calls per operation; seed {cfg.seed}"
-        + (" (--quick)" if args.quick else "")
+        f"{WARMUP_CALLS} warm-up calls per operation; seed {cfg.seed}; event loop "
+        f"{event_loop.loop_name()} (as `warden run`)" + (" (--quick)" if args.quick else "")
     )
     print()
     rows = []
@@ -848,6 +848,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="PostgreSQL server to make a database on (default: env WARDEN_BENCH_PG_URL, "
         f"else {DEFAULT_PG_URL})",
     )
+    ap.add_argument(
+        "--no-uvloop",
+        action="store_true",
+        help="asyncio's own event loop, not uvloop (as `warden run` with WARDEN_UVLOOP=0)",
+    )
     ap.add_argument("--reservations", type=int, default=20_000, help="seeded reservations (20,000)")
     ap.add_argument("--seed", type=int, default=1, help="random seed (1)")
     ap.add_argument(
@@ -876,7 +881,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     cfg = make_config(args)
     cleaned_up = "service stopped, temporary files and databases removed"
-    results = common.run_async(run_all(args, cfg), cleaned_up)
+    if args.no_uvloop:
+        os.environ["WARDEN_UVLOOP"] = "0"
+    # The service runs in this process: on the loop `warden run` would run it on.
+    results = common.run_async(
+        run_all(args, cfg), cleaned_up, loop_factory=event_loop.loop_factory()
+    )
     report(results, cfg, args)
     common.print_result(**result_figures(results))
     return 0
