@@ -14,6 +14,7 @@ small hot-path transactions, see `Store.write`): then a statement makes no trip 
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -91,6 +92,11 @@ class OneTripCursor:
         await self.close()
 
 
+# SQLite's default: a COMMIT that leaves the write-ahead log this many pages long copies it into
+# the database.
+AUTOCHECKPOINT_PAGES = 1000
+
+
 def _begin_without_waiting(db: sqlite3.Connection, begin: str) -> bool:
     """`begin` (BEGIN IMMEDIATE) if the write lock is free now; False if another process
     holds it (waiting for it is for aiosqlite's thread, not the event loop's)."""
@@ -111,6 +117,7 @@ class OneTripConnection(aiosqlite.Connection):
     _begin: str | None = None  # run before the next trip's work, in that trip
     # Run the work on the caller's thread, no trip (see `run_on_loop`).
     _on_loop = False
+    _autocheckpoint_off = False
 
     @contextmanager
     async def cursor(self) -> Any:  # made here, not on the thread: nothing to make there yet
@@ -121,13 +128,20 @@ class OneTripConnection(aiosqlite.Connection):
         a transaction's first statement then costs one trip, not two. None: no longer."""
         self._begin = sql
 
-    def run_on_loop(self, on: bool) -> None:
+    def run_on_loop(self, on: bool, *, checkpoint: bool = True) -> None:
         """Run this connection's work on the caller's (the event loop's) thread from now on,
         or no longer. For short transactions only: SQLite's work then blocks the loop, which
         costs less than a trip's wait behind everything queued in the loop. A BEGIN that would
         wait for another process's write lock goes to aiosqlite's thread instead, and the
-        rest of that transaction with it."""
+        rest of that transaction with it. `checkpoint=False`: its COMMIT does not copy the
+        write-ahead log into the database when the log is long (SQLite's automatic checkpoint,
+        tens of milliseconds with its fsyncs): the caller has that done off the loop."""
         self._on_loop = on
+        if checkpoint == self._autocheckpoint_off:
+            pages = AUTOCHECKPOINT_PAGES if checkpoint else 0
+            with contextlib.suppress(ValueError, sqlite3.Error):  # (closed: nothing to set)
+                self._conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            self._autocheckpoint_off = not checkpoint
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         begin, self._begin = self._begin, None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -17,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+log = logging.getLogger("warden.store")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -79,6 +82,18 @@ async def _connected(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
             await conn.__aexit__(None, None, None)  # shielded, as SQLAlchemy does
 
 
+# A write on the loop's thread leaves SQLite's checkpoint (copying the write-ahead log into the
+# database, fsyncs included) to a thread: after this many of them, and one at a time.
+CHECKPOINT_EVERY = 100
+
+
+def _checkpoint(path: str) -> None:
+    """Copy what it can of the write-ahead log of `path` into the database (PASSIVE: waits for
+    no reader or writer). Runs on a worker thread."""
+    with contextlib.closing(sqlite3.connect(path, timeout=READ_NOW_WAIT_S)) as db:
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
 # How long a read on the event loop's thread may wait for SQLite (only while it recovers or
 # resets its write-ahead log; readers wait for no writer) before it is asked off the thread.
 READ_NOW_WAIT_S = 0.05
@@ -94,6 +109,9 @@ class Store:
         database = engine.url.database if self.is_sqlite and not engine.url.query else None
         self._file = database if database and database != ":memory:" else None
         self._reader: sqlite3.Connection | None = None
+        self.checkpoint_every = CHECKPOINT_EVERY
+        self._unchecked_commits = 0  # on the loop's thread, since the last checkpoint began
+        self._checkpointing: asyncio.Future[None] | None = None
 
     def read_now(self, sql: str, parameters: Sequence[Any]) -> list[Any] | None:
         """The rows of one small read, on this (the event loop's) thread, for a SQLite file.
@@ -141,7 +159,8 @@ class Store:
             one_trip = hasattr(sqlite, "begin_with_next")  # services/shared/sqlite_driver.py
             if one_trip:
                 sqlite.begin_with_next("BEGIN IMMEDIATE")  # in the trip of the first statement
-                sqlite.run_on_loop(on_loop)
+                # On the loop, no checkpoint in the COMMIT where one can be made off it.
+                sqlite.run_on_loop(on_loop, checkpoint=not on_loop or self._file is None)
             else:
                 await sqlite.execute("BEGIN IMMEDIATE")
             try:
@@ -163,3 +182,26 @@ class Store:
                 if one_trip:
                     sqlite.begin_with_next(None)  # a block that ran no statement began nothing
                     sqlite.run_on_loop(False)
+        if on_loop:
+            self._committed_on_loop()
+
+    def _committed_on_loop(self) -> None:
+        self._unchecked_commits += 1
+        if (
+            self._file is None
+            or self._unchecked_commits < self.checkpoint_every
+            or (self._checkpointing is not None and not self._checkpointing.done())
+        ):
+            return
+        self._unchecked_commits = 0
+        self._checkpointing = asyncio.get_running_loop().run_in_executor(
+            None, _checkpoint, self._file
+        )
+        self._checkpointing.add_done_callback(_checkpoint_done)
+
+
+def _checkpoint_done(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        # SQLite's own checkpoint at the next write off the loop catches up; the next one here
+        # tries again.
+        log.warning("SQLite checkpoint failed: %s", done.exception())

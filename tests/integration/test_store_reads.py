@@ -180,3 +180,29 @@ async def test_a_write_on_loop_and_a_read_leave_the_loop_no_turn(tmp_path: Path)
         assert turned == ["write", "read"]  # closing it took no turn
     finally:
         await store.engine.dispose()
+
+
+async def test_writes_on_loop_leave_the_checkpoint_to_a_thread(tmp_path: Path) -> None:
+    """A COMMIT on the loop's thread does not copy a long write-ahead log into the database
+    (SQLite's automatic checkpoint, fsyncs included); every `checkpoint_every` of them one
+    runs on a worker thread. A COMMIT off the loop still checkpoints as SQLite does."""
+    path = tmp_path / "things.db"
+    store = await _store(f"sqlite+aiosqlite:///{path}")
+    store.checkpoint_every = 2
+    big = "x" * 5_000_000  # over SQLite's 1,000-page mark by itself
+    try:
+        size = path.stat().st_size
+        async with store.write(on_loop=True) as conn:
+            await conn.execute(text("INSERT INTO things (name) VALUES (:big)"), {"big": big})
+        assert path.stat().st_size == size  # all of it still in the log
+        async with store.write(on_loop=True) as conn:
+            await conn.execute(text("DELETE FROM things"))
+        checkpointing = store._checkpointing  # the second one's, on a thread
+        assert checkpointing is not None
+        await checkpointing
+        assert path.stat().st_size > len(big)  # copied into the database
+        async with store.write() as conn:  # off the loop: SQLite's own checkpoint again
+            await conn.execute(text("INSERT INTO things (name) VALUES (:big)"), {"big": big * 2})
+        assert path.stat().st_size > 2 * len(big)
+    finally:
+        await store.engine.dispose()
