@@ -222,6 +222,7 @@ async def postgres_database(admin_url: str) -> AsyncIterator[tuple[str, str]]:
 # --- seeding ------------------------------------------------------------------------------------
 
 
+@functools.cache  # (asked for per call: the load generator's CPU is the service's too)
 def gpu_uuids_by_host() -> dict[str, list[str]]:
     return {host: [f"GPU-{host}-{i}" for i in range(GPUS_PER_HOST)] for host in HOSTS}
 
