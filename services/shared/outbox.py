@@ -145,7 +145,9 @@ class Relay:
                     return sent
                 for row in rows:
                     await self.bus.publish(parse_envelope(row.envelope))
-                async with self.store.write(on_loop=True) as conn:  # (a writer waits)
+                # On the loop's thread: a create group waiting for the write lock waits for
+                # no trip to SQLite's thread.
+                async with self.store.write(on_loop=True) as conn:
                     await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
                 sent += len(rows)
                 if len(rows) < self.batch:
