@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,11 @@ pytestmark = pytest.mark.timeout(300)
 WAIT_S = 60.0
 # Reconnect attempts every 0.5 s instead of 5 s: back sooner once the broker is.
 RECONNECT_S = 0.5
+
+
+def amqp_bus(url: str, name: str, **settings: Any) -> AmqpBus:
+    """A bus on `url` that tries to reconnect every RECONNECT_S."""
+    return AmqpBus(url, BusSettings(reconnect_interval_s=RECONNECT_S, **settings), name=name)
 
 
 async def published_again(buses: list[AmqpBus], publish: Callable[[], Awaitable[None]]) -> None:
@@ -42,16 +48,8 @@ async def published_again(buses: list[AmqpBus], publish: Callable[[], Awaitable[
 
 async def test_consumers_handle_and_retry_events_after_the_broker_restarts() -> None:
     with private_rabbit() as rabbit:
-        publisher = AmqpBus(
-            rabbit.url,
-            BusSettings(max_deliveries=3, reconnect_interval_s=RECONNECT_S),
-            name="test-publisher",
-        )
-        consumer = AmqpBus(
-            rabbit.url,
-            BusSettings(max_deliveries=3, reconnect_interval_s=RECONNECT_S),
-            name="test-consumer",
-        )
+        publisher = amqp_bus(rabbit.url, "test-publisher", max_deliveries=3)
+        consumer = amqp_bus(rabbit.url, "test-consumer", max_deliveries=3)
         await publisher.start()
         await consumer.start()
         handled: Counter[str] = Counter()
@@ -102,15 +100,9 @@ async def test_a_consumer_torn_down_while_the_broker_is_away_handles_nothing_onc
     can reach the broker; the robust channel must not bring them back to act as a deposed
     replica: what they would have had goes to the consumer that took over."""
     with private_rabbit() as rabbit:
-        publisher = AmqpBus(
-            rabbit.url, BusSettings(reconnect_interval_s=RECONNECT_S), name="test-publisher"
-        )
-        old = AmqpBus(
-            rabbit.url, BusSettings(reconnect_interval_s=RECONNECT_S), name="test-old-leader"
-        )
-        new = AmqpBus(
-            rabbit.url, BusSettings(reconnect_interval_s=RECONNECT_S), name="test-new-leader"
-        )
+        publisher = amqp_bus(rabbit.url, "test-publisher")
+        old = amqp_bus(rabbit.url, "test-old-leader")
+        new = amqp_bus(rabbit.url, "test-new-leader")
         for bus in (publisher, old, new):
             await bus.start()
         by_old: list[str] = []
