@@ -1,6 +1,7 @@
 """The store's reads on a real SQLite file (and PostgreSQL): a read on the event loop's own
 thread sees what the writer committed and gives way when SQLite is busy; transactions begin,
-commit and roll back as the block says, with aiosqlite's statements one trip each."""
+commit and roll back as the block says, with aiosqlite's statements one trip each; PostgreSQL's
+pool hands out the connection returned last."""
 
 from __future__ import annotations
 
@@ -204,5 +205,22 @@ async def test_writes_on_loop_leave_the_checkpoint_to_a_thread(tmp_path: Path) -
         async with store.write() as conn:  # off the loop: SQLite's own checkpoint again
             await conn.execute(text("INSERT INTO things (name) VALUES (:big)"), {"big": big * 2})
         assert path.stat().st_size > 2 * len(big)
+    finally:
+        await store.engine.dispose()
+
+
+async def test_postgresql_hands_out_the_connection_returned_last(pg_url: str) -> None:
+    """Each PostgreSQL connection has caches of its own (prepared statements, the server's
+    plans): the pool gives the warm one, not the one that waited longest."""
+    store = Store(db.create_engine(pg_url))
+    backend_pid = text("SELECT pg_backend_pid()")
+    try:
+        async with store.read() as first, store.read() as second:  # two at once
+            older = (await first.execute(backend_pid)).scalar_one()
+            newer = (await second.execute(backend_pid)).scalar_one()
+        # `second` went back first, then `first`: `first` is the last one returned.
+        async with store.write() as conn:
+            assert (await conn.execute(backend_pid)).scalar_one() == older
+        assert older != newer
     finally:
         await store.engine.dispose()
