@@ -4,6 +4,7 @@ recording senders: dedupe by key, preferences off, rate limit recorded as limite
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -161,6 +162,39 @@ def test_a_booking_wakes_the_reminders_only_if_a_reminder_of_it_may_come_before_
     assert not watch._wake.is_set()
     watch.changed(_held(timedelta(hours=20)))  # may be due within the longest lead time
     assert watch._wake.is_set()
+
+
+async def test_a_booking_during_a_pass_brings_another_only_if_a_reminder_may_come_sooner() -> None:
+    in_pass, go_on = asyncio.Event(), asyncio.Event()
+
+    async def leads(owners: Any) -> dict[str, tuple[int, int]]:
+        in_pass.set()
+        await go_on.wait()
+        return {}
+
+    async def notify(note: dict[str, Any]) -> None:
+        return None
+
+    async def pass_with(booked: Holding) -> bool:
+        """A pass during which `booked` comes; whether another pass is coming after it."""
+        watch = Reminders(list, leads, notify, clock=lambda: NOW)
+        in_pass.clear()
+        go_on.clear()
+        await watch.start()
+        try:
+            await in_pass.wait()
+            watch.changed(booked)
+            go_on.set()
+            for _ in range(100):  # until the pass has planned the next
+                if watch._next_pass is not None or watch._wake.is_set():
+                    break
+                await asyncio.sleep(0)
+            return watch._wake.is_set()
+        finally:
+            await watch.stop()
+
+    assert not await pass_with(_held(timedelta(weeks=2)))  # the next pass, in 60 s, is soon enough
+    assert await pass_with(_held(timedelta(minutes=5)))  # due before that: another pass now
 
 
 def test_the_plan_is_what_each_reservations_reminders_say() -> None:

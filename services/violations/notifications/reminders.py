@@ -111,6 +111,11 @@ class Reminders:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._next_pass: datetime | None = None  # None: a pass is coming now
+        # Bookings that came while a pass ran: whether one needs another pass is known when
+        # this one has planned the next (waking for each made a pass every MIN_GAP_S under a
+        # stream of bookings, each looking at every reservation held).
+        self._passing = False
+        self._changed_in_pass: list[Holding] = []
         # Keys sent since the start, kept until what each reminds of has passed: a pass sends
         # a due reminder once (the notifier's keys hold across restarts), not on every pass.
         self._sent: dict[str, datetime] = {}
@@ -125,6 +130,9 @@ class Reminders:
         remind of). A pass comes now only if one of its reminders may be due before the next
         one planned: a stream of bookings weeks ahead costs no pass each."""
         if held is None:
+            return
+        if self._passing:
+            self._changed_in_pass.append(held)
             return
         planned = self._next_pass
         if planned is None or min(held.start, held.end) - MAX_LEAD <= planned:
@@ -160,7 +168,8 @@ class Reminders:
         while True:
             began = loop.time()
             self._wake.clear()
-            self._next_pass = None  # a change during the pass brings another
+            self._next_pass = None
+            self._passing = True
             try:
                 upcoming = await self.pass_once()
             except Exception as err:  # the service may be starting: try again later
@@ -169,11 +178,16 @@ class Reminders:
                 else:
                     log.exception("reminders: a pass failed")
                 upcoming = None
+            finally:
+                self._passing = False
             wait = MAX_SLEEP_S
             if upcoming is not None:
                 wait = min(wait, max((upcoming - self.clock()).total_seconds(), 0.05))
             if not self._wake.is_set():
                 self._next_pass = self.clock() + timedelta(seconds=wait)
+            changed, self._changed_in_pass = self._changed_in_pass, []
+            for held in changed:  # (the pass may not have seen them)
+                self.changed(held)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):  # (3.11's wait_for can swallow a cancel)
                     await self._wake.wait()
