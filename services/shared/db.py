@@ -45,7 +45,7 @@ def create_engine(url: str) -> AsyncEngine:
         # LIFO: the connection used last is taken first. Each PostgreSQL connection is a
         # backend with caches of its own (asyncpg's prepared statements, the server's catalog
         # and foreign-key plans); the first writes on a cold one took 7 - 8 ms instead of 1 - 2,
-        # and FIFO went round all of them. The idle ones stay idle (the server may close them).
+        # and FIFO went round all of them.
         kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20, pool_use_lifo=True)
         # A server that accepts TCP but never answers fails a connect after this long, not
         # asyncpg's 60 s; start-up retries, a request gets a 503.
