@@ -62,8 +62,10 @@ async def retry_after_ms(
 
 async def take(conn: AsyncConnection, limits: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Count one attempt against each key, unless one is at its limit (then nothing is)."""
-    now = now_ms()
     await _lock(conn, [limit["key"] for limit in limits])
+    # Read once the keys are ours: a clock read before waiting could be older than the rows
+    # the holder wrote meanwhile, and a refusal would say to wait longer than the window.
+    now = now_ms()
     waits = []
     for limit in limits:
         window_ms = int(limit["window_s"] * 1000)

@@ -1,7 +1,8 @@
 """Counted attempts (services.reservations.attempts), the shared state of the gateway
 replicas' rate limits, on SQLite and PostgreSQL: a parallel burst spread over two reservations
 replicas (two engines on one database) gets exactly the limit, a refusal says when to try
-again, settling uncounts, and expired rows go.
+again (within the window, even after waiting for the key), settling uncounts, and expired rows
+go.
 
 The database fixtures are those of test_reservations_accounts.py, imported.
 """
@@ -13,11 +14,11 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, text, update
 
 from services.reservations import attempts
 from services.reservations.attempts import AttemptCalls
-from services.reservations.store import Store
+from services.reservations.store import Store, now_ms
 from services.reservations.tables import attempts as attempts_table
 from services.shared import db
 from tests.integration.test_reservations_accounts import (  # noqa: F401 (fixtures)
@@ -100,3 +101,44 @@ async def test_attempts_out_of_their_window_count_no_more_and_are_deleted(store:
         assert await attempts.count(conn) == 1  # the expired ones went with that take
         await conn.execute(update(attempts_table).values(until_ms=0))
         assert await attempts.purge(conn) == 1
+
+
+_WAITING_FOR_A_LOCK = text(
+    "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+@pytest.mark.postgres
+async def test_a_take_that_waited_for_the_key_counts_from_when_it_got_it(pg_url: str) -> None:
+    """The holder of a key writes while a take waits for it: the take's refusal says to wait at
+    most the window, however long it waited."""
+    engine = db.create_engine(pg_url)
+    try:
+        await db.upgrade(engine, "reservations")
+        holder = await engine.connect()
+        await holder.begin()
+        await holder.execute(
+            text("SELECT pg_advisory_xact_lock(:id)"), {"id": attempts.lock_id("feed:bob")}
+        )
+        waiting = asyncio.create_task(
+            AttemptCalls(Store(engine)).take({"limits": [key("feed:bob", 1, 60)]})
+        )
+        for _ in range(1000):  # until the take waits for the key (10 s at most)
+            if (await holder.execute(_WAITING_FOR_A_LOCK)).scalar_one():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the take never waited for the key")
+        await holder.execute(  # the holder's attempt, counted after the take began
+            insert(attempts_table).values(
+                key="feed:bob", at_ms=now_ms(), until_ms=now_ms() + 60_000
+            )
+        )
+        await holder.commit()
+        await holder.close()
+        refused = await waiting
+        assert refused["marks"] == []
+        assert 0 < refused["retry_after_s"] <= 60
+    finally:
+        await engine.dispose()
