@@ -17,7 +17,7 @@ UI_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
 	frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
 UI_BUILD := frontend/dist/index.html
 
-.PHONY: help install api-types frontend run demo test test-unit test-ui test-deploy lint bench bench-quick clean distclean
+.PHONY: help install api-types frontend run demo test test-unit test-ui test-deploy lint docs docs-reference screenshots bench bench-quick clean distclean
 
 help: ## list the targets
 	@echo "Warden make targets:"
@@ -80,6 +80,18 @@ lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, the import layer
 	$(BIN)/lint-imports
 	cd frontend && npm run --silent typecheck
 
+# --strict: a broken link, or a page missing from mkdocs.yml's nav, fails the build.
+docs: install ## build the documentation site (docs/, mkdocs.yml) into site/, strictly
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-reference: install ## regenerate the generated reference pages in docs/reference/
+	$(BIN)/python -m services.docs_reference
+
+# The browser tests' screenshot script, run on the demo-like data of the e2e suite: it writes
+# docs/images/*.png (committed). A plain `make test` never writes them.
+screenshots: install frontend ## take the documentation's screenshots (docs/images/) in Debian's Chromium
+	cd frontend && WARDEN_SCREENSHOTS_DIR=../docs/images npm run --silent screenshots
+
 bench: install frontend ## run every benchmark in bench/
 	@for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
@@ -89,7 +101,7 @@ bench-quick: install frontend ## run every benchmark with --quick
 clean: ## remove caches and build output (keeps .venv)
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info .data/demo
-	rm -rf frontend/dist frontend/test-results
+	rm -rf frontend/dist frontend/test-results site
 
 distclean: clean ## clean, and remove .venv and frontend/node_modules too
 	rm -rf $(VENV) frontend/node_modules

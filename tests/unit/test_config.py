@@ -28,11 +28,12 @@ from services.shared.config import (
 )
 from services.shared.config.__main__ import main as config_main
 from services.shared.config.render import (
-    README_BEGIN,
-    README_COMMAND,
-    README_END,
+    DOCS_BEGIN,
+    DOCS_COMMAND,
+    DOCS_END,
+    DOCS_PAGE,
     blocks,
-    with_readme_table,
+    with_options_table,
 )
 from services.shared.errors import ConfigError
 
@@ -199,7 +200,7 @@ def test_invalid_value_names_the_key(
     assert key in err.value.message
 
 
-def test_an_error_reads_as_the_readme_says(write_config: Callable[[str], Path]) -> None:
+def test_an_error_reads_as_the_docs_say(write_config: Callable[[str], Path]) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(write_config("[bus]\nprefetch = 0\n"), dev=True, environ={})
     assert "bus.prefetch: Must be greater than or equal to 1" in err.value.message
@@ -396,34 +397,34 @@ def test_template_default_data_dir_follows_xdg(isolated_home: Path) -> None:
     assert parsed["storage"]["data_dir"] == str(isolated_home / ".local" / "share" / "warden")
 
 
-# --- the README's table of options -------------------------------------------------------------
+# --- the docs' table of options ----------------------------------------------------------------
 
 
-def test_readme_table_is_the_generated_one() -> None:
-    readme = Path(__file__).parents[2] / "README.md"
-    text = readme.read_text()
-    assert with_readme_table(text) == text, (
-        f"README.md's table of options differs from the declarations: run `{README_COMMAND}`"
+def test_docs_table_is_the_generated_one() -> None:
+    page = Path(__file__).parents[2] / DOCS_PAGE
+    text = page.read_text()
+    assert with_options_table(text) == text, (
+        f"{DOCS_PAGE}'s table of options differs from the declarations: run `{DOCS_COMMAND}`"
     )
 
 
-def test_readme_command_rewrites_only_the_table(
+def test_docs_command_rewrites_only_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Intro\n\n{README_BEGIN}\n| stale |\n{README_END}\n\nAfter.\n")
-    monkeypatch.setattr(sys, "argv", ["config", "--readme", str(readme)])
+    page = tmp_path / "configuration.md"
+    page.write_text(f"# Intro\n\n{DOCS_BEGIN}\n| stale |\n{DOCS_END}\n\nAfter.\n")
+    monkeypatch.setattr(sys, "argv", ["config", "--page", str(page)])
     config_main()
-    text = readme.read_text()
+    text = page.read_text()
     assert "| stale |" not in text
-    assert text.startswith(f"# Intro\n\n{README_BEGIN}\n| section |")
-    assert text.endswith(f"|\n{README_END}\n\nAfter.\n")
+    assert text.startswith(f"# Intro\n\n{DOCS_BEGIN}\n| section |")
+    assert text.endswith(f"|\n{DOCS_END}\n\nAfter.\n")
     assert "| | `prefetch` | `64` | 1 to 65535 |" in text
 
 
-def test_readme_without_the_markers_is_refused() -> None:
+def test_a_page_without_the_markers_is_refused() -> None:
     with pytest.raises(ValueError, match="generated"):
-        with_readme_table("# Warden\n")
+        with_options_table("# Warden\n")
 
 
 # --- database URLs ----------------------------------------------------------------------------

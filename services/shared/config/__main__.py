@@ -1,23 +1,24 @@
-"""`python -m services.shared.config --readme README.md`: regenerate the README's option table."""
+"""`python -m services.shared.config --page docs/reference/configuration.md`: regenerate the
+documentation's table of options."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from services.shared.config.render import with_readme_table
+from services.shared.config.render import DOCS_PAGE, with_options_table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m services.shared.config", description=__doc__)
     parser.add_argument(
-        "--readme",
+        "--page",
         type=Path,
-        required=True,
-        help="the README whose table of options is rewritten from the declarations",
+        default=Path(DOCS_PAGE),
+        help=f"the page whose table of options is rewritten from the declarations ({DOCS_PAGE})",
     )
-    readme: Path = parser.parse_args().readme
-    readme.write_text(with_readme_table(readme.read_text()))
+    page: Path = parser.parse_args().page
+    page.write_text(with_options_table(page.read_text()))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""What is written from the declarations: the file `warden init` writes, and the README's table.
+"""What is written from the declarations: the file `warden init` writes, and the docs' table.
 
 Both walk the same blocks: each `[section]` with its keys, then its arrays of tables
 (`[[violations.webhooks]]`), and last the top-level `[[hosts]]`.
@@ -23,9 +23,11 @@ TEMPLATE_HEADER = """\
 # Any option can be overridden by an environment variable WARDEN_<SECTION>_<KEY>,
 # e.g. WARDEN_BUS_AMQP_URL or WARDEN_AUTH_JWT_SECRET; a list as comma-separated items.
 """
-README_COMMAND = "python -m services.shared.config --readme README.md"
-README_BEGIN = f"<!-- generated from services/shared/config/settings.py by `{README_COMMAND}` -->"
-README_END = "<!-- end of the generated table -->"
+# The page of the documentation site that holds the table of options (docs/reference/).
+DOCS_PAGE = "docs/reference/configuration.md"
+DOCS_COMMAND = f"python -m services.shared.config --page {DOCS_PAGE}"
+DOCS_BEGIN = f"<!-- generated from services/shared/config/settings.py by `{DOCS_COMMAND}` -->"
+DOCS_END = "<!-- end of the generated table -->"
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ def render_config_template(data_dir: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- the README's table ----------------------------------------------------------------------
+# --- the docs' table of options ----------------------------------------------------------------------
 
 
 def _cell(text: str) -> str:
@@ -164,7 +166,7 @@ def _default(key: Key) -> str:
     return "required" if option.default is MISSING else f"`{toml.value(option.default)}`"
 
 
-def readme_table() -> str:
+def options_table() -> str:
     """One row per section or table saying what it is, then one per key."""
     rows = ["| section | option | default | allowed | meaning |", "|---|---|---|---|---|"]
     for block in blocks():
@@ -178,10 +180,10 @@ def readme_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def with_readme_table(readme: str) -> str:
-    """`readme` with the generated table between its two markers."""
-    head, begin, rest = readme.partition(README_BEGIN)
-    _, end, tail = rest.partition(README_END)
+def with_options_table(page: str) -> str:
+    """`page` with the generated table between its two markers."""
+    head, begin, rest = page.partition(DOCS_BEGIN)
+    _, end, tail = rest.partition(DOCS_END)
     if not begin or not end:
-        raise ValueError(f"the README has no {README_BEGIN!r} … {README_END!r}")
-    return f"{head}{begin}\n{readme_table()}{end}{tail}"
+        raise ValueError(f"the page has no {DOCS_BEGIN!r} … {DOCS_END!r}")
+    return f"{head}{begin}\n{options_table()}{end}{tail}"
