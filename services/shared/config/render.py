@@ -152,7 +152,7 @@ def render_config_template(data_dir: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- the docs' table of options ----------------------------------------------------------------------
+# --- the docs' table of options ----------------------------------------------------------------
 
 
 def _cell(text: str) -> str:
