@@ -123,8 +123,8 @@ async def wait_for_monitor(bus: AmqpBus, child: common.Child, hosts: int, timeou
             continue
         if answer.get("hosts") == hosts:
             return
-        # A replica takes its hosts a heartbeat and a half after it starts (README: several
-        # monitor replicas): until then it answers with none.
+        # A replica takes its hosts a heartbeat and a half after it starts (docs/admins/replicas.md:
+        # several monitor replicas): until then it answers with none.
         if time.monotonic() > deadline:
             raise RuntimeError(f"the monitor watches {answer.get('hosts')} hosts, not {hosts}")
         await asyncio.sleep(0.2)

@@ -45,7 +45,7 @@ from services.shared.errors import WardenError
 
 ADMIN_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # The aim is 2,000 hosts; of the sizes measured, 1,000 is the largest that met the targets on
-# 2 cores shared with the simulator (see the README's Performance section).
+# 2 cores shared with the simulator (see bench/README.md).
 AIM_HOSTS, HOSTS, QUICK_HOSTS = 2_000, 1_000, 100
 INTERVAL_S, QUICK_INTERVAL_S = 5.0, 2.0
 TARGET_P99_MS = 1_000.0

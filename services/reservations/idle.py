@@ -29,7 +29,7 @@ from services.reservations.domain import IdlePolicy
 Action = Literal["notify", "release"]
 Figures = Sequence[tuple[float | None, float | None]]  # (utilisation %, memory MiB) per GPU
 
-# Example values shown in the README and the rule editor.
+# Example values shown in the docs (docs/admins/idle-reservations.md) and the rule editor.
 EXAMPLE = IdlePolicy(
     below_util_percent=5.0,
     below_memory_mib=1024.0,

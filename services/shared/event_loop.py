@@ -1,7 +1,7 @@
 """The event loop `warden run` runs the services on: uvloop when it is installed (the
 `uvloop` extra: `pip install 'gpu-warden[uvloop]'`), asyncio's own otherwise, or when the
 environment says `WARDEN_UVLOOP=0`. uvloop's sockets and timers cost less CPU per message
-and per request (README, Performance); everything works the same without it.
+and per request (bench/README.md, CHANGELOG.md); everything works the same without it.
 """
 
 from __future__ import annotations

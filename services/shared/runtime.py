@@ -287,7 +287,7 @@ async def _start_with_retries(
 # of the middle generation after 10 of those, of everything after 100 of these. Bigger young
 # and middle generations made fewer collections but longer pauses: at (50,000, 20) a middle
 # collection over a heap growing by ~1,500 reservations a second took up to 316 ms, stopping
-# every request in flight (README, Performance: "REST API under load").
+# every request in flight (CHANGELOG.md, "REST API under load").
 GC_THRESHOLDS = (10_000, 10, 100)
 
 
@@ -295,7 +295,7 @@ def settle_garbage_collector() -> None:
     """Once the services have started: what they loaded lives as long as the process, so the
     collector leaves it alone (`gc.freeze`), and it runs less often. Full collections over the
     services' caches (the reservations' in-memory model, the gateway's calendar copy) took
-    tens of milliseconds at random moments: most of the p99 of reads (README, Performance)."""
+    tens of milliseconds at random moments: most of the p99 of reads (CHANGELOG.md, performance)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

@@ -1,4 +1,4 @@
-"""What the README and the OpenAPI document promise, checked through the API: an ended
+"""What the docs and the OpenAPI document promise, checked through the API: an ended
 reservation reads `ended`, rule changes answer what they cancelled, a rule made "now" covers a
 booking made "now", ids are never reused, ranges and slots stay within their documented
 bounds. One embedded system (SQLite: where ids used to be reused)."""

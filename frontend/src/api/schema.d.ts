@@ -640,7 +640,7 @@ export interface paths {
         };
         /**
          * GPU usage per user, group, host or GPU model over a period (JSON, or CSV)
-         * @description Admins see everyone (or one user with `user=`); anyone else sees only their own figures (403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the period is longer than 366 days. The period stops at now. Columns: see the README's "Usage reports". `format=csv` answers as `/reports/usage.csv` does.
+         * @description Admins see everyone (or one user with `user=`); anyone else sees only their own figures (403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the period is longer than 366 days. The period stops at now. Columns: see the documentation's "Usage reports" (docs/admins/usage-reports.md). `format=csv` answers as `/reports/usage.csv` does.
          */
         get: operations["usage_report"];
         put?: never;
@@ -660,7 +660,7 @@ export interface paths {
         };
         /**
          * The usage report as CSV (a header row, the rows, then a `total` row)
-         * @description Admins see everyone (or one user with `user=`); anyone else sees only their own figures (403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the period is longer than 366 days. The period stops at now. Columns: see the README's "Usage reports".
+         * @description Admins see everyone (or one user with `user=`); anyone else sees only their own figures (403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the period is longer than 366 days. The period stops at now. Columns: see the documentation's "Usage reports" (docs/admins/usage-reports.md).
          */
         get: operations["usage_report_csv"];
         put?: never;

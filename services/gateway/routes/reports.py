@@ -156,8 +156,8 @@ async def usage_report_csv(call: Call) -> web.Response:
 _ACCESS = (
     "Admins see everyone (or one user with `user=`); anyone else sees only their own figures "
     "(403 `forbidden` for `user=` someone else). 422 when `end` is not after `start` or the "
-    "period is longer than 366 days. The period stops at now. Columns: see the README's "
-    '"Usage reports".'
+    "period is longer than 366 days. The period stops at now. Columns: see the documentation's "
+    '"Usage reports" (docs/admins/usage-reports.md).'
 )
 TAG = "reports"
 ROUTES = (

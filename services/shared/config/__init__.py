@@ -2,7 +2,7 @@
 
 Every key is declared once, on a field of its settings dataclass (settings.py): its type,
 default, allowed values and meaning. The validation (schema.py), the template `warden init`
-writes and the README's table of options (render.py) are generated from those declarations.
+writes and the docs' table of options (render.py) are generated from those declarations.
 Validated at start-up; settings are passed down from the composition root, never read from a
 global.
 """

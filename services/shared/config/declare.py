@@ -3,7 +3,7 @@
     interval_s: float = option(5.0, "Seconds between two polls of a host.", min=0.1, max=3600)
 
 The field's type and the `Option` in its metadata are all that is known about a key: the schema
-that validates it (schema.py), the template `warden init` writes and the README's table
+that validates it (schema.py), the template `warden init` writes and the docs' table
 (render.py) are generated from them.
 """
 
