@@ -87,10 +87,10 @@ docs: install ## build the documentation site (docs/, mkdocs.yml) into site/, st
 docs-reference: install ## regenerate the generated reference pages in docs/reference/
 	$(BIN)/python -m services.docs_reference
 
-# The browser tests' screenshot script, run on the demo-like data of the e2e suite: it writes
-# docs/images/*.png (committed). A plain `make test` never writes them.
+# frontend/e2e/screenshots.mjs starts a Warden of its own as the browser tests do, books a few
+# GPUs and writes docs/images/*.png (committed). A plain `make test` never writes them.
 screenshots: install frontend ## take the documentation's screenshots (docs/images/) in Debian's Chromium
-	cd frontend && WARDEN_SCREENSHOTS_DIR=../docs/images npm run --silent screenshots
+	cd frontend && npm run --silent screenshots -- ../docs/images
 
 bench: install frontend ## run every benchmark in bench/
 	@for f in bench/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
