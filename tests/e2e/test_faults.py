@@ -252,7 +252,8 @@ async def test_a_violations_service_killed_mid_incident_continues_it_exactly(
             return status == 200 and any(e["kind"] == "action" for e in body["timeline"])
 
         # Mid-incident, between its steps (a kill in the instant between a step's claim and
-        # its webhook would leave that step unsent: at most once, see docs/admins/troubleshooting.md).
+        # its webhook would leave that step unsent: at most once, see
+        # docs/admins/troubleshooting.md).
         await until(step_0_recorded, "step 0 recorded", DEADLINE_S, interval=0.2)
         processes.kill("violations")  # SIGKILL: nothing is flushed, nothing said goodbye
         await asyncio.sleep(3)
