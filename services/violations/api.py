@@ -1,6 +1,6 @@
 """The violations service's public call contract: its RPC methods, their arguments and answers,
 and the errors they raise (see `services.shared.rpc`). Its events are in
-`services.shared.contracts`; handlers of your own subscribe to them (docs/plugins.md).
+`services.shared.contracts`; handlers of your own subscribe to them (docs/developers/plugins.md).
 """
 
 from __future__ import annotations

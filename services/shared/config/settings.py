@@ -398,8 +398,9 @@ class ViolationSettings:
         parse_step,
         "Escalation, in order of delay: `<delay since the incident opened><ms|s|m|h> <action> "
         "[offender+owner+admins]`. Actions: terminal, email, webhook, terminate (SIGTERM, then "
-        "SIGKILL), kill, or the name a plugin of yours listens for (see docs/plugins.md). "
-        "The default only tells people; terminate and kill are opt-in.",
+        "SIGKILL), kill, or the name a plugin of yours listens for (see "
+        "docs/developers/plugins.md). The default only tells people; terminate and kill are "
+        "opt-in.",
         opt_in=(
             "Opt-in: to also stop an offender's processes (they lose unsaved work), use these "
             "steps instead: terminate sends SIGTERM, then SIGKILL after term_grace_s; kill "
