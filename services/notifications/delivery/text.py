@@ -10,6 +10,23 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+# The services' documented limits, in UTF-16 code units (see `units`).
+SLACK_SECTION_CHARS = 3000  # a section block's text (longer: HTTP 400 invalid_blocks)
+SLACK_TEXT_CHARS = 40_000  # the top-level `text`
+MATTERMOST_TEXT_CHARS = 16_383
+DISCORD_CONTENT_CHARS = 2000
+DISCORD_TITLE_CHARS = 256
+DISCORD_DESCRIPTION_CHARS = 4096
+DISCORD_FIELD_NAME_CHARS = 256
+DISCORD_FIELD_VALUE_CHARS = 1024
+DISCORD_FIELDS = 25
+DISCORD_EMBED_TOTAL_CHARS = 6000  # title, description, field names and values, footer, author
+DISCORD_USERNAME = "Warden"
+TEAMS_MAX_BYTES = 28_000  # a Teams message, card included, is at most about 28 KB
+ADAPTIVE_CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
+ADAPTIVE_CARD_VERSION = "1.4"  # what Teams renders in Workflows posts
+ADAPTIVE_CARD_TYPE = "application/vnd.microsoft.card.adaptive"
+
 _LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -1,5 +1,6 @@
 """The notification path as the violations service serves it: its RPC handlers, its event
-consumers, and how it starts (the senders, the reminders)."""
+consumers, and how it starts (the senders, the reminders). The service's composition root
+builds it with the service's store, outbox and relay."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
+from sqlalchemy import Table
+
+from services.notifications import api, preferences, producers, records
+from services.notifications.delivery.smtp import SmtpSender
+from services.notifications.delivery.webhook import WebhookPoster
+from services.notifications.notifier import Notifier
+from services.notifications.reminders import Reminders
 from services.reservations import api as reservations_api
 from services.shared.bus import Bus, EventHandler, RpcHandler
 from services.shared.config import Settings
@@ -14,12 +22,6 @@ from services.shared.contracts import Envelope
 from services.shared.reservation_book import ReservationBook
 from services.shared.rpc import Method
 from services.shared.store import Store, now_ms
-from services.violations import api
-from services.violations.actions.mail import MailSender
-from services.violations.actions.webhook import WebhookSender
-from services.violations.notifications import preferences, producers, records
-from services.violations.notifications.notifier import Notifier
-from services.violations.notifications.reminders import Reminders
 
 
 class Notifications:
@@ -31,6 +33,7 @@ class Notifications:
         store: Store,
         settings: Settings,
         on_commit: Callable[[], None],
+        outbox: Table,
         labels_of: Callable[[str], Sequence[str]] = lambda _host: (),
     ) -> None:
         self.bus = bus
@@ -40,15 +43,16 @@ class Notifications:
         violations = settings.violations
         # The user's own chat webhook is one target among none configured: same pacing and
         # retries as the violation handlers' webhooks.
-        self.webhooks = WebhookSender((), retries=violations.webhook_retries)
+        self.webhooks = WebhookPoster((), retries=violations.webhook_retries)
         self.notifier = Notifier(
             store,
             smtp=violations.smtp,
-            mail=MailSender(violations.smtp),
+            mail=SmtpSender(violations.smtp),
             webhooks=self.webhooks,
             address_of=self.address_of,
             per_minute=violations.notify_per_minute,
             on_commit=on_commit,
+            outbox=outbox,
         )
         # Its own copy of the calendar (the tracker's is the tracker's to change).
         self.book = ReservationBook()
