@@ -12,7 +12,6 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
-from services.notifications.delivery.smtp import one_line
 from services.notifications.delivery.text import (
     ADAPTIVE_CARD_SCHEMA,
     ADAPTIVE_CARD_TYPE,
@@ -23,6 +22,7 @@ from services.notifications.delivery.text import (
     SLACK_SECTION_CHARS,
     clean,
     clip,
+    one_line,
 )
 
 SUBJECT_CHARS = 150

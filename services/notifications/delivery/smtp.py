@@ -7,31 +7,18 @@ from __future__ import annotations
 
 import logging
 import ssl
-import unicodedata
 from email.message import EmailMessage
 from email.utils import parseaddr
 
 import aiosmtplib
 
 from services.notifications.delivery.outcome import ActionOutcome
+from services.notifications.delivery.text import one_line
 from services.shared.config import SmtpSettings
 
 log = logging.getLogger(__name__)
 
 NOT_CONFIGURED = "e-mail is not configured (smtp_host)"
-_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def one_line(text: str) -> str:
-    """`text` without anything a mail header or a line of body could break on.
-
-    Line breaks of any kind (CR, LF, VT, FF, NEL, U+2028...), other control characters and
-    bidi overrides become a space, so a username or command can never start a new header.
-    """
-    return "".join(
-        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI_CONTROLS else c
-        for c in text
-    )
 
 
 def valid_address(address: str) -> bool:

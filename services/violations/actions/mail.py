@@ -21,9 +21,9 @@ import aiosmtplib
 from services.notifications.delivery.smtp import (
     NOT_CONFIGURED,
     SmtpSender,
-    one_line,
     valid_address,
 )
+from services.notifications.delivery.text import one_line
 from services.violations.actions.base import ActionOutcome, Alert
 from services.violations.actions.message import details, headline, next_text, when
 
