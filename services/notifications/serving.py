@@ -24,6 +24,39 @@ from services.shared.rpc import Method
 from services.shared.store import Store, now_ms
 
 
+class NotificationCalls:
+    """What the path's RPC methods do: notify, and a user's preferences and record."""
+
+    def __init__(self, store: Store, notifier: Notifier, leads_changed: Callable[[], None]) -> None:
+        self.store = store
+        self.notifier = notifier
+        self.leads_changed = leads_changed  # the reminders look again
+
+    async def notify(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.notifier.notify(args)
+
+    async def get_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return preferences.answer(*await records.load_prefs(conn, args["user"]))
+
+    async def set_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = args["user"]
+        async with self.store.write() as conn:
+            prefs, chat_format, chat_url = await records.load_prefs(conn, user)
+            prefs = prefs.changed(args)
+            if "chat_url" in args:
+                chat_url = args["chat_url"] or None
+            if "chat_format" in args:
+                chat_format = args["chat_format"]
+            await records.save_prefs(conn, user, prefs, chat_format, chat_url, now_ms())
+        self.leads_changed()  # a lead time may have changed
+        return preferences.answer(prefs, chat_format, chat_url)
+
+    async def list_sent(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return await records.list_sent(conn, args["user"], args["limit"], args["offset"])
+
+
 class Notifications:
     """Everything of the path one service runs: `start` it, then serve `rpc` and `events`."""
 
@@ -57,6 +90,7 @@ class Notifications:
         # Its own copy of the calendar (the tracker's is the tracker's to change).
         self.book = ReservationBook()
         self.reminders = Reminders(self.book.all, self.leads, self.notifier.notify)
+        self.calls = NotificationCalls(store, self.notifier, self.reminders.wake)
 
     def load_reservations(self, found: list[dict[str, Any]]) -> None:
         """The current and coming reservations, from the reservations service at start."""
@@ -89,29 +123,6 @@ class Notifications:
         steps = violations.steps_for(host, self.labels_of(host))
         return producers.owner_mailed_by_steps(steps, violations.handlers)
 
-    # -- RPC ---------------------------------------------------------------------------------
-
-    async def get_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
-        async with self.store.read() as conn:
-            return preferences.answer(*await records.load_prefs(conn, args["user"]))
-
-    async def set_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
-        user = args["user"]
-        async with self.store.write() as conn:
-            prefs, chat_format, chat_url = await records.load_prefs(conn, user)
-            prefs = prefs.changed(args)
-            if "chat_url" in args:
-                chat_url = args["chat_url"] or None
-            if "chat_format" in args:
-                chat_format = args["chat_format"]
-            await records.save_prefs(conn, user, prefs, chat_format, chat_url, now_ms())
-        self.reminders.wake()  # a lead time may have changed
-        return preferences.answer(prefs, chat_format, chat_url)
-
-    async def list_sent(self, args: dict[str, Any]) -> dict[str, Any]:
-        async with self.store.read() as conn:
-            return await records.list_sent(conn, args["user"], args["limit"], args["offset"])
-
     def rpc(self) -> dict[Method, RpcHandler]:
         return rpc_handlers(self)
 
@@ -128,13 +139,9 @@ class Notifications:
 
 def rpc_handlers(notifications: Notifications) -> dict[Method, RpcHandler]:
     """The path's RPC handlers; building the table uses nothing of `notifications` yet."""
-
-    async def notify(args: dict[str, Any]) -> dict[str, Any]:
-        return await notifications.notifier.notify(args)
-
     return {
-        api.NOTIFY: notify,
-        api.NOTIFICATION_PREFS: lambda args: notifications.get_prefs(args),
-        api.SET_NOTIFICATION_PREFS: lambda args: notifications.set_prefs(args),
-        api.LIST_NOTIFICATIONS: lambda args: notifications.list_sent(args),
+        api.NOTIFY: lambda args: notifications.calls.notify(args),
+        api.NOTIFICATION_PREFS: lambda args: notifications.calls.get_prefs(args),
+        api.SET_NOTIFICATION_PREFS: lambda args: notifications.calls.set_prefs(args),
+        api.LIST_NOTIFICATIONS: lambda args: notifications.calls.list_sent(args),
     }
