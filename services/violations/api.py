@@ -1,6 +1,9 @@
 """The violations service's public call contract: its RPC methods, their arguments and answers,
 and the errors they raise (see `services.shared.rpc`). Its events are in
 `services.shared.contracts`; handlers of your own subscribe to them (docs/plugins.md).
+
+The service also serves the notification path, whose contract is `services.notifications.api`
+(`METHODS` here includes its methods: they keep this service's name on the wire).
 """
 
 from __future__ import annotations
