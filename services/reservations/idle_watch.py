@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from services.notifications import api as violations_api  # NOTIFY, wire name violations.notify
 from services.reservations import idle_store, repository
 from services.reservations.access import idle_policy_of
 from services.reservations.booking import Actor
@@ -48,7 +49,6 @@ from services.reservations.tables import reservations
 from services.shared.bus import Bus
 from services.shared.errors import Forbidden, NotFound, StateConflict
 from services.shared.failures import Retrying
-from services.violations import api as violations_api
 
 log = logging.getLogger("warden.reservations.idle")
 

@@ -6,13 +6,15 @@ engines run Alembic's synchronous API through `run_sync`), so there is no offlin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from alembic import context
 from sqlalchemy import MetaData
 
 from services.shared.db import version_table
 
 
-def run_migrations(target_metadata: MetaData) -> None:
+def run_migrations(target_metadata: MetaData | Sequence[MetaData]) -> None:
     config = context.config
     connection = config.attributes.get("connection")
     if connection is None:

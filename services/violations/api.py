@@ -1,6 +1,9 @@
 """The violations service's public call contract: its RPC methods, their arguments and answers,
 and the errors they raise (see `services.shared.rpc`). Its events are in
 `services.shared.contracts`; handlers of your own subscribe to them (docs/developers/plugins.md).
+
+The service also serves the notification path, whose contract is `services.notifications.api`
+(`METHODS` here includes its methods: they keep this service's name on the wire).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from services.notifications import api as notifications_api
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.rpc import Answer, methods_of
 from services.shared.usage_report import FactsSchema, PeriodArgs
@@ -176,175 +180,12 @@ USAGE_REPORT = _method(
     raises=(InvalidRequest,),
 )
 
-# --- notifications: one path for every message to a person (issue 20) -----------------------
-
-# What a user may be told about; each user chooses per kind which channels get it.
-NOTIFICATION_KINDS = (
-    "reservation_starting",  # my reservation starts in N minutes
-    "reservation_ending",  # my reservation ends in N minutes
-    "reservation_idle",  # my reserved GPUs are idle: keep it or release it (links)
-    "reservation_released",  # my reservation was released (idle, or by an admin)
-    "reservation_cancelled",  # a reservation of mine was cancelled by a rule change
-    "reservation_violated",  # someone is using a GPU I reserved
-    "job_finished",
-    "job_failed",
-)
-
-
-class NotificationLink(Schema):
-    label = _Str(required=True, validate=validate.Length(min=1, max=64))
-    url = fields.Url(required=True, require_tld=False, schemes={"http", "https"})
-
-
-class NotifyArgs(Schema):
-    user = _Str(required=True, validate=_Name, metadata={"description": "the account told"})
-    kind = _Str(required=True, validate=validate.OneOf(NOTIFICATION_KINDS))
-    title = _Str(required=True, validate=validate.Length(min=1, max=200))
-    text = _Str(required=True, validate=validate.Length(min=1, max=4000))
-    links = fields.List(fields.Nested(NotificationLink), load_default=list)
-    key = _Str(
-        load_default=None,
-        allow_none=True,
-        validate=validate.Length(min=1, max=200),
-        metadata={"description": "the same key twice is sent once (e.g. reservation:12:idle:1)"},
-    )
-
-
-class NotifyAnswerSchema(Answer):
-    duplicate = fields.Boolean(
-        required=True, metadata={"description": "its key was sent before: nothing went out"}
-    )
-    channels = fields.Dict(
-        keys=_Str(),
-        values=_Str(),
-        required=True,
-        metadata={"description": "channel -> sent, failed or limited"},
-    )
-
-
-NOTIFY = _method(
-    "notify",
-    "Tell a user something on the channels they chose for its kind (rate-limited, retried, "
-    "recorded); answers which channels it went to",
-    NotifyArgs,
-    answer=NotifyAnswerSchema,
-    raises=(InvalidRequest,),
-    timeout_s=120.0,  # e-mail and chat are retried before it answers
-)
-
-CHANNELS = ("email", "chat", "browser")
-CHAT_FORMATS = ("slack", "mattermost", "discord", "teams")
-_Lead = validate.Range(min=1, max=1440)
-
-
-class KindChannels(Schema):
-    kind = _Str(required=True, validate=validate.OneOf(NOTIFICATION_KINDS))
-    email = fields.Boolean(required=True)
-    chat = fields.Boolean(required=True)
-    browser = fields.Boolean(required=True)
-
-
-class UserArgs(Schema):
-    user = _Str(required=True, validate=_Name)
-
-
-class PreferencesBody(Schema):
-    """What a user changes; what is left out stays as it is."""
-
-    kinds = fields.List(
-        fields.Nested(KindChannels),
-        validate=validate.Length(max=len(NOTIFICATION_KINDS)),
-        metadata={"description": "per kind, which channels get it (kinds left out keep theirs)"},
-    )
-    start_lead_min = fields.Integer(
-        strict=True, validate=_Lead, metadata={"description": "remind this long before a start"}
-    )
-    end_lead_min = fields.Integer(
-        strict=True, validate=_Lead, metadata={"description": "remind this long before an end"}
-    )
-    chat_format = _Str(validate=validate.OneOf(CHAT_FORMATS))
-    chat_url = fields.Url(
-        require_tld=False,
-        schemes={"http", "https"},
-        allow_none=True,
-        metadata={
-            "description": "your chat webhook (a secret: answers show it masked); null removes it"
-        },
-    )
-
-    @validates_schema
-    def chat_complete(self, data: dict[str, Any], **_: Any) -> None:
-        if data.get("chat_url") and not data.get("chat_format"):
-            raise ValidationError("required with chat_url", "chat_format")
-
-
-class SetPreferencesArgs(UserArgs, PreferencesBody):
-    pass
-
-
-class PreferencesSchema(Answer):
-    kinds = fields.List(fields.Nested(KindChannels), required=True)
-    start_lead_min = fields.Integer(required=True)
-    end_lead_min = fields.Integer(required=True)
-    chat_format = _Str(required=True, allow_none=True)
-    chat_handle = _Str(
-        required=True,
-        allow_none=True,
-        metadata={"description": "the chat webhook, masked (host and last 4 characters)"},
-    )
-
-
-class SentArgs(UserArgs):
-    limit = fields.Integer(load_default=50, strict=True, validate=validate.Range(min=1, max=500))
-    offset = fields.Integer(
-        load_default=0, strict=True, validate=validate.Range(min=0, max=10_000_000)
-    )
-
-
-class SentSchema(Answer):
-    id = fields.Integer(required=True)
-    kind = _Str(required=True)
-    channel = _Str(required=True, metadata={"description": "email, chat or browser"})
-    title = _Str(required=True)
-    outcome = _Str(required=True, metadata={"description": "sent, failed or limited"})
-    detail = _Str(required=True, metadata={"description": "why it failed, when it did"})
-    at = _Time(required=True)
-
-
-class SentPageSchema(Answer):
-    items = fields.List(fields.Nested(SentSchema), required=True)
-    total = fields.Integer(required=True)
-
-
-NOTIFICATION_PREFS = _method(
-    "notification_prefs",
-    "A user's notification preferences (the defaults until they change them)",
-    UserArgs,
-    answer=PreferencesSchema,
-    raises=(InvalidRequest,),
-)
-SET_NOTIFICATION_PREFS = _method(
-    "set_notification_prefs",
-    "Change a user's notification preferences; answers them as they are now",
-    SetPreferencesArgs,
-    answer=PreferencesSchema,
-    raises=(InvalidRequest,),
-)
-LIST_NOTIFICATIONS = _method(
-    "list_notifications",
-    "What was sent to a user, on which channel and with what outcome, newest first",
-    SentArgs,
-    answer=SentPageSchema,
-    raises=(InvalidRequest,),
-)
-
 METHODS = (
     LIST_INCIDENTS,
     GET_INCIDENT,
     RECORD_ACTIONS,
     USAGE_REPORT,
-    NOTIFY,
-    NOTIFICATION_PREFS,
-    SET_NOTIFICATION_PREFS,
-    LIST_NOTIFICATIONS,
+    # The notification path's methods, served by this service under its name (their own
+    # contract is `services.notifications.api`).
+    *notifications_api.METHODS,
 )

@@ -3,7 +3,9 @@ and event handlers.
 
 RPC (for the gateway and for the handlers, which may run in other processes):
 `list_incidents`, `get_incident` (with its timeline) and `record_actions` (a handler's
-outcomes). Events: processes seen by the monitor, GPUs it discovered, reservation changes.
+outcomes); the notification path's methods (`services.notifications.api`), which this service
+serves under its name. Events: processes seen by the monitor, GPUs it discovered, reservation
+changes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from services.notifications import api as notifications_api
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import NotFound
@@ -27,8 +30,8 @@ LOCAL_METHODS = tuple(
         api.LIST_INCIDENTS,
         api.GET_INCIDENT,
         api.USAGE_REPORT,
-        api.NOTIFICATION_PREFS,
-        api.LIST_NOTIFICATIONS,
+        notifications_api.NOTIFICATION_PREFS,
+        notifications_api.LIST_NOTIFICATIONS,
     )
 )
 
@@ -36,20 +39,20 @@ LOCAL_METHODS = tuple(
 def rpc_methods(
     store: Store, tracker: Tracker, notifications: Mapping[Method, RpcHandler]
 ) -> dict[str, RpcHandler]:
-    """`notifications`: the notification path's handlers (`notifications.serving`)."""
+    """`notifications`: the notification path's handlers (`services.notifications.serving`)."""
 
-    async def list_incidents(query: dict[str, Any]) -> dict[str, Any]:
-        filters = {key: query[key] for key in repository.FILTERS if key in query}
+    async def list_incidents(args: dict[str, Any]) -> dict[str, Any]:
+        filters = {key: args[key] for key in repository.FILTERS if key in args}
         async with store.read() as conn:
             return await repository.list_incidents(
                 conn,
                 filters,
-                status=query.get("status"),
-                involving=query.get("involving"),
-                opened_after=query.get("opened_after"),
-                opened_before=query.get("opened_before"),
-                limit=query["limit"],
-                offset=query["offset"],
+                status=args.get("status"),
+                involving=args.get("involving"),
+                opened_after=args.get("opened_after"),
+                opened_before=args.get("opened_before"),
+                limit=args["limit"],
+                offset=args["offset"],
             )
 
     async def get_incident(args: dict[str, Any]) -> dict[str, Any]:
@@ -60,12 +63,12 @@ def rpc_methods(
             raise NotFound(f"no incident {incident_id}", {"id": incident_id})
         return found
 
-    async def record_actions(query: dict[str, Any]) -> dict[str, Any]:
+    async def record_actions(args: dict[str, Any]) -> dict[str, Any]:
         async with store.read() as conn:
-            if await repository.get_incident(conn, query["incident_id"]) is None:
-                raise NotFound(f"no incident {query['incident_id']}", {"id": query["incident_id"]})
+            if await repository.get_incident(conn, args["incident_id"]) is None:
+                raise NotFound(f"no incident {args['incident_id']}", {"id": args["incident_id"]})
         recorded = await tracker.record_actions(
-            query["incident_id"], query["step_index"], query["handler"], query["outcomes"]
+            args["incident_id"], args["step_index"], args["handler"], args["outcomes"]
         )
         return {"recorded": recorded}
 

@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 from sqlalchemy.exc import IntegrityError
 
 from services.monitor import api as monitor_api
+from services.notifications.serving import Notifications
 from services.reservations.api import fetch_calendar
 from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
@@ -23,7 +24,6 @@ from services.violations.actions.mail import MailSender
 from services.violations.actions.remote import SshHostShell
 from services.violations.actions.webhook import WebhookSender
 from services.violations.handlers import LOCAL_METHODS, event_handlers, rpc_methods
-from services.violations.notifications.serving import Notifications
 from services.violations.responders import Claim, Responders
 from services.violations.tables import leader_lease, outbox
 from services.violations.tracker import Tracker
@@ -119,7 +119,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             await tracker.start()
             office.push_async_callback(tracker.stop)
             notifications = Notifications(
-                ctx.bus, store, ctx.settings, relay.kick, labels_of=hosts.labels
+                ctx.bus, store, ctx.settings, relay.kick, outbox, labels_of=hosts.labels
             )
             await notifications.start(office)
             loading = asyncio.create_task(load_reservations(ctx.bus, tracker, notifications))
@@ -185,7 +185,7 @@ def rpc_table_for(
     """Reads of the database answered by any replica; the rest by the leader's office."""
     # Read handlers use only the store: a tracker and a notification path that never start
     # are enough to build them here, on a standby.
-    idle = Notifications(ctx.bus, store, ctx.settings, lambda: None)
+    idle = Notifications(ctx.bus, store, ctx.settings, lambda: None, outbox)
     readers = rpc_methods(store, Tracker(store, ctx.settings.violations), idle.rpc())
     return rpc_table(
         ctx.bus,

@@ -1,4 +1,8 @@
-"""Tables owned by the violations service (only it reads or writes them). Times: integer ms."""
+"""Tables owned by the violations service (only it reads or writes them). Times: integer ms.
+
+The notification path's tables live in the same database, declared in
+`services.notifications.tables` (the migrations here create them).
+"""
 
 from sqlalchemy import (
     BigInteger,
@@ -65,40 +69,6 @@ actions = Table(
     Column("ok", Boolean, nullable=True),
     Column("detail", Text, nullable=False, default=""),
     Index("violations_actions_incident", "incident_id", "id"),
-)
-
-# Notifications (issue 20): each user's choices, the keys already sent (dedupe), and a record
-# of every delivery on every channel, whatever became of it.
-notification_prefs = Table(
-    "violations_notification_prefs",
-    metadata,
-    Column("username", String(255), primary_key=True),
-    Column("prefs", Text, nullable=False),  # JSON: kinds -> channels, lead times
-    Column("chat_format", String(16), nullable=True),
-    Column("chat_url", Text, nullable=True),  # a secret: never answered in full, never logged
-    Column("updated_at_ms", BigInteger, nullable=False),
-)
-
-notification_keys = Table(
-    "violations_notification_keys",
-    metadata,
-    Column("username", String(255), primary_key=True),
-    Column("key", String(200), primary_key=True),
-    Column("at_ms", BigInteger, nullable=False),
-)
-
-notifications_sent = Table(
-    "violations_notifications_sent",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("username", String(255), nullable=False),
-    Column("kind", String(64), nullable=False),
-    Column("channel", String(16), nullable=False),  # email | chat | browser
-    Column("title", String(200), nullable=False),
-    Column("outcome", String(16), nullable=False),  # sent | failed | limited
-    Column("detail", Text, nullable=False, default=""),
-    Column("at_ms", BigInteger, nullable=False),
-    Index("violations_notifications_sent_user", "username", "id"),
 )
 
 outbox = outbox_table(metadata, "violations")

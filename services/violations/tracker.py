@@ -25,11 +25,12 @@ from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
 from services.shared.store import Store
 from services.violations import repository
-from services.violations.detector import SeenProcess, detect
+from services.violations.detector import Offence, SeenProcess, detect
 from services.violations.incidents import (
     RESOLVED_RESERVATION_CANCELLED,
     RESOLVED_RESERVATION_ENDED,
     Incident,
+    Reconciled,
     open_incident,
     reconcile,
 )
@@ -150,50 +151,61 @@ class Tracker:
                 self._open[incident.id] = incident
             if not (result.opened or result.changed or result.resolved):
                 return
-            now = self.clock()
-            opened: list[Incident] = []
-            async with self.store.write() as conn:
-                for offence in result.opened:
-                    held = offence.holding
-                    index = (
-                        held.gpus[offence.gpu_uuid][1]
-                        if held is not None
-                        else self.gpu_indexes.get(offence.gpu_uuid)
-                    )
-                    incident = open_incident(
-                        str(uuid.uuid4()),
-                        offence,
-                        observed_at,
-                        mode=self.settings.mode,
-                        steps=self.settings.steps_for(host, self.labels_of(host)),
-                        gpu_index=index,
-                    )
-                    await repository.insert_incident(conn, incident)
-                    await repository.add_action(
-                        conn, incident.id, now, "opened", detail=_pids_text(incident)
-                    )
-                    await add_event(conn, outbox, SOURCE, "violation.opened", incident.context())
-                    opened.append(await self._escalate(conn, incident, now))
-                    log.info(
-                        "incident %s opened: %s on %s GPU %s reserved by %s",
-                        incident.id,
-                        incident.offender,
-                        incident.host,
-                        incident.gpu_index if incident.gpu_index is not None else "?",
-                        incident.owner or "nobody",
-                    )
-                for incident in result.changed:
-                    await repository.save_processes(conn, incident)
-                    await repository.add_action(
-                        conn, incident.id, now, "updated", detail=_pids_text(incident)
-                    )
-                for incident in result.resolved:
-                    await self._write_resolved(conn, incident, now)
+            opened = await self._write(result, observed_at)
             for incident in [*opened, *result.changed]:
                 self._open[incident.id] = incident
             for incident in result.resolved:
                 self._open.pop(incident.id, None)
         self._committed()
+
+    async def _write(self, result: Reconciled, observed_at: datetime) -> list[Incident]:
+        """One transaction for what a snapshot changed; the incidents it opened."""
+        now = self.clock()
+        opened: list[Incident] = []
+        async with self.store.write() as conn:
+            for offence in result.opened:
+                opened.append(await self._open_incident(conn, offence, observed_at, now))
+            for incident in result.changed:
+                await repository.save_processes(conn, incident)
+                await repository.add_action(
+                    conn, incident.id, now, "updated", detail=_pids_text(incident)
+                )
+            for incident in result.resolved:
+                await self._write_resolved(conn, incident, now)
+        return opened
+
+    async def _open_incident(
+        self, conn: AsyncConnection, offence: Offence, observed_at: datetime, now: datetime
+    ) -> Incident:
+        """Write a new incident for `offence`, with its event and its first step."""
+        host = offence.host
+        held = offence.holding
+        index = (
+            held.gpus[offence.gpu_uuid][1]
+            if held is not None
+            else self.gpu_indexes.get(offence.gpu_uuid)
+        )
+        incident = open_incident(
+            str(uuid.uuid4()),
+            offence,
+            observed_at,
+            mode=self.settings.mode,
+            steps=self.settings.steps_for(host, self.labels_of(host)),
+            gpu_index=index,
+        )
+        await repository.insert_incident(conn, incident)
+        await repository.add_action(conn, incident.id, now, "opened", detail=_pids_text(incident))
+        await add_event(conn, outbox, SOURCE, "violation.opened", incident.context())
+        escalated = await self._escalate(conn, incident, now)
+        log.info(
+            "incident %s opened: %s on %s GPU %s reserved by %s",
+            incident.id,
+            incident.offender,
+            incident.host,
+            incident.gpu_index if incident.gpu_index is not None else "?",
+            incident.owner or "nobody",
+        )
+        return escalated
 
     async def on_reservation(self, event_type: str, data: Mapping[str, Any]) -> None:
         async with self._lock:

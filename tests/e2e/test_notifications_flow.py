@@ -20,10 +20,10 @@ import aiohttp
 import pytest
 from aiosmtpd.controller import Controller
 
+from services.notifications import api
 from services.shared.bus import Bus
 from services.shared.runtime import make_bus
 from services.sim.model import SimFleet
-from services.violations import api
 from tests.e2e.api import API, EVERY_SERVICE, ApiClient, ApiSystem
 from tests.e2e.test_api_stream import Stream
 from tests.support.accounts import cheap_passwords

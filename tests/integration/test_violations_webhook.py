@@ -18,16 +18,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
+from services.notifications.delivery.signature import verify
+from services.notifications.delivery.webhook import encode
 from services.shared.config import ViolationSettings, WebhookTarget
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.webhook import WebhookSender
-from services.violations.actions.webhook_payloads import encode, payload
-from services.violations.actions.webhook_signature import verify
+from services.violations.actions.webhook_payloads import payload
 from tests.support.ports import free_port
 
 T0 = datetime(2026, 11, 21, 13, 5, tzinfo=UTC)
 WALL = 1_795_363_200.0
-LOGGER = "services.violations.actions.webhook"
+LOGGER = "services.notifications.delivery.webhook"
 
 ALERT = Alert(
     incident_id="inc-7f3a",

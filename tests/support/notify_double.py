@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.notifications import api as violations_api
 from services.shared.bus import Bus, Teardown
 from services.shared.errors import ServiceUnavailable
 from services.shared.rpc import served
-from services.violations import api as violations_api
 
 
 class NotifyDouble:

@@ -17,19 +17,21 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.gateway.auth import Caller
 from services.gateway.stream import Event, visible_data
+from services.notifications import channels, producers, records
+from services.notifications.api import NOTIFICATION_KINDS
+from services.notifications.channels import Note
+from services.notifications.delivery.outcome import ActionOutcome
+from services.notifications.limits import RateLimiter
+from services.notifications.notifier import Notifier
+from services.notifications.preferences import Preferences, answer, mask
+from services.notifications.reminders import Reminders, plan, reminders
+from services.notifications.tables import metadata
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.config.escalation import parse_step
 from services.shared.reservation_book import Holding
 from services.shared.store import Store
-from services.violations.actions.base import ActionOutcome
-from services.violations.api import NOTIFICATION_KINDS
-from services.violations.notifications import channels, producers, records
-from services.violations.notifications.channels import Note
-from services.violations.notifications.limits import RateLimiter
-from services.violations.notifications.notifier import Notifier
-from services.violations.notifications.preferences import Preferences, answer, mask
-from services.violations.notifications.reminders import Reminders, plan, reminders
-from services.violations.tables import metadata
+from services.violations.tables import metadata as violations_metadata
+from services.violations.tables import outbox
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -309,6 +311,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/v.db")
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
+        await conn.run_sync(violations_metadata.create_all)  # the outbox
     yield Store(engine)
     await engine.dispose()
 
@@ -327,6 +330,7 @@ def _notifier(store: Store, mail: FakeMail, hooks: FakeHooks, per_minute: int = 
         webhooks=hooks,  # type: ignore[arg-type]
         address_of=address_of,
         per_minute=per_minute,
+        outbox=outbox,
         sleep=no_sleep,
     )
 

@@ -14,6 +14,7 @@ from services.jobs import api as jobs_api
 from services.jobs import handlers as jobs_handlers
 from services.monitor import api as monitor_api
 from services.monitor import handlers as monitor_handlers
+from services.notifications.serving import rpc_handlers
 from services.reservations import api as reservations_api
 from services.reservations import handlers as reservations_handlers
 from services.shared.bus.inproc import InProcessBus
@@ -21,7 +22,6 @@ from services.shared.errors import InvalidRequest
 from services.shared.rpc import Method, served
 from services.violations import api as violations_api
 from services.violations import handlers as violations_handlers
-from services.violations.notifications.serving import rpc_handlers
 
 # Building a handler table only closes over its collaborators: none is used until a call.
 NOTHING: Any = None

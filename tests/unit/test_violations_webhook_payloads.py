@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.violations.actions import webhook_signature
+from services.notifications.delivery import signature as webhook_signature
+from services.notifications.delivery.signature import sign, verify
+from services.notifications.delivery.webhook import encode, retry_after
 from services.violations.actions.base import Alert, Process
-from services.violations.actions.webhook import retry_after
-from services.violations.actions.webhook_payloads import FORMATS, audience, encode, payload
-from services.violations.actions.webhook_signature import sign, verify
+from services.violations.actions.webhook_payloads import FORMATS, audience, payload
 
 T0 = datetime(2026, 11, 21, 13, 5, tzinfo=UTC)
 CHAT_FORMATS = ("slack", "mattermost", "discord", "teams")

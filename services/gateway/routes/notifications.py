@@ -11,8 +11,8 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
-from services.violations import api
-from services.violations.api import NOTIFICATION_KINDS, PreferencesBody, PreferencesSchema
+from services.notifications import api
+from services.notifications.api import NOTIFICATION_KINDS, PreferencesBody, PreferencesSchema
 
 TEST_TEXT = "A test from your notification settings: this channel works."
 

@@ -1,4 +1,5 @@
-"""What every handler receives (an `Alert`) and returns (one `ActionOutcome` per target)."""
+"""What every handler receives (an `Alert`) and returns (one `ActionOutcome` per target: the
+notifications' delivery outcome, which the e-mail and webhook senders answer)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from services.notifications.delivery.outcome import ActionOutcome
+
+__all__ = ["ActionOutcome", "Alert", "Process", "Upcoming"]
 
 
 def _time(value: Any) -> datetime | None:
@@ -107,12 +112,3 @@ class Alert:
     @property
     def gpu_label(self) -> str:
         return f"GPU {self.gpu_index}" if self.gpu_index is not None else f"GPU {self.gpu_uuid}"
-
-
-@dataclass(frozen=True)
-class ActionOutcome:
-    """What a handler did to one target: an address, a webhook, a terminal, a pid."""
-
-    target: str
-    ok: bool
-    detail: str = ""  # what happened, or the error (never a secret such as a webhook URL)

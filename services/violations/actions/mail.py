@@ -1,7 +1,8 @@
 """The e-mail handler: one notice per address, all of a step's mails over one SMTP connection.
 
 `compose` is pure (two templates: one to the offender, one to the owner and the admins);
-`MailSender` is the adapter that talks SMTP (aiosmtplib). Outcomes never carry the password.
+`MailSender` is the adapter that talks SMTP, through the notifications' `SmtpSender`
+(`services.notifications.delivery.smtp`). Outcomes never carry the password.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import ssl
-import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,16 +18,19 @@ from email.utils import format_datetime, parseaddr
 
 import aiosmtplib
 
-from services.shared.config import SmtpSettings
+from services.notifications.delivery.smtp import (
+    NOT_CONFIGURED,
+    SmtpSender,
+    valid_address,
+)
+from services.notifications.delivery.text import one_line
 from services.violations.actions.base import ActionOutcome, Alert
 from services.violations.actions.message import details, headline, next_text, when
 
 log = logging.getLogger(__name__)
 
 ROLES = ("offender", "owner", "admin")  # in the order that wins when one address has several
-NOT_CONFIGURED = "e-mail is not configured (smtp_host)"
 SUBJECT_PART_CHARS = 64  # a name or host longer than this is clipped in the subject
-_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _MSGID_UNSAFE = re.compile(r"[^A-Za-z0-9.\-]+")
 
 
@@ -42,20 +44,8 @@ class Recipient:
 # --- pure: wording and message -------------------------------------------------------------
 
 
-def _one_line(text: str) -> str:
-    """`text` without anything a mail header or a line of body could break on.
-
-    Line breaks of any kind (CR, LF, VT, FF, NEL, U+2028...), other control characters and
-    bidi overrides become a space, so a username or command can never start a new header.
-    """
-    return "".join(
-        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI_CONTROLS else c
-        for c in text
-    )
-
-
 def _part(text: str, limit: int = SUBJECT_PART_CHARS) -> str:
-    clean = " ".join(_one_line(text).split())
+    clean = " ".join(one_line(text).split())
     return clean if len(clean) <= limit else clean[: limit - 1] + "…"
 
 
@@ -157,12 +147,12 @@ def compose(
         lines = _others_body(alert, recipient)
     lines += ["", "Details:", *(f"  {line}" for line in details(alert))]
     lines += ["", "-- ", "Warden, the GPU cluster manager (an automatic message)"]
-    body = "\n".join(_one_line(line) for line in lines) + "\n"
+    body = "\n".join(one_line(line) for line in lines) + "\n"
 
     message = EmailMessage()
     message["Subject"] = subject(alert, recipient)
-    message["From"] = _one_line(mail_from)
-    message["To"] = _one_line(recipient.address)
+    message["From"] = one_line(mail_from)
+    message["To"] = one_line(recipient.address)
     message["Date"] = format_datetime(now or datetime.now(UTC))
     message["Message-ID"] = _message_id(alert, recipient, _domain(mail_from))
     message["X-Warden-Incident"] = _part(alert.incident_id, 200)
@@ -190,22 +180,12 @@ def unique_recipients(
     return list(chosen.values())
 
 
-def _valid_address(address: str) -> bool:
-    if address != _one_line(address) or any(c.isspace() for c in address):
-        return False
-    local, at, domain = address.rpartition("@")
-    return bool(at and local and domain) and parseaddr(address)[1] == address
-
-
 # --- adapter: SMTP ---------------------------------------------------------------------------
 
 
-class MailSender:
-    """Sends a step's notices over one SMTP connection; one outcome per address."""
-
-    def __init__(self, smtp: SmtpSettings, *, tls_context: ssl.SSLContext | None = None) -> None:
-        self._smtp = smtp
-        self._tls_context = tls_context
+class MailSender(SmtpSender):
+    """Sends a step's notices over one SMTP connection (opened as `SmtpSender` opens it); one
+    outcome per address."""
 
     async def send(
         self,
@@ -228,7 +208,7 @@ class MailSender:
         outcomes: dict[str, ActionOutcome] = {}
         valid: list[Recipient] = []
         for recipient in todo:
-            if _valid_address(recipient.address):
+            if valid_address(recipient.address):
                 valid.append(recipient)
             else:
                 outcomes[recipient.address] = self._failed(
@@ -254,53 +234,6 @@ class MailSender:
         finally:
             await self._close(client)
 
-    async def deliver(self, message: EmailMessage, address: str, label: str) -> ActionOutcome:
-        """Send one ready message to `address` over its own connection (notifications reuse
-        the SMTP path); `label` names it in log lines instead of an incident."""
-        if not self._smtp.host:
-            return ActionOutcome(address, False, NOT_CONFIGURED)
-        if not _valid_address(address):
-            return ActionOutcome(address, False, "not a valid e-mail address")
-        client = self._client()
-        try:
-            reason = await self._open(client)
-            if reason is not None:
-                log.warning("e-mail %s to %s not sent: %s", label, address, reason)
-                return ActionOutcome(address, False, reason)
-            return await self._transmit(client, message, address, label)
-        finally:
-            await self._close(client)
-
-    def _client(self) -> aiosmtplib.SMTP:
-        security = self._smtp.security
-        return aiosmtplib.SMTP(
-            hostname=self._smtp.host,
-            port=self._smtp.port,
-            timeout=self._smtp.timeout_s,
-            use_tls=security == "tls",
-            start_tls=security == "starttls",  # required, never "if offered"
-            tls_context=self._tls_context if security in ("tls", "starttls") else None,
-        )
-
-    async def _open(self, client: aiosmtplib.SMTP) -> str | None:
-        """Connect (and log in); the reason it failed, or None."""
-        smtp = self._smtp
-        if smtp.security not in ("starttls", "tls", "none"):
-            return f"smtp_security must be starttls, tls or none, not {smtp.security!r}"
-        try:
-            await client.connect()
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as err:
-            reason = self._reason(err)
-            if isinstance(err, aiosmtplib.SMTPConnectError):  # it names host and port itself
-                return reason
-            return f"cannot connect to {smtp.host}:{smtp.port}: {reason}"
-        if smtp.username:
-            try:
-                await client.login(smtp.username, smtp.password)
-            except (aiosmtplib.SMTPException, OSError, TimeoutError) as err:
-                return f"login as {smtp.username!r} failed: {self._reason(err)}"
-        return None
-
     async def _send_one(
         self, client: aiosmtplib.SMTP, alert: Alert, recipient: Recipient
     ) -> ActionOutcome:
@@ -309,51 +242,5 @@ class MailSender:
             client, message, recipient.address, f"for incident {alert.incident_id}"
         )
 
-    async def _transmit(
-        self, client: aiosmtplib.SMTP, message: EmailMessage, address: str, label: str
-    ) -> ActionOutcome:
-        sender = parseaddr(_one_line(self._smtp.mail_from))[1] or self._smtp.mail_from
-        try:
-            refused, reply = await client.send_message(message, sender=sender, recipients=[address])
-        except (aiosmtplib.SMTPException, OSError, TimeoutError, ValueError) as err:
-            return self._failed_as(label, address, self._reason(err))
-        if refused:  # one recipient per message, so not reached in practice
-            response = next(iter(refused.values()))
-            return self._failed_as(label, address, f"{response.code} {response.message}")
-        log.debug("e-mail %s sent to %s", label, address)
-        return ActionOutcome(address, True, self._scrub(f"accepted: {reply}"))
-
     def _failed(self, alert: Alert, address: str, reason: str) -> ActionOutcome:
         return self._failed_as(f"for incident {alert.incident_id}", address, reason)
-
-    def _failed_as(self, label: str, address: str, reason: str) -> ActionOutcome:
-        reason = self._scrub(reason)
-        log.warning("e-mail %s to %s failed: %s", label, address, reason)
-        return ActionOutcome(address, False, reason)
-
-    @staticmethod
-    async def _close(client: aiosmtplib.SMTP) -> None:
-        if not client.is_connected:
-            client.close()
-            return
-        try:
-            await client.quit()
-        except (aiosmtplib.SMTPException, OSError, TimeoutError):
-            client.close()  # the mails are handed over already; a failed QUIT changes nothing
-
-    def _reason(self, err: BaseException) -> str:
-        if isinstance(err, aiosmtplib.SMTPRecipientsRefused):
-            text = "; ".join(f"{e.code} {e.message}" for e in err.recipients) or "refused"
-        elif isinstance(err, aiosmtplib.SMTPResponseException):
-            text = f"{err.code} {err.message}"
-        elif isinstance(err, aiosmtplib.SMTPException):
-            text = err.message
-        elif isinstance(err, TimeoutError):
-            text = f"timed out after {self._smtp.timeout_s:g}s"
-        else:
-            text = str(err) or type(err).__name__
-        return self._scrub(" ".join(_one_line(text).split()))
-
-    def _scrub(self, text: str) -> str:
-        password = self._smtp.password
-        return text.replace(password, "***") if password else text

@@ -2,41 +2,39 @@
 
 `payload` builds the body for Slack, Mattermost, Discord, Microsoft Teams (Workflows webhook,
 Adaptive Card) or a generic `json` receiver, always within the service's size limits however
-many processes there are and however long their commands; `encode` gives the bytes posted.
+many processes there are and however long their commands (the services' limits are in
+`services.notifications.delivery.text`); `encode` there gives the bytes posted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from services.notifications.delivery.text import (
+    ADAPTIVE_CARD_SCHEMA,
+    ADAPTIVE_CARD_TYPE,
+    ADAPTIVE_CARD_VERSION,
+    DISCORD_CONTENT_CHARS,
+    DISCORD_FIELD_VALUE_CHARS,
+    DISCORD_TITLE_CHARS,
+    DISCORD_USERNAME,
+    SLACK_SECTION_CHARS,
+    bounded,
+    clean,
+    clip,
+    line,
+    no_fence,
+    units,
+)
 from services.violations.actions.base import Alert
 from services.violations.actions.message import details, headline, next_text, process_lines
-from services.violations.actions.webhook_text import bounded, clean, clip, line, no_fence, units
 
 FORMATS = ("slack", "mattermost", "discord", "teams", "json")
 EVENT = "violation.escalated"
 JSON_VERSION = 1
-
-# The services' documented limits, in UTF-16 code units (see webhook_text).
-SLACK_SECTION_CHARS = 3000  # a section block's text (longer: HTTP 400 invalid_blocks)
-SLACK_TEXT_CHARS = 40_000  # the top-level `text`
-MATTERMOST_TEXT_CHARS = 16_383
-DISCORD_CONTENT_CHARS = 2000
-DISCORD_TITLE_CHARS = 256
-DISCORD_DESCRIPTION_CHARS = 4096
-DISCORD_FIELD_NAME_CHARS = 256
-DISCORD_FIELD_VALUE_CHARS = 1024
-DISCORD_FIELDS = 25
-DISCORD_EMBED_TOTAL_CHARS = 6000  # title, description, field names and values, footer, author
-DISCORD_USERNAME = "Warden"
-TEAMS_MAX_BYTES = 28_000  # a Teams message, card included, is at most about 28 KB
-ADAPTIVE_CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
-ADAPTIVE_CARD_VERSION = "1.4"  # what Teams renders in Workflows posts
-ADAPTIVE_CARD_TYPE = "application/vnd.microsoft.card.adaptive"
 
 
 def _processes(
@@ -262,9 +260,3 @@ def payload(format: str, alert: Alert) -> dict[str, Any]:
             f"unknown webhook format {format!r} (known: {', '.join(FORMATS)})"
         ) from None
     return build(alert)
-
-
-def encode(body: dict[str, Any]) -> bytes:
-    """The bytes that are posted (and signed): compact UTF-8 JSON."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", errors="replace")  # a lone surrogate in the json format: "?"

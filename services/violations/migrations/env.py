@@ -1,4 +1,6 @@
+from services.notifications.tables import metadata as notifications_metadata
 from services.shared.migrations_env import run_migrations
 from services.violations.tables import metadata
 
-run_migrations(metadata)
+# The notification path's tables are in this database too (services/notifications/tables.py).
+run_migrations([metadata, notifications_metadata])

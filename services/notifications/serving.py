@@ -1,5 +1,6 @@
 """The notification path as the violations service serves it: its RPC handlers, its event
-consumers, and how it starts (the senders, the reminders)."""
+consumers, and how it starts (the senders, the reminders). The service's composition root
+builds it with the service's store, outbox and relay."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
+from sqlalchemy import Table
+
+from services.notifications import api, preferences, producers, records
+from services.notifications.delivery.smtp import SmtpSender
+from services.notifications.delivery.webhook import WebhookPoster
+from services.notifications.notifier import Notifier
+from services.notifications.reminders import Reminders
 from services.reservations import api as reservations_api
 from services.shared.bus import Bus, EventHandler, RpcHandler
 from services.shared.config import Settings
@@ -14,12 +22,39 @@ from services.shared.contracts import Envelope
 from services.shared.reservation_book import ReservationBook
 from services.shared.rpc import Method
 from services.shared.store import Store, now_ms
-from services.violations import api
-from services.violations.actions.mail import MailSender
-from services.violations.actions.webhook import WebhookSender
-from services.violations.notifications import preferences, producers, records
-from services.violations.notifications.notifier import Notifier
-from services.violations.notifications.reminders import Reminders
+
+
+class NotificationCalls:
+    """What the path's RPC methods do: notify, and a user's preferences and record."""
+
+    def __init__(self, store: Store, notifier: Notifier, leads_changed: Callable[[], None]) -> None:
+        self.store = store
+        self.notifier = notifier
+        self.leads_changed = leads_changed  # the reminders look again
+
+    async def notify(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.notifier.notify(args)
+
+    async def get_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return preferences.answer(*await records.load_prefs(conn, args["user"]))
+
+    async def set_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = args["user"]
+        async with self.store.write() as conn:
+            prefs, chat_format, chat_url = await records.load_prefs(conn, user)
+            prefs = prefs.changed(args)
+            if "chat_url" in args:
+                chat_url = args["chat_url"] or None
+            if "chat_format" in args:
+                chat_format = args["chat_format"]
+            await records.save_prefs(conn, user, prefs, chat_format, chat_url, now_ms())
+        self.leads_changed()  # a lead time may have changed
+        return preferences.answer(prefs, chat_format, chat_url)
+
+    async def list_sent(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return await records.list_sent(conn, args["user"], args["limit"], args["offset"])
 
 
 class Notifications:
@@ -31,6 +66,7 @@ class Notifications:
         store: Store,
         settings: Settings,
         on_commit: Callable[[], None],
+        outbox: Table,
         labels_of: Callable[[str], Sequence[str]] = lambda _host: (),
     ) -> None:
         self.bus = bus
@@ -40,19 +76,21 @@ class Notifications:
         violations = settings.violations
         # The user's own chat webhook is one target among none configured: same pacing and
         # retries as the violation handlers' webhooks.
-        self.webhooks = WebhookSender((), retries=violations.webhook_retries)
+        self.webhooks = WebhookPoster((), retries=violations.webhook_retries)
         self.notifier = Notifier(
             store,
             smtp=violations.smtp,
-            mail=MailSender(violations.smtp),
+            mail=SmtpSender(violations.smtp),
             webhooks=self.webhooks,
             address_of=self.address_of,
             per_minute=violations.notify_per_minute,
             on_commit=on_commit,
+            outbox=outbox,
         )
         # Its own copy of the calendar (the tracker's is the tracker's to change).
         self.book = ReservationBook()
         self.reminders = Reminders(self.book.all, self.leads, self.notifier.notify)
+        self.calls = NotificationCalls(store, self.notifier, self.reminders.wake)
 
     def load_reservations(self, found: list[dict[str, Any]]) -> None:
         """The current and coming reservations, from the reservations service at start."""
@@ -85,29 +123,6 @@ class Notifications:
         steps = violations.steps_for(host, self.labels_of(host))
         return producers.owner_mailed_by_steps(steps, violations.handlers)
 
-    # -- RPC ---------------------------------------------------------------------------------
-
-    async def get_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
-        async with self.store.read() as conn:
-            return preferences.answer(*await records.load_prefs(conn, args["user"]))
-
-    async def set_prefs(self, args: dict[str, Any]) -> dict[str, Any]:
-        user = args["user"]
-        async with self.store.write() as conn:
-            prefs, chat_format, chat_url = await records.load_prefs(conn, user)
-            prefs = prefs.changed(args)
-            if "chat_url" in args:
-                chat_url = args["chat_url"] or None
-            if "chat_format" in args:
-                chat_format = args["chat_format"]
-            await records.save_prefs(conn, user, prefs, chat_format, chat_url, now_ms())
-        self.reminders.wake()  # a lead time may have changed
-        return preferences.answer(prefs, chat_format, chat_url)
-
-    async def list_sent(self, args: dict[str, Any]) -> dict[str, Any]:
-        async with self.store.read() as conn:
-            return await records.list_sent(conn, args["user"], args["limit"], args["offset"])
-
     def rpc(self) -> dict[Method, RpcHandler]:
         return rpc_handlers(self)
 
@@ -124,13 +139,9 @@ class Notifications:
 
 def rpc_handlers(notifications: Notifications) -> dict[Method, RpcHandler]:
     """The path's RPC handlers; building the table uses nothing of `notifications` yet."""
-
-    async def notify(args: dict[str, Any]) -> dict[str, Any]:
-        return await notifications.notifier.notify(args)
-
     return {
-        api.NOTIFY: notify,
-        api.NOTIFICATION_PREFS: lambda args: notifications.get_prefs(args),
-        api.SET_NOTIFICATION_PREFS: lambda args: notifications.set_prefs(args),
-        api.LIST_NOTIFICATIONS: lambda args: notifications.list_sent(args),
+        api.NOTIFY: lambda args: notifications.calls.notify(args),
+        api.NOTIFICATION_PREFS: lambda args: notifications.calls.get_prefs(args),
+        api.SET_NOTIFICATION_PREFS: lambda args: notifications.calls.set_prefs(args),
+        api.LIST_NOTIFICATIONS: lambda args: notifications.calls.list_sent(args),
     }

@@ -9,21 +9,22 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Table
 from sqlalchemy.exc import IntegrityError
 
+from services.notifications import channels, records
+from services.notifications.channels import Note
+from services.notifications.delivery.outcome import ActionOutcome
+from services.notifications.delivery.smtp import SmtpSender
+from services.notifications.delivery.webhook import WebhookPoster
+from services.notifications.limits import RateLimiter
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.outbox import add_event
 from services.shared.store import Store, iso_ms, now_ms
-from services.violations.actions.base import ActionOutcome
-from services.violations.actions.mail import MailSender
-from services.violations.actions.webhook import WebhookSender
-from services.violations.notifications import channels, records
-from services.violations.notifications.channels import Note
-from services.violations.notifications.limits import RateLimiter
-from services.violations.tables import outbox
 
 log = logging.getLogger("warden.notifications")
 
+# The source of `notification.sent` (its contract): the service that runs the path.
 SOURCE = "violations"
 # E-mail is retried like the webhooks are: a failed attempt waits, doubling, then tries again;
 # a refusal that no retry changes (no address, not configured) is not retried.
@@ -41,10 +42,11 @@ class Notifier:
         store: Store,
         *,
         smtp: SmtpSettings,
-        mail: MailSender,
-        webhooks: WebhookSender,
+        mail: SmtpSender,
+        webhooks: WebhookPoster,
         address_of: AddressOf,
         per_minute: int,
+        outbox: Table,
         on_commit: Callable[[], None] = lambda: None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
@@ -54,6 +56,7 @@ class Notifier:
         self.webhooks = webhooks
         self.address_of = address_of
         self.limiter = RateLimiter(per_minute)
+        self.outbox = outbox  # the running service's (its relay publishes what is added)
         self.on_commit = on_commit
         self._sleep = sleep
 
@@ -151,7 +154,7 @@ class Notifier:
                 "links": [{"label": label, "url": url} for label, url in note.links],
                 "at": iso_ms(at) or datetime.now(UTC).isoformat(),
             }
-            await add_event(conn, outbox, SOURCE, "notification.sent", data)
+            await add_event(conn, self.outbox, SOURCE, "notification.sent", data)
         self.on_commit()
 
     async def _record(self, note: Note, channel: str, outcome: str, detail: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.violations.api import CHANNELS, NOTIFICATION_KINDS
+from services.notifications.api import CHANNELS, NOTIFICATION_KINDS
 
 DEFAULT_LEAD_MIN = 10
 URGENT = frozenset(

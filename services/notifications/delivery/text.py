@@ -1,4 +1,5 @@
-"""Text that fits a chat service's limits, whatever a command line holds.
+"""Text that fits a chat service's limits, whatever a command line holds (and `one_line`: text
+safe for a mail header or body line).
 
 Lengths are counted in UTF-16 code units, which is what the JavaScript-based services count and
 never less than the code points the others count. Text shown on one line is cleaned so that a
@@ -8,8 +9,27 @@ command cannot add lines, reorder what is shown, or break out of a Markdown code
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 
+# The services' documented limits, in UTF-16 code units (see `units`).
+SLACK_SECTION_CHARS = 3000  # a section block's text (longer: HTTP 400 invalid_blocks)
+SLACK_TEXT_CHARS = 40_000  # the top-level `text`
+MATTERMOST_TEXT_CHARS = 16_383
+DISCORD_CONTENT_CHARS = 2000
+DISCORD_TITLE_CHARS = 256
+DISCORD_DESCRIPTION_CHARS = 4096
+DISCORD_FIELD_NAME_CHARS = 256
+DISCORD_FIELD_VALUE_CHARS = 1024
+DISCORD_FIELDS = 25
+DISCORD_EMBED_TOTAL_CHARS = 6000  # title, description, field names and values, footer, author
+DISCORD_USERNAME = "Warden"
+TEAMS_MAX_BYTES = 28_000  # a Teams message, card included, is at most about 28 KB
+ADAPTIVE_CARD_SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
+ADAPTIVE_CARD_VERSION = "1.4"  # what Teams renders in Workflows posts
+ADAPTIVE_CARD_TYPE = "application/vnd.microsoft.card.adaptive"
+
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -63,3 +83,15 @@ def bounded(lines: Sequence[str], *, max_lines: int, budget: int) -> list[str]:
     if len(kept) < len(lines):
         kept.append(_more(len(lines) - len(kept)))
     return kept
+
+
+def one_line(text: str) -> str:
+    """`text` without anything a mail header or a line of body could break on.
+
+    Line breaks of any kind (CR, LF, VT, FF, NEL, U+2028...), other control characters and
+    bidi overrides become a space, so a username or command can never start a new header.
+    """
+    return "".join(
+        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in _BIDI_CONTROLS else c
+        for c in text
+    )

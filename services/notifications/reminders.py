@@ -23,7 +23,7 @@ from services.shared.reservation_book import Holding
 log = logging.getLogger("warden.notifications")
 
 MAX_SLEEP_S = 60.0  # looks again at least this often (a lead time changed meanwhile)
-# The longest lead time a user may choose (services/violations/api.py): a reservation that
+# The longest lead time a user may choose (services/notifications/api.py): a reservation that
 # starts later than this after the next pass has no reminder due before it.
 MAX_LEAD = timedelta(minutes=1440)
 # Woken by changes, a pass comes at most this often: a stream of bookings (hundreds a second)

@@ -8,9 +8,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.notifications.preferences import Preferences
+from services.notifications.tables import notification_keys, notification_prefs, notifications_sent
 from services.shared.store import iso_ms
-from services.violations.notifications.preferences import Preferences
-from services.violations.tables import notification_keys, notification_prefs, notifications_sent
 
 
 async def load_prefs(

@@ -1,7 +1,7 @@
 """What goes out on each channel (pure): the e-mail and the chat body of one notification.
 
-Built with the violation handlers' helpers (header-safe lines, the chat services' limits);
-sent by their adapters (`MailSender.deliver`, `WebhookSender.post`).
+Built with `delivery`'s helpers (header-safe lines, the chat services' limits); sent by its
+adapters (`SmtpSender.deliver`, `WebhookPoster.post`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
-from services.violations.actions.mail import _one_line as one_line
-from services.violations.actions.webhook_payloads import (
+from services.notifications.delivery.text import (
     ADAPTIVE_CARD_SCHEMA,
     ADAPTIVE_CARD_TYPE,
     ADAPTIVE_CARD_VERSION,
@@ -21,8 +20,10 @@ from services.violations.actions.webhook_payloads import (
     DISCORD_USERNAME,
     MATTERMOST_TEXT_CHARS,
     SLACK_SECTION_CHARS,
+    clean,
+    clip,
+    one_line,
 )
-from services.violations.actions.webhook_text import clean, clip
 
 SUBJECT_CHARS = 150
 
