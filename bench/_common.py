@@ -331,7 +331,8 @@ async def create_accounts(
     logins (a hash carries its parameters)."""
     import argon2
 
-    from services.reservations import accounts, passwords
+    from services.accounts import passwords
+    from services.accounts import users as accounts
     from services.reservations.store import Store
 
     passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)

@@ -36,7 +36,7 @@ def _local_username() -> str | None:
 
 async def first_admin(settings: Settings, args: argparse.Namespace) -> None:
     """Create the first admin unless there is one; without a password say how to do it later."""
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     hint = (
         "no admin yet: `warden run all` prints a one-time set-up link that creates one in "
@@ -99,7 +99,7 @@ async def _reservations_store(settings: Settings) -> AsyncIterator[Store]:
 def _new_password(variable: str, whose: str, *, allow_empty: bool = False) -> str | None:
     """A new password from $variable, else asked twice on a terminal; None when neither
     (and, with `allow_empty`, when the answer on the terminal is empty)."""
-    from services.reservations.passwords import password_problem
+    from services.accounts.passwords import password_problem
 
     given = os.environ.get(variable)
     if given is not None:
@@ -145,7 +145,7 @@ def format_users(users: Sequence[dict[str, Any]]) -> str:
 
 
 async def _user_add(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
     from services.shared.errors import AlreadyExists
 
     accounts.check_user_fields(username=args.username, email=args.email)
@@ -167,7 +167,7 @@ async def _user_add(store: Store, args: argparse.Namespace) -> None:
 
 
 async def _user_list(store: Store, _args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     async with store.read() as conn:
         users = await accounts.list_users(conn)
@@ -178,7 +178,7 @@ async def _user_list(store: Store, _args: argparse.Namespace) -> None:
 
 
 async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     async with store.read() as conn:
         await accounts.get_user(conn, args.username)  # NotFound before asking anything
@@ -189,7 +189,7 @@ async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
 
 
 async def _user_set_admin(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     admin = args.user_command == "promote"
     async with store.write() as conn:
@@ -222,8 +222,8 @@ def cmd_user(args: argparse.Namespace) -> int:
 def cmd_setup_link(args: argparse.Namespace) -> int:
     """A fresh set-up token in a link, written to the reservations database directly: it works
     whichever process runs the gateway (the gateway's own banner has another, also valid)."""
+    from services.accounts import setup_tokens as setup
     from services.gateway.setup_link import setup_url
-    from services.reservations import setup
 
     settings = _settings(args)
 

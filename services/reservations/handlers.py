@@ -8,20 +8,20 @@ import secrets
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from services.accounts.attempts import AttemptCalls
+from services.accounts.calendar_feeds import CalendarFeedCalls
+from services.accounts.calls import AccountCommands
+from services.accounts.ldap_directory import Directory
 from services.reservations import api
-from services.reservations import usage_report as usage
-from services.reservations.account_commands import AccountCommands
-from services.reservations.activity import ActivityBoard
-from services.reservations.attempts import AttemptCalls
-from services.reservations.booking_calls import BookingCalls
-from services.reservations.calendar_feeds import CalendarFeedCalls
-from services.reservations.commands import Commands
-from services.reservations.directory import Directory
-from services.reservations.gpu_inventory import GpuInventory
-from services.reservations.idle_calls import IdleCalls
-from services.reservations.idle_watch import IdleWatch
-from services.reservations.queries import Queries
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.calls import BookingCalls
+from services.reservations.booking.changes import Commands
+from services.reservations.booking.gpu_inventory import GpuInventory
+from services.reservations.booking.queries import Queries
+from services.reservations.idle.calls import IdleCalls
+from services.reservations.idle.watch import IdleWatch
 from services.reservations.store import Store
+from services.reservations.usage import report as usage
 from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
 from services.shared.contracts import Envelope
 from services.shared.rpc import served

@@ -19,9 +19,9 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.reservations import accounts
-from services.reservations.booking import Actor, DurationBounds
-from services.reservations.commands import Commands
+from services.accounts import users as accounts
+from services.reservations.booking.changes import Commands
+from services.reservations.rules.refusals import Actor, DurationBounds
 from services.reservations.store import Store
 from services.shared import db
 from services.shared.config import Settings

@@ -6,17 +6,17 @@ import secrets
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
+from services.accounts.ldap_directory import Directory
 from services.monitor import api as monitor_api
-from services.reservations.activity import ActivityBoard
-from services.reservations.booking import DurationBounds
-from services.reservations.commands import Commands
-from services.reservations.directory import Directory
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.changes import Commands
+from services.reservations.booking.lifecycle import TICK_S as lifecycle_tick_s
+from services.reservations.booking.lifecycle import Lifecycle, UsageTracker
+from services.reservations.booking.queries import Queries
 from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
-from services.reservations.idle_watch import NOTIFY_RETRY, IdleWatch
-from services.reservations.idle_watch import REFRESH_S as idle_refresh_s
-from services.reservations.lifecycle import TICK_S as lifecycle_tick_s
-from services.reservations.lifecycle import Lifecycle, UsageTracker
-from services.reservations.queries import Queries
+from services.reservations.idle.watch import NOTIFY_RETRY, IdleWatch
+from services.reservations.idle.watch import REFRESH_S as idle_refresh_s
+from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown

@@ -1,4 +1,4 @@
-"""services.reservations.directory against a real OpenLDAP server (slapd) offering StartTLS:
+"""services.accounts.ldap_directory against a real OpenLDAP server (slapd) offering StartTLS:
 the certificate is checked against ca_file, groups come from a search or are none, and what the
 server says is told apart (a wrong password, a refused service account, an unreachable server).
 The whole sign-in through the API is tests/e2e/test_api_ldap.py."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.reservations.directory import Directory, normalize_dn
+from services.accounts.ldap_directory import Directory, normalize_dn
 from services.shared.config.ldap import LdapSettings
 from services.shared.errors import AuthenticationFailed, ServiceUnavailable
 from tests.support.ports import free_port

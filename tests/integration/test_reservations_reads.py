@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from services.reservations import accounts, reads, repository
-from services.reservations.access import allowed_by_gpu, rule_applies_to
-from services.reservations.domain import AccessRule, Limits, WeeklyWindow
-from services.reservations.planner import overview_by_gpu
-from services.reservations.queries import Queries
+from services.accounts import users as accounts
+from services.reservations.booking import heavy_reads as reads
+from services.reservations.booking import repository
+from services.reservations.booking.queries import Queries
+from services.reservations.rules.access import allowed_by_gpu, rule_applies_to
+from services.reservations.rules.domain import AccessRule, Limits, WeeklyWindow
+from services.reservations.rules.planner import overview_by_gpu
 from services.reservations.store import Store, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.shared import db

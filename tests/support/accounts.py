@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 from argon2 import PasswordHasher
 
-from services.reservations import accounts, passwords
+from services.accounts import passwords
+from services.accounts import users as accounts
 from services.reservations.store import Store
 from services.shared import db
 from services.shared.config import Settings

@@ -1,4 +1,4 @@
-"""The pure pieces of LDAP sign-in (services.reservations.directory): filters escaped per
+"""The pure pieces of LDAP sign-in (services.accounts.ldap_directory): filters escaped per
 RFC 4515, DNs compared as the directory does, what a user's groups grant, `group_map` parsing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from services.reservations.directory import (
+from services.accounts.ldap_directory import (
     Directory,
     grant,
     group_filter,

@@ -17,6 +17,7 @@ from typing import Any
 
 from marshmallow import fields
 
+from services.accounts.attempts_api import SETTLE_ATTEMPTS, TAKE_ATTEMPTS
 from services.reservations.api.answers import (
     AccessChangeSchema,
     AccountSchema,
@@ -78,7 +79,6 @@ from services.reservations.api.arguments import (
     WindowArgs,
     day_index,
 )
-from services.reservations.api.attempts import SETTLE_ATTEMPTS, TAKE_ATTEMPTS
 from services.reservations.api.idle import (
     ANSWER_IDLE_LINK,
     IDLE_LINK,

@@ -25,9 +25,9 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.domain import Member
+from services.accounts.passwords import hash_password, password_problem, verify_password
 from services.reservations.outbox import add_event
-from services.reservations.passwords import hash_password, password_problem, verify_password
+from services.reservations.rules.domain import Member
 from services.reservations.store import iso_ms, now_ms
 from services.reservations.tables import group_members, users
 from services.reservations.tables import groups as group_table

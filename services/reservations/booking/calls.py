@@ -8,11 +8,11 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from services.reservations import api
-from services.reservations.activity import ActivityBoard
-from services.reservations.booking import START_GRACE
-from services.reservations.commands import Commands
-from services.reservations.domain import AccessRule, IdlePolicy, Limits, WeeklyWindow
-from services.reservations.queries import Queries
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.changes import Commands
+from services.reservations.booking.queries import Queries
+from services.reservations.rules.domain import AccessRule, IdlePolicy, Limits, WeeklyWindow
+from services.reservations.rules.refusals import START_GRACE
 from services.shared.errors import InvalidRequest
 
 

@@ -15,8 +15,8 @@ from itertools import groupby
 from operator import attrgetter
 from typing import Any
 
-from services.reservations.domain import Booking, Gpu, Interval
-from services.reservations.intervals import merge
+from services.reservations.rules.domain import Booking, Gpu, Interval
+from services.reservations.rules.intervals import merge
 
 MINE = "mine"
 TAKEN = "taken"

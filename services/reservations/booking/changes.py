@@ -13,9 +13,14 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts, repository
-from services.reservations.access import access_refusals, rule_applies_to, rule_problems
-from services.reservations.booking import (
+from services.accounts import users as accounts
+from services.reservations.booking import repository
+from services.reservations.booking.creates import Creates, Request
+from services.reservations.booking.repository import ReservationRecord
+from services.reservations.outbox import add_event
+from services.reservations.rules.access import access_refusals, rule_applies_to, rule_problems
+from services.reservations.rules.domain import AccessRule, Booking, Gpu, Member, Refusal
+from services.reservations.rules.refusals import (
     Actor,
     DurationBounds,
     cancel_refusals,
@@ -27,10 +32,6 @@ from services.reservations.booking import (
     refusal_error,
     text_refusals,
 )
-from services.reservations.creates import Creates, Request
-from services.reservations.domain import AccessRule, Booking, Gpu, Member, Refusal
-from services.reservations.outbox import add_event
-from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, lock_owner, to_ms
 from services.reservations.tables import access_rules, reservations
 from services.shared.errors import (
@@ -75,7 +76,7 @@ class Commands:
         # only what a booking starting then concerns (service.py).
         self.on_created: Callable[[int], None] | None = None
         self.clock = clock
-        # Creates: checked in memory, written by group commit (services.reservations.creates).
+        # Creates: checked in memory, written by group commit (`booking.creates`).
         self.creates = Creates(
             store,
             bounds,

@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from services.reservations import accounts, ldap_accounts, sessions, setup
-from services.reservations.booking import Actor
-from services.reservations.commands import Commands
-from services.reservations.directory import Directory, grant
+from services.accounts import ldap_accounts, sessions
+from services.accounts import setup_tokens as setup
+from services.accounts import users as accounts
+from services.accounts.ldap_directory import Directory, grant
+from services.reservations.booking.changes import Commands
+from services.reservations.rules.refusals import Actor
 from services.reservations.store import Store, now_ms
 from services.shared.errors import (
     AlreadyExists,

@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
-from services.reservations.domain import Interval
-from services.reservations.intervals import merge
-from services.reservations.planner import FREE, MINE, NOT_ALLOWED, TAKEN
+from services.reservations.rules.domain import Interval
+from services.reservations.rules.intervals import merge
+from services.reservations.rules.planner import FREE, MINE, NOT_ALLOWED, TAKEN
 
 Label = tuple[str, str | None, int | None]  # (state, owner, reservation_id)
 # (gpu_uuid, reservation_id, owner, start_ms, end_ms): a row of `reads.busy_slots` as it is

@@ -1,5 +1,5 @@
-"""New reservations: checked against the in-memory model (services.reservations.memory) and
-written by group commit (services.reservations.group_commit).
+"""New reservations: checked against the in-memory model (services.reservations.booking.memory) and
+written by group commit (services.reservations.booking.group_commit).
 
 What a create reads (the actor, the owner's groups, the rules, the GPUs, the GPUs' bookings)
 comes from memory, brought up to date by one version query per batch. A request that passes
@@ -25,9 +25,14 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import repository
-from services.reservations.access import access_refusals, rule_applies_to
-from services.reservations.booking import (
+from services.reservations.booking import repository
+from services.reservations.booking.create_writes import Row, write_rows
+from services.reservations.booking.group_commit import Answer, GroupWriter
+from services.reservations.booking.memory import Memory
+from services.reservations.booking.repository import ReservationRecord
+from services.reservations.rules.access import access_refusals, rule_applies_to
+from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.refusals import (
     START_GRACE,
     Actor,
     DurationBounds,
@@ -38,11 +43,6 @@ from services.reservations.booking import (
     removed_host_refusals,
     text_refusals,
 )
-from services.reservations.create_writes import Row, write_rows
-from services.reservations.domain import Gpu, Refusal
-from services.reservations.group_commit import Answer, GroupWriter
-from services.reservations.memory import Memory
-from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, lock_owner, lock_owners, to_ms
 from services.shared.errors import Forbidden, InvalidRequest, NotFound, ReservationConflict
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from services.reservations.domain import Gpu, Refusal
+from services.reservations.rules.domain import Gpu, Refusal
 from services.shared.errors import (
     Forbidden,
     InvalidRequest,

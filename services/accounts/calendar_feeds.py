@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts
-from services.reservations.commands import Commands
+from services.accounts import users as accounts
+from services.reservations.booking.changes import Commands
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import calendar_feeds, users
 from services.shared.errors import NotFound

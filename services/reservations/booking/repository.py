@@ -15,8 +15,7 @@ from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.booking import Clash, Current
-from services.reservations.domain import (
+from services.reservations.rules.domain import (
     AccessRule,
     Booking,
     Gpu,
@@ -24,9 +23,10 @@ from services.reservations.domain import (
     Limits,
     WeeklyWindow,
 )
+from services.reservations.rules.refusals import Clash, Current
 from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
-from services.reservations.usage import from_row, summary
+from services.reservations.usage.totals import from_row, summary
 
 # --- GPUs ---------------------------------------------------------------------------------------
 

@@ -25,12 +25,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from services.reservations import idle_store, repository
-from services.reservations.access import idle_policy_of
-from services.reservations.booking import Actor
-from services.reservations.commands import Commands
-from services.reservations.domain import IdlePolicy
-from services.reservations.idle import (
+from services.reservations.booking import repository
+from services.reservations.booking.changes import Commands
+from services.reservations.booking.lifecycle import Figure
+from services.reservations.booking.memory import ReadDirectory
+from services.reservations.idle import rows as idle_store
+from services.reservations.idle.policy import (
     Action,
     IdleState,
     decide,
@@ -40,9 +40,10 @@ from services.reservations.idle import (
     observe,
     read_token,
 )
-from services.reservations.lifecycle import Figure
-from services.reservations.memory import ReadDirectory
 from services.reservations.outbox import add_event
+from services.reservations.rules.access import idle_policy_of
+from services.reservations.rules.domain import IdlePolicy
+from services.reservations.rules.refusals import Actor
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.shared.bus import Bus
