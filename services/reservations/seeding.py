@@ -19,9 +19,11 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.accounts import users as accounts
+from services.accounts import provisioning
+from services.accounts.api import Actor
+from services.accounts.provisioning import NewAccount
 from services.reservations.booking.changes import Commands
-from services.reservations.rules.refusals import Actor, DurationBounds
+from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store
 from services.shared import db
 from services.shared.config import Settings
@@ -50,25 +52,9 @@ async def demo_accounts(settings: Settings, people: Sequence[tuple[str, bool]]) 
     async with _store(settings) as store:
         for username, is_admin in people:
             password = new_password()
+            account = NewAccount(username, f"{username}@localhost", password, is_admin)
             async with store.write() as conn:
-                found = await accounts.is_admin(conn, username)
-                if found is None:
-                    await accounts.create_user(
-                        conn,
-                        username=username,
-                        email=f"{username}@localhost",
-                        password=password,
-                        is_admin=is_admin,
-                        actor=DEMO_ACTOR,
-                    )
-                else:
-                    await accounts.update_user(
-                        conn,
-                        username,
-                        password=password,
-                        is_admin=is_admin if found != is_admin else None,
-                        actor=DEMO_ACTOR,
-                    )
+                await provisioning.create_or_reset(conn, account, actor=DEMO_ACTOR)
             passwords[username] = password
     return passwords
 

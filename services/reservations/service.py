@@ -6,7 +6,7 @@ import secrets
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
-from services.accounts.ldap_directory import Directory
+from services.accounts.ldap_directory import LdapDirectory
 from services.monitor import api as monitor_api
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.changes import Commands
@@ -103,7 +103,7 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
         for teardown in await follow_activity(ctx.bus, activity):
             stack.push_async_callback(teardown)
         ldap = ctx.settings.auth.ldap
-        directory = Directory(ldap) if ldap.url else None
+        directory = LdapDirectory(ldap) if ldap.url else None
         queries = Queries(
             store, usage.live, host_offered=hosts.offers, activity=activity, directory=reads
         )

@@ -207,7 +207,7 @@ async def old_overview(
     slots = int((end - start) / slot)
     end = start + slots * slot
     async with store.read() as conn:
-        member = await accounts.member(conn, username)
+        member = await repository.member(conn, username)
         rules = await repository.load_rules(conn)
         known = await repository.load_gpus(conn, gpu_uuids)
         rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)

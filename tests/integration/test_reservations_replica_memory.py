@@ -27,11 +27,12 @@ from alembic import command
 from sqlalchemy import insert
 
 from services.accounts import users as accounts
+from services.accounts.api import Actor
 from services.reservations.booking import repository
 from services.reservations.booking.changes import Commands
 from services.reservations.booking.queries import Queries
 from services.reservations.rules.domain import Limits
-from services.reservations.rules.refusals import Actor, DurationBounds
+from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import gpus, outbox, reservations, versions
 from services.shared import db

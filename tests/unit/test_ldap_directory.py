@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from services.accounts.ldap_directory import (
-    Directory,
+    LdapDirectory,
     grant,
     group_filter,
     normalize_dn,
@@ -89,4 +89,4 @@ async def test_an_empty_password_is_refused_before_the_directory_is_asked() -> N
     # An empty password is an anonymous bind, which a directory accepts: never a sign-in.
     # (ldap://x cannot be reached: had it been asked, this would be a 503.)
     with pytest.raises(AuthenticationFailed):
-        await Directory(settings()).sign_in("alice", "")
+        await LdapDirectory(settings()).sign_in("alice", "")

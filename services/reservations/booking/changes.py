@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.accounts import users as accounts
+from services.accounts.api import Actor
 from services.reservations.booking import repository
 from services.reservations.booking.creates import Creates, Request
 from services.reservations.booking.repository import ReservationRecord
@@ -21,7 +22,6 @@ from services.reservations.outbox import add_event
 from services.reservations.rules.access import access_refusals, rule_applies_to, rule_problems
 from services.reservations.rules.domain import AccessRule, Booking, Gpu, Member, Refusal
 from services.reservations.rules.refusals import (
-    Actor,
     DurationBounds,
     cancel_refusals,
     conflict_refusals,
@@ -35,7 +35,6 @@ from services.reservations.rules.refusals import (
 from services.reservations.store import Store, lock_owner, to_ms
 from services.reservations.tables import access_rules, reservations
 from services.shared.errors import (
-    Forbidden,
     InvalidRequest,
     NotFound,
     ReservationConflict,
@@ -95,10 +94,7 @@ class Commands:
 
     async def actor(self, username: str) -> Actor:
         async with self.store.read() as conn:
-            admin = await accounts.is_admin(conn, username)
-        if admin is None:
-            raise Forbidden(f"unknown user {username!r}", {"actor": username})
-        return Actor(username, admin)
+            return await accounts.actor(conn, username)
 
     @staticmethod
     async def _gpus(conn: AsyncConnection, uuids: Sequence[str]) -> dict[str, Gpu]:
@@ -291,7 +287,7 @@ class Commands:
             conn, current.gpu_uuids, to_ms(start), to_ms(end), current.id
         )
         refusals = conflict_refusals(found, gpus)
-        member = await accounts.member(conn, current.owner)
+        member = await repository.member(conn, current.owner)
         refusals += await self._access_refusals(conn, member, gpus, start, end, current.id)
         if refusals:
             raise refusal_error(refusals)
@@ -426,8 +422,7 @@ class Commands:
 
     @staticmethod
     def require_admin(actor: Actor) -> None:
-        if not actor.is_admin:
-            raise Forbidden("only admins manage access rules, groups and accounts")
+        accounts.require_admin(actor)
 
     async def recheck(
         self,

@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.accounts.api import Actor
 from services.reservations.booking import repository
 from services.reservations.booking.create_writes import Row, write_rows
 from services.reservations.booking.group_commit import Answer, GroupWriter
@@ -34,7 +35,6 @@ from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
 from services.reservations.rules.refusals import (
     START_GRACE,
-    Actor,
     DurationBounds,
     conflict_refusals,
     guest_refusals,

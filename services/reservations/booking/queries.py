@@ -10,7 +10,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.accounts import users as accounts
 from services.reservations import api
 from services.reservations.booking import heavy_reads as reads
 from services.reservations.booking import repository
@@ -75,7 +74,7 @@ class Queries:
             rows = await repository.rule_rows(conn)
             if applying_to is None:
                 return [repository.rule_dict(row) for row in rows]
-            member = await accounts.member(conn, applying_to)
+            member = await repository.member(conn, applying_to)
         return [
             repository.rule_dict(row)
             for row in rows

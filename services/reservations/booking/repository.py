@@ -15,18 +15,21 @@ from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.accounts import users as accounts
 from services.reservations.rules.domain import (
     AccessRule,
     Booking,
     Gpu,
     IdlePolicy,
     Limits,
+    Member,
     WeeklyWindow,
 )
 from services.reservations.rules.refusals import Clash, Current
 from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.usage.totals import from_row, summary
+from services.shared.errors import NotFound
 
 # --- GPUs ---------------------------------------------------------------------------------------
 
@@ -443,3 +446,11 @@ async def owner_bookings(
 ) -> list[Booking]:
     rows = await slots_in_range(conn, start_ms, end_ms, owner=owner)
     return [b for b in bookings_from_slots(rows) if b.id != exclude_id]
+
+
+async def member(conn: AsyncConnection, username: str) -> Member:
+    """The user as access rules see them (name and groups); NotFound for an unknown user."""
+    groups = await accounts.member_groups(conn, username)
+    if groups is None:
+        raise NotFound(f"no user named {username!r}", {"user": username})
+    return Member(username, groups)

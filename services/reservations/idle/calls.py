@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from services.accounts.api import Actor
 from services.reservations.booking import repository
 from services.reservations.booking.changes import Commands
 from services.reservations.idle import rows as idle_store
 from services.reservations.idle.watch import LINK_GONE, IdleWatch
-from services.reservations.rules.refusals import Actor
 from services.reservations.store import Store, from_ms, iso_ms, to_ms
 from services.shared.errors import Forbidden, NotFound, StateConflict
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from services.accounts.api import Actor
 from services.reservations.booking import repository
 from services.reservations.booking.changes import Commands
 from services.reservations.booking.lifecycle import Figure
@@ -43,7 +44,6 @@ from services.reservations.idle.policy import (
 from services.reservations.outbox import add_event
 from services.reservations.rules.access import idle_policy_of
 from services.reservations.rules.domain import IdlePolicy
-from services.reservations.rules.refusals import Actor
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.shared.bus import Bus
