@@ -39,7 +39,7 @@ class Rechecked(Protocol):
 
 
 class Bookings(Protocol):
-    """The reservations beside the accounts (`services.reservations.booking.changes.Commands`)."""
+    """The reservations beside the accounts (`services.reservations.booking.changes.Changes`)."""
 
     on_commit: Callable[[], None]  # wakes the outbox relay (and what else watches changes)
 

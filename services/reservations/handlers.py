@@ -14,7 +14,7 @@ from services.accounts.ldap_directory import LdapDirectory
 from services.reservations import api
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.calls import BookingCalls
-from services.reservations.booking.changes import Commands
+from services.reservations.booking.changes import Changes
 from services.reservations.booking.gpu_inventory import GpuInventory
 from services.reservations.booking.queries import Queries
 from services.reservations.idle.calls import IdleCalls
@@ -31,7 +31,7 @@ IDLE = timedelta(minutes=1)
 
 def rpc_methods(
     store: Store,
-    commands: Commands,
+    commands: Changes,
     queries: Queries,
     activity: ActivityBoard | None = None,
     directory: LdapDirectory | None = None,

@@ -6,7 +6,7 @@
   `warden user add` does.
 - `book_as_of`: a reservation booked at a moment in the past. The RPC method refuses a start
   in the past, rightly; a demo's "last few days" are bookings that would have been made then.
-  They go through the same `Commands.create` (every rule, the clash check, the
+  They go through the same `Changes.create` (every rule, the clash check, the
   `reservation.created` event in the outbox) with its clock set to that moment; the running
   service's relay publishes the event and its lifecycle sends started/ended as for any other.
 """
@@ -22,7 +22,7 @@ from typing import Any
 from services.accounts import provisioning
 from services.accounts.api import Actor
 from services.accounts.provisioning import NewAccount
-from services.reservations.booking.changes import Commands
+from services.reservations.booking.changes import Changes
 from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store
 from services.shared import db
@@ -74,7 +74,7 @@ async def book_as_of(
     method would (a clash, an unknown GPU, a start before `booked_at`)."""
     bounds = settings.reservations
     async with _store(settings) as store:
-        commands = Commands(
+        commands = Changes(
             store,
             DurationBounds(
                 shortest=timedelta(minutes=bounds.min_duration_min),

@@ -56,13 +56,14 @@ class Changed:
     restored: list[int]
 
 
-class Commands:
+class Changes:
     def __init__(
         self,
         store: Store,
         bounds: DurationBounds,
         *,
         on_commit: Callable[[], None] = lambda: None,
+        on_created: Callable[[int], None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         host_offered: Callable[[str], bool] = lambda _host: True,
     ) -> None:
@@ -73,7 +74,7 @@ class Commands:
         self.on_commit = on_commit  # wakes the outbox relay and the lifecycle timer
         # After creates committed, with their earliest start (ms); None: `on_commit`. Wakes
         # only what a booking starting then concerns (service.py).
-        self.on_created: Callable[[int], None] | None = None
+        self.on_created = on_created
         self.clock = clock
         # Creates: checked in memory, written by group commit (`booking.creates`).
         self.creates = Creates(
@@ -199,7 +200,7 @@ class Commands:
             raise NotFound(f"no reservation {reservation_id}", {"id": reservation_id})
         return found
 
-    async def update(
+    async def update(  # noqa: C901 - every editable field checked, then one write
         self,
         actor: Actor,
         reservation_id: int,

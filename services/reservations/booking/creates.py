@@ -177,7 +177,9 @@ class Creates:
             refusals.append(Refusal("invalid", "choose at least one GPU", {"field": "gpus"}))
         return refusals
 
-    async def _check(self, conn: AsyncConnection, request: Request) -> Answer:
+    async def _check(  # noqa: C901 - the hot path of a create: every refusal in one pass
+        self, conn: AsyncConnection, request: Request
+    ) -> Answer:
         """Check `request` against memory (and the database for quotas); hold it as pending."""
         directory = self.memory.directory
         if isinstance(request.actor, str):

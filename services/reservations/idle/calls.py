@@ -8,7 +8,7 @@ from typing import Any
 
 from services.accounts.api import Actor
 from services.reservations.booking import repository
-from services.reservations.booking.changes import Commands
+from services.reservations.booking.changes import Changes
 from services.reservations.idle import rows as idle_store
 from services.reservations.idle.watch import LINK_GONE, IdleWatch
 from services.reservations.store import Store, from_ms, iso_ms, to_ms
@@ -16,7 +16,7 @@ from services.shared.errors import Forbidden, NotFound, StateConflict
 
 
 class IdleCalls:
-    def __init__(self, store: Store, commands: Commands, watch: IdleWatch) -> None:
+    def __init__(self, store: Store, commands: Changes, watch: IdleWatch) -> None:
         self.store = store
         self.commands = commands
         self.watch = watch

@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from services.accounts.api import Actor
 from services.reservations.booking import repository
-from services.reservations.booking.changes import Commands
+from services.reservations.booking.changes import Changes
 from services.reservations.booking.lifecycle import Figure
 from services.reservations.booking.memory import ReadDirectory
 from services.reservations.idle import rows as idle_store
@@ -76,7 +76,7 @@ class IdleWatch:
     def __init__(
         self,
         store: Store,
-        commands: Commands,
+        commands: Changes,
         bus: Bus | None,
         *,
         secret: str,
@@ -191,7 +191,7 @@ class IdleWatch:
             self._unsent.pop(gone, None)
         self._refreshed_at = now
 
-    async def tick(self) -> None:
+    async def tick(self) -> None:  # noqa: C901 - each reservation's state machine step
         async with self._lock:
             now = self.clock()
             if self._refreshed_at is None or now - self._refreshed_at >= timedelta(

@@ -52,7 +52,9 @@ class Grid:
         self._base: dict[int, tuple[Sequence[Interval], list[int], list[int]]] = {}
         self._idle: dict[int, list[int]] = {}  # encoded base rows, by id(allowed)
 
-    def row(self, allowed: Sequence[Interval], bookings: Sequence[SlotRow]) -> list[int]:
+    def row(  # noqa: C901 - the overview's hot loop, inlined on purpose
+        self, allowed: Sequence[Interval], bookings: Sequence[SlotRow]
+    ) -> list[int]:
         """One GPU's cells. GPUs without bookings that share an allowed list share its row:
         do not mutate it."""
         if self.slots == 0:

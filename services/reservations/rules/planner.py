@@ -172,7 +172,7 @@ class _Overview:
         return runs
 
 
-def _cuts(
+def _cuts(  # noqa: C901 - one pass over sorted events, each kind a branch
     events: list[_Event], taken_labels: Sequence[_Label], slots: int
 ) -> list[tuple[int, _Label]]:
     """(first slot, label) wherever the label changes, from the sorted events."""
