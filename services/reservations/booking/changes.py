@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.accounts import users as accounts
 from services.accounts.api import Actor
-from services.reservations.booking import repository
+from services.reservations.booking import repository, writes
 from services.reservations.booking.creates import Creates, Request
 from services.reservations.booking.repository import ReservationRecord
 from services.reservations.outbox import add_event
@@ -252,10 +252,10 @@ class Changes:
                     return current.to_dict(known)
                 changed = [k.removesuffix("_ms") for k in values]
                 if new_guests is not None:
-                    await repository.set_guests(conn, reservation_id, new_guests)
+                    await writes.set_guests(conn, reservation_id, new_guests)
                     changed.append("guests")
                 changed.sort()
-                await repository.update_reservation(
+                await writes.update_reservation(
                     conn, reservation_id, **values, updated_at_ms=to_ms(now)
                 )
                 updated = await self._finish(
@@ -300,7 +300,7 @@ class Changes:
             refusals = cancel_refusals(actor, current.current, now)
             if refusals:
                 raise refusal_error(refusals)
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn,
                 reservation_id,
                 status="cancelled",
@@ -327,7 +327,7 @@ class Changes:
             refusals = end_now_refusals(actor, current.current, now)
             if refusals:
                 raise refusal_error(refusals)
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn, reservation_id, end_ms=to_ms(now), updated_at_ms=to_ms(now)
             )
             ended = await self._finish(
@@ -477,7 +477,7 @@ class Changes:
                 continue
             del active[booking.id]
             del by_owner[booking.owner][booking.id]
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn,
                 booking.id,
                 status="cancelled",
@@ -512,7 +512,7 @@ class Changes:
             )
             if busy or await refusals_for(booking):
                 continue
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn,
                 booking.id,
                 status="active",

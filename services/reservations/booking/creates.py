@@ -1,11 +1,11 @@
-"""New reservations: checked against the in-memory model (services.reservations.booking.memory) and
-written by group commit (services.reservations.booking.group_commit).
+"""New reservations: checked against the in-memory model (`booking.memory`) and written by
+group commit (`booking.group_commit`).
 
 What a create reads (the actor, the owner's groups, the rules, the GPUs, the GPUs' bookings)
 comes from memory, brought up to date by one version query per batch. A request that passes
 is held as pending (in the slot index under a placeholder id, so the next requests of the
-batch see it) and written at the end of the batch with the others (services.reservations.
-create_writes: one SAVEPOINT each). The pending ones are written earlier when a request clashes
+batch see it) and written at the end of the batch with the others (`booking.writes`:
+one SAVEPOINT each). The pending ones are written earlier when a request clashes
 with one of them (its refusal names the real reservation id) or has quota rules (its owner's
 bookings are read from the database, in the transaction).
 
@@ -27,10 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.accounts.api import Actor
 from services.reservations.booking import repository
-from services.reservations.booking.create_writes import Row, write_rows
 from services.reservations.booking.group_commit import Answer, GroupWriter
 from services.reservations.booking.memory import Memory
 from services.reservations.booking.repository import ReservationRecord
+from services.reservations.booking.writes import Row, write_rows
 from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
 from services.reservations.rules.refusals import (
