@@ -1,7 +1,8 @@
 """The reservations service's public call contract: its RPC methods, their arguments and
 answers, and the errors they raise. The gateway, the CLI and the other services call it through
 this package alone (see `services.shared.rpc`); its schemas are in `arguments.py` and
-`answers.py`.
+`answers.py`. The service also serves the accounts' methods (users, groups, sessions, sign-in,
+set-up, calendar feeds, attempts): they are declared in `services.accounts.api`.
 
 Every method that acts for someone takes `actor`: the username the gateway authenticated. The
 service looks the actor up itself (roles come from the database, not from a token) and decides
