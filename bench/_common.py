@@ -331,21 +331,15 @@ async def create_accounts(
     logins (a hash carries its parameters)."""
     import argon2
 
-    from services.reservations import accounts, passwords
-    from services.reservations.store import Store
+    from services.accounts import passwords, provisioning
+    from services.accounts.provisioning import NewAccount
+    from services.shared.store import Store
 
     passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
     passwords._dummy_hash.cache_clear()
+    made = [NewAccount(name, f"{name}@lab.example", password, admin) for name, admin in users]
     async with Store(engine).write() as conn:
-        for username, is_admin in users:
-            await accounts.create_user(
-                conn,
-                username=username,
-                email=f"{username}@lab.example",
-                password=password,
-                is_admin=is_admin,
-                actor="bench",
-            )
+        await provisioning.create_accounts(conn, made, actor="bench")
 
 
 async def prepare_databases(

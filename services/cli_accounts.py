@@ -12,12 +12,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from services.shared import db
 from services.shared.config import Settings, load_settings
 from services.shared.errors import InvalidRequest, WardenError
 
 if TYPE_CHECKING:
-    from services.reservations.store import Store
+    from services.shared.store import Store
 
 # Who account changes made here are attributed to (in the reservations service's log).
 CLI_ACTOR = "cli"
@@ -36,7 +35,9 @@ def _local_username() -> str | None:
 
 async def first_admin(settings: Settings, args: argparse.Namespace) -> None:
     """Create the first admin unless there is one; without a password say how to do it later."""
-    from services.reservations import accounts
+    from services.accounts import provisioning
+    from services.accounts import users as accounts
+    from services.accounts.provisioning import NewAccount
 
     hint = (
         "no admin yet: `warden run all` prints a one-time set-up link that creates one in "
@@ -68,15 +69,9 @@ async def first_admin(settings: Settings, args: argparse.Namespace) -> None:
         if not password:
             print(hint)
             return
+        admin = NewAccount(username, email, password, is_admin=True)
         async with store.write() as conn:
-            user = await accounts.create_user(
-                conn,
-                username=username,
-                email=email,
-                password=password,
-                is_admin=True,
-                actor=CLI_ACTOR,
-            )
+            [user] = await provisioning.create_accounts(conn, [admin], actor=CLI_ACTOR)
     print(f"created the first admin {_describe(user)}")
 
 
@@ -85,21 +80,18 @@ async def first_admin(settings: Settings, args: argparse.Namespace) -> None:
 
 @asynccontextmanager
 async def _reservations_store(settings: Settings) -> AsyncIterator[Store]:
-    """The reservations database, refused unless migrated (it says to run `warden db upgrade`)."""
-    from services.reservations.store import Store
+    """The accounts' (reservations) database, refused unless migrated (it says to run `warden
+    db upgrade`)."""
+    from services.accounts.provisioning import accounts_database
 
-    engine = db.create_engine(settings.storage.database_url_for("reservations"))
-    try:
-        await db.ensure_migrated(engine, "reservations")
-        yield Store(engine)
-    finally:
-        await engine.dispose()
+    async with accounts_database(settings) as store:
+        yield store
 
 
 def _new_password(variable: str, whose: str, *, allow_empty: bool = False) -> str | None:
     """A new password from $variable, else asked twice on a terminal; None when neither
     (and, with `allow_empty`, when the answer on the terminal is empty)."""
-    from services.reservations.passwords import password_problem
+    from services.accounts.passwords import password_problem
 
     given = os.environ.get(variable)
     if given is not None:
@@ -145,7 +137,9 @@ def format_users(users: Sequence[dict[str, Any]]) -> str:
 
 
 async def _user_add(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import provisioning
+    from services.accounts import users as accounts
+    from services.accounts.provisioning import NewAccount
     from services.shared.errors import AlreadyExists
 
     accounts.check_user_fields(username=args.username, email=args.email)
@@ -153,21 +147,14 @@ async def _user_add(store: Store, args: argparse.Namespace) -> None:
         if await accounts.is_admin(conn, args.username) is not None:
             raise AlreadyExists(f"user {args.username} exists already")
     password = _required_password(args.username)
+    account = NewAccount(args.username, args.email, password, args.admin, args.groups)
     async with store.write() as conn:
-        user = await accounts.create_user(
-            conn,
-            username=args.username,
-            email=args.email,
-            password=password,
-            is_admin=args.admin,
-            groups=args.groups,
-            actor=CLI_ACTOR,
-        )
+        [user] = await provisioning.create_accounts(conn, [account], actor=CLI_ACTOR)
     print(f"created user {_describe(user)}")
 
 
 async def _user_list(store: Store, _args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     async with store.read() as conn:
         users = await accounts.list_users(conn)
@@ -178,7 +165,7 @@ async def _user_list(store: Store, _args: argparse.Namespace) -> None:
 
 
 async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     async with store.read() as conn:
         await accounts.get_user(conn, args.username)  # NotFound before asking anything
@@ -189,7 +176,7 @@ async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
 
 
 async def _user_set_admin(store: Store, args: argparse.Namespace) -> None:
-    from services.reservations import accounts
+    from services.accounts import users as accounts
 
     admin = args.user_command == "promote"
     async with store.write() as conn:
@@ -222,8 +209,8 @@ def cmd_user(args: argparse.Namespace) -> int:
 def cmd_setup_link(args: argparse.Namespace) -> int:
     """A fresh set-up token in a link, written to the reservations database directly: it works
     whichever process runs the gateway (the gateway's own banner has another, also valid)."""
+    from services.accounts import setup_tokens as setup
     from services.gateway.setup_link import setup_url
-    from services.reservations import setup
 
     settings = _settings(args)
 

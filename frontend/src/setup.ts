@@ -1,7 +1,7 @@
 // The first run's set-up form (pages/SetupPage.vue): what it checks before sending. The server
 // checks again and decides; this only saves a round trip for the mistakes a form can see.
 
-/** The minimum the server takes (services/reservations/passwords.py). */
+/** The minimum the server takes (services/accounts/passwords.py). */
 export const MIN_PASSWORD_LENGTH = 8
 
 export interface SetupForm {

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.reservations import api
+from services.accounts import api
 from services.shared.bus import Bus
 from services.shared.errors import WardenError
 

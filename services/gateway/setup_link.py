@@ -18,7 +18,7 @@ import sys
 from typing import TextIO
 from urllib.parse import quote
 
-from services.reservations import api
+from services.accounts import api
 from services.shared.bus import Bus
 from services.shared.errors import WardenError
 

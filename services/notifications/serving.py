@@ -15,7 +15,7 @@ from services.notifications.delivery.smtp import SmtpSender
 from services.notifications.delivery.webhook import WebhookPoster
 from services.notifications.notifier import Notifier
 from services.notifications.reminders import Reminders
-from services.reservations import api as reservations_api
+from services.accounts import api as accounts_api
 from services.shared.bus import Bus, EventHandler, RpcHandler
 from services.shared.config import Settings
 from services.shared.contracts import Envelope
@@ -104,7 +104,7 @@ class Notifications:
         stack.push_async_callback(self.reminders.stop)
 
     async def address_of(self, username: str) -> str | None:
-        contacts: dict[str, Any] = await reservations_api.CONTACTS.call(
+        contacts: dict[str, Any] = await accounts_api.CONTACTS.call(
             self.bus, {"usernames": [username]}
         )
         found = (contacts["users"].get(username) or {}).get("email")

@@ -1,5 +1,6 @@
 """What the reservations service answers: its RPC methods (declared in `api.py`, beside
-`health`) and the events it consumes, each mapped to the code that does it.
+`health`), the accounts' (`services.accounts.handlers`), and the events it consumes, each
+mapped to the code that does it.
 """
 
 from __future__ import annotations
@@ -8,20 +9,18 @@ import secrets
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from services.accounts.handlers import rpc_methods as account_methods
+from services.accounts.ldap_directory import LdapDirectory
 from services.reservations import api
-from services.reservations import usage_report as usage
-from services.reservations.account_commands import AccountCommands
-from services.reservations.activity import ActivityBoard
-from services.reservations.attempts import AttemptCalls
-from services.reservations.booking_calls import BookingCalls
-from services.reservations.calendar_feeds import CalendarFeedCalls
-from services.reservations.commands import Commands
-from services.reservations.directory import Directory
-from services.reservations.gpu_inventory import GpuInventory
-from services.reservations.idle_calls import IdleCalls
-from services.reservations.idle_watch import IdleWatch
-from services.reservations.queries import Queries
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.calls import BookingCalls
+from services.reservations.booking.changes import Changes
+from services.reservations.booking.gpu_inventory import GpuInventory
+from services.reservations.booking.queries import Queries
+from services.reservations.idle.calls import IdleCalls
+from services.reservations.idle.watch import IdleWatch
 from services.reservations.store import Store
+from services.reservations.usage import report as usage
 from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
 from services.shared.contracts import Envelope
 from services.shared.rpc import served
@@ -32,56 +31,29 @@ IDLE = timedelta(minutes=1)
 
 def rpc_methods(
     store: Store,
-    commands: Commands,
+    commands: Changes,
     queries: Queries,
     activity: ActivityBoard | None = None,
-    directory: Directory | None = None,
+    directory: LdapDirectory | None = None,
     watch: IdleWatch | None = None,
 ) -> dict[str, RpcHandler]:
-    people = AccountCommands(store, commands, directory)
     if watch is None:  # no loop: answers only (a random secret: no link it did not sign)
         watch = IdleWatch(
             store, commands, None, secret=secrets.token_hex(32), link_base="", stale_after=IDLE
         )
     idle = IdleCalls(store, commands, watch)
     bookings = BookingCalls(commands, queries, activity)
-    feeds = CalendarFeedCalls(store, commands)
-    limits = AttemptCalls(store)
-    return served(
+    # The accounts' methods too: the accounts live in this process and database.
+    accounts = account_methods(store, commands, directory)
+    return accounts | served(
         api.METHODS,
         {
-            api.AUTHENTICATE: people.authenticate,
-            api.LOGIN: people.login,
-            api.REFRESH_SESSION: people.refresh_session,
-            api.LOGOUT: people.logout,
-            api.SETUP_STATE: people.setup_state,
-            api.ISSUE_SETUP_TOKEN: people.issue_setup_token,
-            api.SETUP_ADMIN: people.setup_admin,
-            api.CREATE_CALENDAR_FEED: feeds.create,
-            api.REVOKE_CALENDAR_FEED: feeds.revoke,
-            api.CALENDAR_FEED_STATE: feeds.state,
-            api.CALENDAR_FEED_OWNER: feeds.owner,
-            api.CHECK_SIGNUP: people.check_signup,
-            api.SIGNUP: people.signup,
-            api.TAKE_ATTEMPTS: limits.take,
-            api.SETTLE_ATTEMPTS: limits.settle,
             api.IDLE_NOTICES: idle.notices,
             api.KEEP_RESERVATION: idle.keep,
             api.RELEASE_RESERVATION: idle.release,
             api.IDLE_LINK: idle.link,
             api.ANSWER_IDLE_LINK: idle.answer_link,
             api.IDLE_STATS: idle.stats,
-            api.CONTACTS: people.contacts,
-            api.GET_USER: people.get_user,
-            api.LIST_USERS: people.list_users,
-            api.CREATE_USER: people.create_user,
-            api.UPDATE_USER: people.update_user,
-            api.LIST_GROUPS: people.list_groups,
-            api.CREATE_GROUP: people.create_group,
-            api.UPDATE_GROUP: people.update_group,
-            api.DELETE_GROUP: people.delete_group,
-            api.ADD_GROUP_MEMBER: people.add_group_member,
-            api.REMOVE_GROUP_MEMBER: people.remove_group_member,
             api.LIST_GPUS: bookings.list_gpus,
             api.LIST_RULES: bookings.list_rules,
             api.CREATE_RULE: bookings.create_rule,

@@ -6,7 +6,7 @@
   `warden user add` does.
 - `book_as_of`: a reservation booked at a moment in the past. The RPC method refuses a start
   in the past, rightly; a demo's "last few days" are bookings that would have been made then.
-  They go through the same `Commands.create` (every rule, the clash check, the
+  They go through the same `Changes.create` (every rule, the clash check, the
   `reservation.created` event in the outbox) with its clock set to that moment; the running
   service's relay publishes the event and its lifecycle sends started/ended as for any other.
 """
@@ -19,9 +19,11 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.reservations import accounts
-from services.reservations.booking import Actor, DurationBounds
-from services.reservations.commands import Commands
+from services.accounts import provisioning
+from services.accounts.api import Actor
+from services.accounts.provisioning import NewAccount
+from services.reservations.booking.changes import Changes
+from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store
 from services.shared import db
 from services.shared.config import Settings
@@ -50,25 +52,9 @@ async def demo_accounts(settings: Settings, people: Sequence[tuple[str, bool]]) 
     async with _store(settings) as store:
         for username, is_admin in people:
             password = new_password()
+            account = NewAccount(username, f"{username}@localhost", password, is_admin)
             async with store.write() as conn:
-                found = await accounts.is_admin(conn, username)
-                if found is None:
-                    await accounts.create_user(
-                        conn,
-                        username=username,
-                        email=f"{username}@localhost",
-                        password=password,
-                        is_admin=is_admin,
-                        actor=DEMO_ACTOR,
-                    )
-                else:
-                    await accounts.update_user(
-                        conn,
-                        username,
-                        password=password,
-                        is_admin=is_admin if found != is_admin else None,
-                        actor=DEMO_ACTOR,
-                    )
+                await provisioning.create_or_reset(conn, account, actor=DEMO_ACTOR)
             passwords[username] = password
     return passwords
 
@@ -88,7 +74,7 @@ async def book_as_of(
     method would (a clash, an unknown GPU, a start before `booked_at`)."""
     bounds = settings.reservations
     async with _store(settings) as store:
-        commands = Commands(
+        commands = Changes(
             store,
             DurationBounds(
                 shortest=timedelta(minutes=bounds.min_duration_min),

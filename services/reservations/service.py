@@ -6,17 +6,17 @@ import secrets
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
+from services.accounts.ldap_directory import LdapDirectory
 from services.monitor import api as monitor_api
-from services.reservations.activity import ActivityBoard
-from services.reservations.booking import DurationBounds
-from services.reservations.commands import Commands
-from services.reservations.directory import Directory
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.changes import Changes
+from services.reservations.booking.lifecycle import TICK_S as lifecycle_tick_s
+from services.reservations.booking.lifecycle import Lifecycle, UsageTracker
+from services.reservations.booking.queries import Queries
 from services.reservations.handlers import event_handlers, follow_activity, rpc_methods
-from services.reservations.idle_watch import NOTIFY_RETRY, IdleWatch
-from services.reservations.idle_watch import REFRESH_S as idle_refresh_s
-from services.reservations.lifecycle import TICK_S as lifecycle_tick_s
-from services.reservations.lifecycle import Lifecycle, UsageTracker
-from services.reservations.queries import Queries
+from services.reservations.idle.watch import NOTIFY_RETRY, IdleWatch
+from services.reservations.idle.watch import REFRESH_S as idle_refresh_s
+from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
@@ -36,7 +36,6 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
         settings = ctx.settings.reservations
         # Creates commit one after the other at one client: their events share flushes.
         relay = Relay(store, ctx.bus, outbox, min_gap_s=RELAY_GAP_S)
-        usage = UsageTracker(store, settings.idle_below_percent)
         poll = timedelta(seconds=ctx.settings.monitor.interval_s)
         activity = ActivityBoard(
             # Three polls missed: the host's picture is no longer "now".
@@ -64,19 +63,18 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
             if soon_ms <= idle_refresh_s * 1000:
                 watch.invalidate()
 
-        lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
         # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
         hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
-        commands = Commands(
+        commands = Changes(
             store,
             DurationBounds(
                 shortest=timedelta(minutes=settings.min_duration_min),
                 longest=timedelta(hours=settings.max_duration_h),
             ),
             on_commit=on_commit,
+            on_created=on_created,
             host_offered=hosts.offers,
         )
-        commands.on_created = on_created
         reads = commands.creates.memory.reads  # one directory for the creates and the reads
         gateway = ctx.settings.gateway
         watch = IdleWatch(
@@ -90,7 +88,9 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
             directory=reads,
             notify_retry=idle_notify_retry,
         )
-        usage.on_figures = watch.on_figures
+        # Each reservation's figures of each sample go to the idle watch.
+        usage = UsageTracker(store, settings.idle_below_percent, on_figures=watch.on_figures)
+        lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
         stack.push_async_callback(commands.creates.writer.close)  # the last group commits first
@@ -103,7 +103,7 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
         for teardown in await follow_activity(ctx.bus, activity):
             stack.push_async_callback(teardown)
         ldap = ctx.settings.auth.ldap
-        directory = Directory(ldap) if ldap.url else None
+        directory = LdapDirectory(ldap) if ldap.url else None
         queries = Queries(
             store, usage.live, host_offered=hosts.offers, activity=activity, directory=reads
         )

@@ -115,7 +115,7 @@ access_rules = Table(
     Column("max_duration_s", Integer, nullable=True),
     Column("max_gpu_hours_per_week", Float, nullable=True),
     # {below_util_percent, below_memory_mib, for_minutes, grace_minutes, snooze_minutes}
-    # (services.reservations.idle); NULL: reservations it grants are never released as idle.
+    # (services.reservations.idle.policy); NULL: reservations it grants are never released as idle.
     Column("idle_policy", JSON, nullable=True),
     Column("created_by", String(32), nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
@@ -145,7 +145,7 @@ reservations = Table(
     # When reservation.started / .ended were emitted (NULL: not yet); survives restarts.
     Column("started_event_ms", BigInteger, nullable=True),
     Column("ended_event_ms", BigInteger, nullable=True),
-    # Usage statistics (services.reservations.usage totals); frozen once it ended.
+    # Usage statistics (services.reservations.usage.totals totals); frozen once it ended.
     Column("usage", JSON, nullable=True),
     Index("ix_reservations_owner_end", "owner", "end_ms"),
     Index("ix_reservations_status_start", "status", "start_ms"),
@@ -221,7 +221,7 @@ calendar_feeds = Table(
     Column("created_at_ms", BigInteger, nullable=False),
 )
 
-# Idle state of running reservations (services.reservations.idle), kept so a restarted service
+# Idle state of running reservations (`idle.policy`), kept so a restarted service
 # neither tells an owner twice nor skips a release, and the answers for the admins' counts.
 idle_states = Table(
     "reservations_idle",
@@ -250,7 +250,7 @@ idle_states = Table(
 
 # One row (id 1) of counters that triggers move in the transaction of a change: `directory`
 # with users, groups, memberships, access rules and GPUs; `slots_freed` with every update or
-# delete of a GPU slot. services.reservations.memory checks them inside its write transaction.
+# delete of a GPU slot. `booking.memory` checks them inside its write transaction.
 versions = Table(
     "reservations_versions",
     metadata,
@@ -261,7 +261,7 @@ versions = Table(
 
 # Attempts counted against a key within a window (failed logins per name and per address,
 # calendar-feed fetches): the shared count behind the gateway's rate limits, so that every
-# gateway replica sees every attempt (`services.reservations.attempts`). Rows are deleted when
+# gateway replica sees every attempt (`services.accounts.attempts`). Rows are deleted when
 # their window has passed.
 attempts = Table(
     "reservations_attempts",

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from services.reservations import api as reservations_api
+from services.accounts import api as accounts_api
 from services.shared.bus import Bus, EventHandler
 from services.shared.config import HostConfig, Settings
 from services.shared.contracts import Envelope
@@ -190,7 +190,7 @@ class Responders:
             for role, username in (("offender", alert.offender), ("owner", alert.owner))
             if role in wanted and username
         ]
-        contacts: dict[str, Any] = await reservations_api.CONTACTS.call(
+        contacts: dict[str, Any] = await accounts_api.CONTACTS.call(
             self.bus, {"usernames": [username for _, username in people]}
         )
         found: list[Recipient] = []

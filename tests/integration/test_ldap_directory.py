@@ -1,4 +1,4 @@
-"""services.reservations.directory against a real OpenLDAP server (slapd) offering StartTLS:
+"""services.accounts.ldap_directory against a real OpenLDAP server (slapd) offering StartTLS:
 the certificate is checked against ca_file, groups come from a search or are none, and what the
 server says is told apart (a wrong password, a refused service account, an unreachable server).
 The whole sign-in through the API is tests/e2e/test_api_ldap.py."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.reservations.directory import Directory, normalize_dn
+from services.accounts.ldap_directory import LdapDirectory, normalize_dn
 from services.shared.config.ldap import LdapSettings
 from services.shared.errors import AuthenticationFailed, ServiceUnavailable
 from tests.support.ports import free_port
@@ -38,7 +38,7 @@ def slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
         yield server
 
 
-def directory(slapd: Slapd, **values: object) -> Directory:
+def directory(slapd: Slapd, **values: object) -> LdapDirectory:
     assert slapd.tls is not None
     settings = LdapSettings(
         url=slapd.url,
@@ -50,7 +50,7 @@ def directory(slapd: Slapd, **values: object) -> Directory:
         group_base_dn=GROUPS_DN,
         timeout_s=3,
     )
-    return Directory(dataclasses.replace(settings, **values))
+    return LdapDirectory(dataclasses.replace(settings, **values))
 
 
 async def test_a_user_signs_in_over_start_tls_with_their_groups(slapd: Slapd) -> None:

@@ -1,4 +1,4 @@
-"""Accounts and groups (services.reservations.accounts) on SQLite and PostgreSQL.
+"""Accounts and groups (services.accounts.users) on SQLite and PostgreSQL.
 
 Each test runs on its own migrated database: a SQLite file in its temp dir, and its own
 PostgreSQL database. Passwords are hashed with real argon2 at cheap parameters, so the suite
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from services.reservations import accounts
+from services.accounts import users as accounts
 from services.reservations.store import Store
 from services.reservations.tables import outbox, users
 from services.shared import db

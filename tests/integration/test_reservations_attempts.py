@@ -1,4 +1,4 @@
-"""Counted attempts (services.reservations.attempts), the shared state of the gateway
+"""Counted attempts (services.accounts.attempts), the shared state of the gateway
 replicas' rate limits, on SQLite and PostgreSQL: a parallel burst spread over two reservations
 replicas (two engines on one database) gets exactly the limit, a refusal says when to try
 again (within the window, even after waiting for the key), settling uncounts, and expired rows
@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import insert, text, update
 
-from services.reservations import attempts
-from services.reservations.attempts import AttemptCalls
+from services.accounts import attempts
+from services.accounts.attempts import AttemptCalls
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import attempts as attempts_table
 from services.shared import db

@@ -1,4 +1,4 @@
-"""Calendar-feed tokens (services.reservations.calendar_feeds) on SQLite and PostgreSQL: only a
+"""Calendar-feed tokens (services.accounts.calendar_feeds) on SQLite and PostgreSQL: only a
 hash is stored, one per user (a new one replaces the old), revoking ends it at once, and two
 replacements at once leave exactly one working token.
 
@@ -12,7 +12,7 @@ import asyncio
 
 from sqlalchemy import select
 
-from services.reservations import calendar_feeds
+from services.accounts import calendar_feeds
 from services.reservations.store import Store
 from services.reservations.tables import calendar_feeds as feeds_table
 from tests.integration.test_reservations_accounts import (  # noqa: F401 (fixtures)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.group_commit import Answer, GroupWriter
+from services.reservations.booking.group_commit import Answer, GroupWriter
 from services.shared import db
 from services.shared.errors import ReservationConflict
 from services.shared.store import Store

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from services.reservations import accounts
+from services.accounts import users as accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
 from services.shared import db

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from services.reservations import accounts, reads, repository
-from services.reservations.access import allowed_by_gpu, rule_applies_to
-from services.reservations.domain import AccessRule, Limits, WeeklyWindow
-from services.reservations.planner import overview_by_gpu
-from services.reservations.queries import Queries
+from services.accounts import users as accounts
+from services.reservations.booking import heavy_reads as reads
+from services.reservations.booking import repository
+from services.reservations.booking.queries import Queries
+from services.reservations.rules.access import allowed_by_gpu, rule_applies_to
+from services.reservations.rules.domain import AccessRule, Limits, WeeklyWindow
+from services.reservations.rules.planner import overview_by_gpu
 from services.reservations.store import Store, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.shared import db
@@ -205,7 +207,7 @@ async def old_overview(
     slots = int((end - start) / slot)
     end = start + slots * slot
     async with store.read() as conn:
-        member = await accounts.member(conn, username)
+        member = await repository.member(conn, username)
         rules = await repository.load_rules(conn)
         known = await repository.load_gpus(conn, gpu_uuids)
         rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)

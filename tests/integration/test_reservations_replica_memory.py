@@ -1,5 +1,5 @@
 """Two replicas' in-memory models over one database (SQLite and PostgreSQL): what one replica
-changes, the other's next create sees. Each "replica" is its own `Commands` on its own engine,
+changes, the other's next create sees. Each "replica" is its own `Changes` on its own engine,
 so the test decides which one answers (behind RabbitMQ either may).
 
 - a slot the other replica freed is bookable at once (no false refusal from memory);
@@ -26,11 +26,13 @@ import sqlalchemy as sa
 from alembic import command
 from sqlalchemy import insert
 
-from services.reservations import accounts, repository
-from services.reservations.booking import Actor, DurationBounds
-from services.reservations.commands import Commands
-from services.reservations.domain import Limits
-from services.reservations.queries import Queries
+from services.accounts import users as accounts
+from services.accounts.api import Actor
+from services.reservations.booking import repository
+from services.reservations.booking.changes import Changes
+from services.reservations.booking.queries import Queries
+from services.reservations.rules.domain import Limits
+from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import gpus, outbox, reservations, versions
 from services.shared import db
@@ -41,8 +43,8 @@ ADMIN = Actor("root", True)
 
 @dataclass
 class Replicas:
-    a: Commands
-    b: Commands
+    a: Changes
+    b: Changes
     b_store: Store
 
 
@@ -90,7 +92,7 @@ async def replicas(database_url: str, cheap_passwords: None) -> AsyncIterator[Re
     await add_gpu(stores[0], "GPU-a-0", 0)
     bounds = DurationBounds()
     try:
-        yield Replicas(Commands(stores[0], bounds), Commands(stores[1], bounds), stores[1])
+        yield Replicas(Changes(stores[0], bounds), Changes(stores[1], bounds), stores[1])
     finally:
         for engine in engines:
             await engine.dispose()
@@ -101,7 +103,7 @@ def slot(days: int, hours: int = 2) -> tuple[datetime, datetime]:
     return start, start + timedelta(hours=hours)
 
 
-async def book(commands: Commands, owner: str, when: tuple[datetime, datetime]) -> dict[str, Any]:
+async def book(commands: Changes, owner: str, when: tuple[datetime, datetime]) -> dict[str, Any]:
     return await commands.create(
         owner, owner=owner, gpu_uuids=["GPU-a-0"], start=when[0], end=when[1], title="t"
     )

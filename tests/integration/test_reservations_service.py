@@ -18,7 +18,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from services.reservations import accounts, tables
+from services.accounts import users as accounts
+from services.reservations import tables
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
 from services.shared import db

@@ -1,4 +1,4 @@
-"""The first run's set-up tokens (services.reservations.setup) on SQLite and PostgreSQL: a token
+"""The first run's set-up tokens (services.accounts.setup_tokens) on SQLite and PostgreSQL: a token
 creates the first admin once, only while there is none, and two at once make one admin.
 
 The database fixtures are those of test_reservations_accounts.py (each test its own SQLite
@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from services.reservations import accounts, setup
+from services.accounts import setup_tokens as setup
+from services.accounts import users as accounts
 from services.reservations.store import Store
 from services.reservations.tables import setup_tokens, users
 from services.shared.errors import Forbidden, InvalidRequest, StateConflict

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import insert
 
 from services.reservations.tables import gpu_slots, reservations
-from services.reservations.usage_report import (
+from services.reservations.usage.report import (
     held_query,
     reservation_facts,
     summed_facts,

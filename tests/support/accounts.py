@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 from argon2 import PasswordHasher
 
-from services.reservations import accounts, passwords
-from services.reservations.store import Store
-from services.shared import db
+from services.accounts import passwords, provisioning
+from services.accounts.provisioning import NewAccount
 from services.shared.config import Settings
 
 PASSWORD = "pw-12345678"  # every account's
@@ -19,23 +18,11 @@ USERS = (("admin", True), ("alice", False), ("bob", False))  # (username, is adm
 
 async def create_accounts(settings: Settings) -> None:
     """Migrate every service's database; admin, alice and bob (e-mail user@lab.example)."""
-    for name in db.SERVICES_WITH_DATABASE:
-        engine = db.create_engine(settings.storage.database_url_for(name))
-        try:
-            await db.upgrade(engine, name)
-            if name == "reservations":
-                async with Store(engine).write() as conn:
-                    for user, admin in USERS:
-                        await accounts.create_user(
-                            conn,
-                            username=user,
-                            email=f"{user}@lab.example",
-                            password=PASSWORD,
-                            is_admin=admin,
-                            actor="test",
-                        )
-        finally:
-            await engine.dispose()
+    await provisioning.migrate_with_accounts(
+        settings,
+        [NewAccount(user, f"{user}@lab.example", PASSWORD, admin) for user, admin in USERS],
+        actor="test",
+    )
 
 
 @contextlib.contextmanager

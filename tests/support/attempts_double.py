@@ -1,5 +1,5 @@
 """An in-memory stand-in for the reservations service's `take_attempts` / `settle_attempts`
-(services.reservations.attempts), for gateway tests that serve a fake reservations service.
+(services.accounts.attempts), for gateway tests that serve a fake reservations service.
 Same answers; tests/unit/test_attempts_double.py holds it to the real one's rules."""
 
 from __future__ import annotations

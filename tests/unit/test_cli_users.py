@@ -317,7 +317,7 @@ def test_init_on_a_terminal_leaves_the_admin_to_the_set_up_link_on_an_empty_answ
 def test_setup_link_prints_a_new_link_each_time_until_an_admin_exists(migrated: Warden) -> None:
     import asyncio
 
-    from services.reservations import setup
+    from services.accounts import setup_tokens as setup
     from services.reservations.store import Store
     from services.shared import db
     from services.shared.config import load_settings
@@ -367,7 +367,7 @@ def test_init_with_an_invalid_admin_name_says_how_to_choose_one(
 def _authenticates(config: Path, username: str, password: str) -> bool:
     import asyncio
 
-    from services.reservations import accounts
+    from services.accounts import users as accounts
     from services.reservations.store import Store
     from services.shared import db
     from services.shared.config import load_settings

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from services.reservations.booking import removed_host_refusals
-from services.reservations.domain import Gpu
+from services.reservations.rules.domain import Gpu
+from services.reservations.rules.refusals import removed_host_refusals
 from services.shared.config import HostConfig, ViolationSettings
 from services.shared.config.escalation import parse_step
 from services.shared.config.settings import StepOverride

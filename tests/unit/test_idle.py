@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from services.reservations.access import idle_policy_of
-from services.reservations.domain import AccessRule, Gpu, IdlePolicy, Member
-from services.reservations.idle import (
+from services.reservations.idle.policy import (
     IdleState,
     decide,
     kept,
@@ -19,6 +17,8 @@ from services.reservations.idle import (
     policy_problems,
     read_token,
 )
+from services.reservations.rules.access import idle_policy_of
+from services.reservations.rules.domain import AccessRule, Gpu, IdlePolicy, Member
 from services.shared.http_errors import loggable_path
 
 POLICY = IdlePolicy(

@@ -1,4 +1,4 @@
-"""The pure pieces of LDAP sign-in (services.reservations.directory): filters escaped per
+"""The pure pieces of LDAP sign-in (services.accounts.ldap_directory): filters escaped per
 RFC 4515, DNs compared as the directory does, what a user's groups grant, `group_map` parsing."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from services.reservations.directory import (
-    Directory,
+from services.accounts.ldap_directory import (
+    LdapDirectory,
     grant,
     group_filter,
     normalize_dn,
@@ -89,4 +89,4 @@ async def test_an_empty_password_is_refused_before_the_directory_is_asked() -> N
     # An empty password is an anonymous bind, which a directory accepts: never a sign-in.
     # (ldap://x cannot be reached: had it been asked, this would be a 503.)
     with pytest.raises(AuthenticationFailed):
-        await Directory(settings()).sign_in("alice", "")
+        await LdapDirectory(settings()).sign_in("alice", "")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.reservations.access import (
+from services.reservations.rules.access import (
     access_refusals,
     allowed_by_gpu,
     local_to_utc,
@@ -24,7 +24,7 @@ from services.reservations.access import (
     window_intervals,
     zone,
 )
-from services.reservations.domain import (
+from services.reservations.rules.domain import (
     AccessRule,
     Booking,
     Gpu,
@@ -34,7 +34,7 @@ from services.reservations.domain import (
     Refusal,
     WeeklyWindow,
 )
-from services.reservations.intervals import merge, uncovered
+from services.reservations.rules.intervals import merge, uncovered
 
 H = timedelta(hours=1)
 MIN = timedelta(minutes=1)

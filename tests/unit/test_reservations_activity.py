@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.reservations.activity import IDLE, IN_USE, UNKNOWN, ActivityBoard
-from services.reservations.domain import Gpu, Interval
-from services.reservations.planner import IdleFirst, earliest_slot
+from services.reservations.booking.activity import IDLE, IN_USE, UNKNOWN, ActivityBoard
+from services.reservations.rules.domain import Gpu, Interval
+from services.reservations.rules.planner import IdleFirst, earliest_slot
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.reservations.domain import Booking, Interval
-from services.reservations.grid import Grid, SlotRow, by_gpu, label_dict, runs_of
-from services.reservations.planner import overview_by_gpu
+from services.reservations.rules.domain import Booking, Interval
+from services.reservations.rules.grid import Grid, SlotRow, by_gpu, label_dict, runs_of
+from services.reservations.rules.planner import overview_by_gpu
 from services.shared.store import from_ms, to_ms
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)

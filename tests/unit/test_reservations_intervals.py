@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.reservations.domain import Interval
-from services.reservations.intervals import (
+from services.reservations.rules.domain import Interval
+from services.reservations.rules.intervals import (
     clip,
     complement,
     intersect,

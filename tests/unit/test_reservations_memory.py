@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.reservations.memory import Directory, _Timeline
+from services.reservations.booking.memory import Directory, _Timeline
 
 slots = st.lists(
     st.tuples(st.integers(0, 500), st.integers(1, 200)).map(lambda s: (s[0], s[0] + s[1])),

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.reservations.domain import Booking, Gpu, Interval
-from services.reservations.intervals import complement, merge
-from services.reservations.planner import (
+from services.reservations.rules.domain import Booking, Gpu, Interval
+from services.reservations.rules.intervals import complement, merge
+from services.reservations.rules.planner import (
     Run,
     Slot,
     earliest_slot,

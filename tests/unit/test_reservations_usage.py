@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.reservations.usage import UsageTotals, add_samples, from_row, summary, to_row
+from services.reservations.usage.totals import UsageTotals, add_samples, from_row, summary, to_row
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=10)

@@ -7,7 +7,7 @@ import io
 
 from services.gateway.usage_report import compose, to_csv
 from services.jobs.usage_report import job_facts
-from services.reservations.usage_report import held_until_ms, idle_share, reservation_facts
+from services.reservations.usage.report import held_until_ms, idle_share, reservation_facts
 from services.shared.usage_report import HOUR_MS, overlap_ms
 from services.violations.usage_report import incident_facts
 

@@ -13,23 +13,26 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from services.gateway.routes.reservations import IdPath
-from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
-from services.reservations import api
-from services.reservations.api import (
+from services.accounts import api as accounts_api
+from services.accounts.api import (
     AccountSchema,
     CreateGroupArgs,
     CreateUserArgs,
     GroupDeletedSchema,
     GroupSchema,
     MembershipSchema,
+    UpdateGroupArgs,
+    UpdateUserArgs,
+    UserSchema,
+)
+from services.gateway.routes.reservations import IdPath
+from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
+from services.reservations import api
+from services.reservations.api import (
     RuleArgs,
     RuleChangedSchema,
     RuleDeletedSchema,
     RuleSchema,
-    UpdateGroupArgs,
-    UpdateUserArgs,
-    UserSchema,
 )
 from services.shared.rpc import Method
 
@@ -138,54 +141,58 @@ async def _answer(call: Call, method: Method, args: dict[str, Any]) -> Any:
 
 
 async def list_users(call: Call) -> dict[str, Any]:
-    found = await _answer(call, api.LIST_USERS, {"actor": call.user.username})
+    found = await _answer(call, accounts_api.LIST_USERS, {"actor": call.user.username})
     offset, limit = call.query["offset"], call.query["limit"]
     return page_of(found[offset : offset + limit], len(found), call.query)
 
 
 async def create_user(call: Call) -> Any:
-    return await _answer(call, api.CREATE_USER, {"actor": call.user.username, **call.body})
+    return await _answer(call, accounts_api.CREATE_USER, {"actor": call.user.username, **call.body})
 
 
 async def get_user(call: Call) -> Any:
     args = {"actor": call.user.username, "username": call.params["username"]}
-    return await _answer(call, api.GET_USER, args)
+    return await _answer(call, accounts_api.GET_USER, args)
 
 
 async def update_user(call: Call) -> Any:
     args = {"actor": call.user.username, "username": call.params["username"], **call.body}
-    return await _answer(call, api.UPDATE_USER, args)
+    return await _answer(call, accounts_api.UPDATE_USER, args)
 
 
 # --- groups -------------------------------------------------------------------------------------
 
 
 async def list_groups(call: Call) -> Any:
-    return await _answer(call, api.LIST_GROUPS, {"actor": call.user.username})
+    return await _answer(call, accounts_api.LIST_GROUPS, {"actor": call.user.username})
 
 
 async def create_group(call: Call) -> Any:
-    return await _answer(call, api.CREATE_GROUP, {"actor": call.user.username, **call.body})
+    return await _answer(
+        call, accounts_api.CREATE_GROUP, {"actor": call.user.username, **call.body}
+    )
 
 
 async def update_group(call: Call) -> Any:
     args = {"actor": call.user.username, "name": call.params["name"], **call.body}
-    return await _answer(call, api.UPDATE_GROUP, args)
+    return await _answer(call, accounts_api.UPDATE_GROUP, args)
 
 
 async def delete_group(call: Call) -> Any:
     return await _answer(
-        call, api.DELETE_GROUP, {"actor": call.user.username, "name": call.params["name"]}
+        call, accounts_api.DELETE_GROUP, {"actor": call.user.username, "name": call.params["name"]}
     )
 
 
 async def add_group_member(call: Call) -> Any:
-    return await _answer(call, api.ADD_GROUP_MEMBER, {"actor": call.user.username, **call.params})
+    return await _answer(
+        call, accounts_api.ADD_GROUP_MEMBER, {"actor": call.user.username, **call.params}
+    )
 
 
 async def remove_group_member(call: Call) -> Any:
     args = {"actor": call.user.username, **call.params}
-    return await _answer(call, api.REMOVE_GROUP_MEMBER, args)
+    return await _answer(call, accounts_api.REMOVE_GROUP_MEMBER, args)
 
 
 # --- access rules -------------------------------------------------------------------------------

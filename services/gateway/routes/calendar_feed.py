@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 from marshmallow import Schema, fields, validate
 
+from services.accounts import api as accounts_api
 from services.gateway import ical_feed
 from services.gateway.calendar import item as calendar_item
 from services.gateway.context import CALENDAR, LIMITS
@@ -73,17 +74,17 @@ def _origin(call: Call) -> str:
 
 
 async def create_feed(call: Call) -> dict[str, Any]:
-    answer = await call.rpc(api.CREATE_CALENDAR_FEED, {"actor": call.user.username})
+    answer = await call.rpc(accounts_api.CREATE_CALENDAR_FEED, {"actor": call.user.username})
     return {"url": f"{_origin(call)}{API}/calendar/{answer['token']}.ics"}
 
 
 async def feed_state(call: Call) -> dict[str, Any]:
-    answer = await call.rpc(api.CALENDAR_FEED_STATE, {"actor": call.user.username})
+    answer = await call.rpc(accounts_api.CALENDAR_FEED_STATE, {"actor": call.user.username})
     return {"exists": bool(answer["exists"])}
 
 
 async def revoke_feed(call: Call) -> None:
-    await call.rpc(api.REVOKE_CALENDAR_FEED, {"actor": call.user.username})
+    await call.rpc(accounts_api.REVOKE_CALENDAR_FEED, {"actor": call.user.username})
 
 
 async def _owner(call: Call) -> str:
@@ -91,7 +92,7 @@ async def _owner(call: Call) -> str:
     address_key = call.request.app[LIMITS].by_address.of(caller_address(call))
     marks = await take(call.bus, (address_key,))  # counted as failed until the token proves right
     try:
-        answer = await call.rpc(api.CALENDAR_FEED_OWNER, {"token": call.params["token"]})
+        answer = await call.rpc(accounts_api.CALENDAR_FEED_OWNER, {"token": call.params["token"]})
     except NotFound:
         raise
     except BaseException:  # the service is down: not a guess at the token

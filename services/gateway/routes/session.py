@@ -15,11 +15,11 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from services.accounts import api
+from services.accounts.api import UserSchema
 from services.gateway.context import LIMITS, REVOCATIONS, TOKENS
 from services.gateway.limits import settle, take
 from services.gateway.routing import Access, Call, Route
-from services.reservations import api
-from services.reservations.api import UserSchema
 from services.shared.config.settings import IpNetwork
 from services.shared.errors import AuthenticationFailed
 

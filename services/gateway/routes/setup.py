@@ -13,11 +13,11 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from services.accounts import api
 from services.gateway.context import LIMITS
 from services.gateway.limits import settle, take
 from services.gateway.routes.session import TokensSchema, caller_address, signed_in
 from services.gateway.routing import Access, Call, Route, ValidationFailed
-from services.reservations import api
 from services.shared.errors import Forbidden, InvalidRequest
 
 

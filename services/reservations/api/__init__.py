@@ -1,7 +1,8 @@
 """The reservations service's public call contract: its RPC methods, their arguments and
 answers, and the errors they raise. The gateway, the CLI and the other services call it through
 this package alone (see `services.shared.rpc`); its schemas are in `arguments.py` and
-`answers.py`.
+`answers.py`. The service also serves the accounts' methods (users, groups, sessions, sign-in,
+set-up, calendar feeds, attempts): they are declared in `services.accounts.api`.
 
 Every method that acts for someone takes `actor`: the username the gateway authenticated. The
 service looks the actor up itself (roles come from the database, not from a token) and decides
@@ -19,14 +20,10 @@ from marshmallow import fields
 
 from services.reservations.api.answers import (
     AccessChangeSchema,
-    AccountSchema,
     CalendarItemSchema,
     CreatedReservationSchema,
     GpuRefSchema,
     GpuSchema,
-    GroupDeletedSchema,
-    GroupSchema,
-    MembershipSchema,
     OverviewGpuSchema,
     OverviewHostSchema,
     OverviewSchema,
@@ -39,46 +36,27 @@ from services.reservations.api.answers import (
     SlotGpuSchema,
     SlotSchema,
     UsageSchema,
-    UserSchema,
 )
 from services.reservations.api.arguments import (
     DAY_NAMES,
     FULL_DAY_NAMES,
     ActiveArgs,
-    ActorArgs,
-    AuthenticateArgs,
     CalendarArgs,
     CancelReservationArgs,
-    CheckSignupArgs,
-    ContactsArgs,
-    CreateGroupArgs,
     CreateReservationArgs,
-    CreateUserArgs,
-    FeedTokenArgs,
     FindSlotArgs,
     GetReservationArgs,
-    GroupArgs,
     ListRulesArgs,
-    LoginArgs,
-    LogoutArgs,
-    MemberArgs,
     OverviewArgs,
-    RefreshArgs,
     ReservationIdArgs,
     RuleArgs,
     RuleIdArgs,
-    SetupAdminArgs,
-    SignupArgs,
-    UpdateGroupArgs,
     UpdateReservationArgs,
     UpdateRuleArgs,
-    UpdateUserArgs,
     UseArgs,
-    UserArgs,
     WindowArgs,
     day_index,
 )
-from services.reservations.api.attempts import SETTLE_ATTEMPTS, TAKE_ATTEMPTS
 from services.reservations.api.idle import (
     ANSWER_IDLE_LINK,
     IDLE_LINK,
@@ -93,15 +71,12 @@ from services.reservations.api.idle import (
 )
 from services.shared.bus import Bus
 from services.shared.errors import (
-    AlreadyExists,
-    AuthenticationFailed,
     Forbidden,
     InvalidRequest,
     NotAllowed,
     NotFound,
     ReservationConflict,
     ServiceUnavailable,
-    StateConflict,
 )
 from services.shared.rpc import Answer, methods_of
 from services.shared.usage_report import FactSchema, PeriodArgs
@@ -121,160 +96,6 @@ _BOOKING = (*_ACTING, NotFound, ReservationConflict, NotAllowed)
 
 _method = methods_of(SERVICE)
 
-
-# Accounts and sessions
-AUTHENTICATE = _method(
-    "authenticate",
-    "The user and roles for a username and password (the same error for both wrong)",
-    AuthenticateArgs,
-    raises=(AuthenticationFailed,),
-)
-LOGIN = _method(
-    "login",
-    "Check the password and open a session: the user and a first refresh token. With "
-    "[auth.ldap], a name with no local account signs in through the directory: Forbidden "
-    "when its groups may not, ServiceUnavailable when the directory cannot answer",
-    LoginArgs,
-    raises=(AuthenticationFailed, Forbidden, ServiceUnavailable),
-    timeout_s=30.0,  # a directory sign-in may take 3 times [auth.ldap] timeout_s (at most 24 s)
-)
-REFRESH_SESSION = _method(
-    "refresh_session",
-    "The next refresh token of a session and its user as they are now (a reused token "
-    "revokes the whole session)",
-    RefreshArgs,
-    raises=(AuthenticationFailed,),
-)
-LOGOUT = _method("logout", "Close a session: its refresh tokens stop working", LogoutArgs)
-# The first run (no admin yet): the one-time set-up link
-SETUP_STATE = _method("setup_state", "Whether the first admin is still to be created: {needed}")
-ISSUE_SETUP_TOKEN = _method(
-    "issue_setup_token",
-    "A new one-time set-up token while no admin exists: {token} (null once one exists)",
-)
-SETUP_ADMIN = _method(
-    "setup_admin",
-    "Create the first admin with a set-up token and open their session (as login answers); "
-    "every set-up token is spent",
-    SetupAdminArgs,
-    raises=(Forbidden, StateConflict, InvalidRequest, AlreadyExists),
-)
-# Each user's secret calendar feed address (`calendar_feeds.py`)
-CREATE_CALENDAR_FEED = _method(
-    "create_calendar_feed",
-    "A new calendar-feed token for the actor, shown once: {token}; their old one stops working",
-    ActorArgs,
-    raises=_ACTING,
-)
-REVOKE_CALENDAR_FEED = _method(
-    "revoke_calendar_feed",
-    "Revoke the actor's calendar-feed token: {revoked} (false when there was none)",
-    ActorArgs,
-    raises=_ACTING,
-)
-CALENDAR_FEED_STATE = _method(
-    "calendar_feed_state",
-    "Whether the actor has a calendar-feed token: {exists}",
-    ActorArgs,
-    raises=_ACTING,
-)
-CALENDAR_FEED_OWNER = _method(
-    "calendar_feed_owner",
-    "Whose calendar feed a token opens: {username}; NotFound for an unknown token",
-    FeedTokenArgs,
-    raises=(NotFound, InvalidRequest),
-)
-# SSH self-signup (the gateway has the monitor prove the Unix account between the two)
-CHECK_SIGNUP = _method(
-    "check_signup",
-    "Whether an account could be signed up with these fields (before the SSH proof)",
-    CheckSignupArgs,
-    raises=(InvalidRequest, AlreadyExists, StateConflict),
-)
-SIGNUP = _method(
-    "signup",
-    "Create a `user` account (default groups and `groups`) whose Unix account was proven, "
-    "and open its session (as login answers)",
-    SignupArgs,
-    raises=(InvalidRequest, AlreadyExists, NotFound),
-)
-CONTACTS = _method(
-    "contacts",
-    "For other services (no actor): e-mail and roles of the known usernames, and every admin",
-    ContactsArgs,
-)
-GET_USER = _method(
-    "get_user",
-    "One account: the actor's own, or anyone's for admins",
-    UserArgs,
-    answer=UserSchema,
-    raises=(*_ACTING, NotFound),
-)
-LIST_USERS = _method(
-    "list_users",
-    "Accounts: whole for admins, usernames and roles for others",
-    ActorArgs,
-    answer=AccountSchema,
-    many=True,
-    raises=_ACTING,
-)
-CREATE_USER = _method(
-    "create_user",
-    "Create an account (admins); it joins every default group",
-    CreateUserArgs,
-    answer=UserSchema,
-    raises=(*_ACTING, AlreadyExists, NotFound),
-)
-UPDATE_USER = _method(
-    "update_user",
-    "Change one's e-mail or password; admins also roles (never the last admin)",
-    UpdateUserArgs,
-    answer=UserSchema,
-    raises=(*_ACTING, NotFound),
-)
-LIST_GROUPS = _method(
-    "list_groups",
-    "Groups with their members",
-    ActorArgs,
-    answer=GroupSchema,
-    many=True,
-    raises=_ACTING,
-)
-CREATE_GROUP = _method(
-    "create_group",
-    "Create a group (admins)",
-    CreateGroupArgs,
-    answer=GroupSchema,
-    raises=(*_ACTING, AlreadyExists),
-)
-UPDATE_GROUP = _method(
-    "update_group",
-    "Change a group's description or default flag (admins)",
-    UpdateGroupArgs,
-    answer=GroupSchema,
-    raises=_RULE_CHANGE,
-)
-DELETE_GROUP = _method(
-    "delete_group",
-    "Delete a group (admins); future reservations are re-checked",
-    GroupArgs,
-    answer=GroupDeletedSchema,
-    raises=_RULE_CHANGE,
-)
-ADD_GROUP_MEMBER = _method(
-    "add_group_member",
-    "Add a user to a group (admins); their reservations are re-checked",
-    MemberArgs,
-    answer=MembershipSchema,
-    raises=_RULE_CHANGE,
-)
-REMOVE_GROUP_MEMBER = _method(
-    "remove_group_member",
-    "Remove a user from a group (admins); their reservations are re-checked",
-    MemberArgs,
-    answer=MembershipSchema,
-    raises=_RULE_CHANGE,
-)
 
 # GPUs and access rules
 LIST_GPUS = _method("list_gpus", "Every GPU ever discovered", answer=GpuSchema, many=True)
@@ -398,38 +219,12 @@ USAGE_REPORT = _method(
 )
 
 METHODS = (
-    AUTHENTICATE,
-    LOGIN,
-    REFRESH_SESSION,
-    LOGOUT,
-    SETUP_STATE,
-    ISSUE_SETUP_TOKEN,
-    SETUP_ADMIN,
-    CREATE_CALENDAR_FEED,
-    REVOKE_CALENDAR_FEED,
-    CALENDAR_FEED_STATE,
-    CALENDAR_FEED_OWNER,
-    CHECK_SIGNUP,
-    SIGNUP,
-    TAKE_ATTEMPTS,
-    SETTLE_ATTEMPTS,
     IDLE_NOTICES,
     KEEP_RESERVATION,
     RELEASE_RESERVATION,
     IDLE_LINK,
     ANSWER_IDLE_LINK,
     IDLE_STATS,
-    CONTACTS,
-    GET_USER,
-    LIST_USERS,
-    CREATE_USER,
-    UPDATE_USER,
-    LIST_GROUPS,
-    CREATE_GROUP,
-    UPDATE_GROUP,
-    DELETE_GROUP,
-    ADD_GROUP_MEMBER,
-    REMOVE_GROUP_MEMBER,
     LIST_GPUS,
     LIST_RULES,
     CREATE_RULE,
@@ -480,92 +275,53 @@ async def fetch_calendar(
 
 __all__ = [
     "ACTIVE_RESERVATIONS",
-    "ADD_GROUP_MEMBER",
     "ANSWER_IDLE_LINK",
-    "AUTHENTICATE",
     "CALENDAR",
-    "CALENDAR_FEED_OWNER",
-    "CALENDAR_FEED_STATE",
     "CANCEL_RESERVATION",
-    "CHECK_SIGNUP",
     "CHECK_USE",
-    "CONTACTS",
-    "CREATE_CALENDAR_FEED",
-    "CREATE_GROUP",
     "CREATE_RESERVATION",
     "CREATE_RULE",
-    "CREATE_USER",
     "DAY_NAMES",
-    "DELETE_GROUP",
     "DELETE_RULE",
     "END_RESERVATION",
     "FIND_SLOT",
     "FULL_DAY_NAMES",
     "GET_RESERVATION",
-    "GET_USER",
     "IDLE_LINK",
     "IDLE_NOTICES",
     "IDLE_STATS",
-    "ISSUE_SETUP_TOKEN",
     "KEEP_RESERVATION",
     "LIST_GPUS",
-    "LIST_GROUPS",
     "LIST_RULES",
-    "LIST_USERS",
-    "LOGIN",
-    "LOGOUT",
     "MAX_RANGE",
     "METHODS",
     "OVERVIEW",
-    "REFRESH_SESSION",
     "RELEASE_RESERVATION",
-    "REMOVE_GROUP_MEMBER",
     "RESERVATIONS_AHEAD",
-    "REVOKE_CALENDAR_FEED",
     "SERVICE",
-    "SETTLE_ATTEMPTS",
-    "SETUP_ADMIN",
-    "SETUP_STATE",
-    "SIGNUP",
-    "TAKE_ATTEMPTS",
-    "UPDATE_GROUP",
     "UPDATE_RESERVATION",
     "UPDATE_RULE",
-    "UPDATE_USER",
     "USAGE_REPORT",
     "AccessChangeSchema",
-    "AccountSchema",
     "ActiveArgs",
-    "AuthenticateArgs",
     "CalendarArgs",
     "CalendarItemSchema",
     "CancelReservationArgs",
-    "ContactsArgs",
-    "CreateGroupArgs",
     "CreateReservationArgs",
-    "CreateUserArgs",
     "CreatedReservationSchema",
     "FindSlotArgs",
     "GetReservationArgs",
     "GpuRefSchema",
     "GpuSchema",
-    "GroupArgs",
-    "GroupDeletedSchema",
-    "GroupSchema",
     "IdleAnswerSchema",
     "IdleLinkSchema",
     "IdleNoticeSchema",
     "IdleStatsSchema",
     "ListRulesArgs",
-    "LoginArgs",
-    "LogoutArgs",
-    "MemberArgs",
-    "MembershipSchema",
     "OverviewArgs",
     "OverviewGpuSchema",
     "OverviewHostSchema",
     "OverviewSchema",
-    "RefreshArgs",
     "ReservationIdArgs",
     "ReservationSchema",
     "RuleArgs",
@@ -575,17 +331,12 @@ __all__ = [
     "RuleSchema",
     "RuleWindowSchema",
     "RunSchema",
-    "SetupAdminArgs",
     "SlotGpuSchema",
     "SlotSchema",
-    "UpdateGroupArgs",
     "UpdateReservationArgs",
     "UpdateRuleArgs",
-    "UpdateUserArgs",
     "UsageSchema",
     "UseArgs",
-    "UserArgs",
-    "UserSchema",
     "WindowArgs",
     "day_index",
     "fetch_calendar",

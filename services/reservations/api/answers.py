@@ -4,60 +4,11 @@ from __future__ import annotations
 
 from marshmallow import fields
 
+from services.accounts.api import AccessChangeSchema
 from services.shared.rpc import Answer
 
 _Str = fields.String
 _Time = fields.AwareDateTime
-
-
-class UserSchema(Answer):
-    username = fields.String(required=True)
-    email = fields.String(required=True)
-    roles = fields.List(fields.String(), required=True)
-    groups = fields.List(fields.String(), required=True)
-    created_at = fields.AwareDateTime(required=True)
-    source = fields.String(
-        metadata={"description": "local (its own password) or ldap (signs in through [auth.ldap])"}
-    )
-
-
-class AccountSchema(Answer):
-    """A user in the list: admins see the whole account, others the username and roles."""
-
-    username = _Str(required=True)
-    roles = fields.List(_Str(), required=True)
-    email = _Str(metadata={"description": "admins only"})
-    groups = fields.List(_Str(), metadata={"description": "admins only"})
-    created_at = _Time(metadata={"description": "admins only"})
-    source = _Str(metadata={"description": "admins only: local or ldap"})
-
-
-class GroupSchema(Answer):
-    name = _Str(required=True)
-    description = _Str(required=True)
-    is_default = fields.Boolean(
-        required=True, metadata={"description": "users created from now on join it"}
-    )
-    members = fields.List(_Str(), required=True)
-
-
-class AccessChangeSchema(Answer):
-    """Future reservations that an access change cancelled, or restored, by id."""
-
-    cancelled = fields.List(fields.Integer(), required=True)
-    restored = fields.List(fields.Integer(), required=True)
-
-
-class GroupDeletedSchema(AccessChangeSchema):
-    name = _Str(required=True)
-
-
-class MembershipSchema(AccessChangeSchema):
-    group = _Str(required=True)
-    username = _Str(required=True)
-    changed = fields.Boolean(
-        required=True, metadata={"description": "false: they were (not) a member already"}
-    )
 
 
 class RuleWindowSchema(Answer):

@@ -7,16 +7,12 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from services.accounts.api import ActorArgs, FeedTokenArgs
+
 _Str = fields.String
 _Time = fields.AwareDateTime
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-
-
-class ActorArgs(Schema):
-    """What every method acting for someone takes: who."""
-
-    actor = _Str(required=True, validate=validate.Length(min=1))
 
 
 _GPU_REF = _Str(validate=validate.Length(min=1, max=128))
@@ -194,47 +190,6 @@ class RuleIdArgs(ActorArgs):
     id = fields.Integer(required=True, strict=True)
 
 
-class AuthenticateArgs(Schema):
-    username = _Str(required=True)
-    password = _Str(required=True)
-
-
-class LoginArgs(AuthenticateArgs):
-    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
-
-
-class RefreshArgs(Schema):
-    refresh_token = _Str(required=True, validate=validate.Length(min=1, max=256))
-    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
-
-
-class LogoutArgs(Schema):
-    refresh_token = _Str(required=True, validate=validate.Length(min=1, max=256))
-
-
-class SetupAdminArgs(Schema):
-    token = _Str(required=True, validate=validate.Length(min=1, max=256))
-    username = _Str(required=True)
-    email = _Str(required=True)
-    password = _Str(required=True)
-    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
-
-
-class FeedTokenArgs(Schema):
-    token = _Str(required=True, validate=validate.Length(min=1, max=256))
-
-
-class CheckSignupArgs(Schema):
-    username = _Str(required=True)
-    email = _Str(required=True)
-    password = _Str(required=True)
-    groups = fields.List(_Str(), load_default=list)
-
-
-class SignupArgs(CheckSignupArgs):
-    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
-
-
 class IdleAnswerArgs(FeedTokenArgs):
     """An idle notice's link (its token) and the answer chosen on its page."""
 
@@ -243,45 +198,6 @@ class IdleAnswerArgs(FeedTokenArgs):
 
 class IdleNoticesArgs(ActorArgs):
     everyone = fields.Boolean(load_default=False, metadata={"description": "admins: all users'"})
-
-
-class ContactsArgs(Schema):
-    usernames = fields.List(_Str(validate=validate.Length(min=1)), required=True)
-
-
-class UserArgs(ActorArgs):
-    username = _Str(required=True)
-
-
-class CreateUserArgs(UserArgs):
-    email = _Str(required=True)
-    password = _Str(required=True)
-    is_admin = fields.Boolean(load_default=False)
-    groups = fields.List(_Str(), load_default=list)
-
-
-class UpdateUserArgs(UserArgs):
-    email = _Str(load_default=None)
-    password = _Str(load_default=None)
-    is_admin = fields.Boolean(load_default=None, allow_none=True)
-
-
-class GroupArgs(ActorArgs):
-    name = _Str(required=True)
-
-
-class CreateGroupArgs(GroupArgs):
-    description = _Str(load_default="")
-    is_default = fields.Boolean(load_default=False)
-
-
-class UpdateGroupArgs(GroupArgs):
-    description = _Str(load_default=None)
-    is_default = fields.Boolean(load_default=None, allow_none=True)
-
-
-class MemberArgs(GroupArgs):
-    username = _Str(required=True)
 
 
 FULL_DAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")

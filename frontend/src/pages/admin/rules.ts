@@ -39,7 +39,7 @@ export interface RuleForm {
   idleSnooze: string // minutes "I still need it" snoozes the policy
 }
 
-/** The example policy (docs/admins/idle-reservations.md, `services/reservations/idle.py` EXAMPLE). */
+/** The example policy (docs/admins/idle-reservations.md, `services/reservations/idle/policy.py` EXAMPLE). */
 export const IDLE_EXAMPLE = { idleUtil: '5', idleMemory: '1024', idleFor: '60', idleGrace: '30', idleSnooze: '120' }
 
 export function emptyForm(timezone = 'UTC'): RuleForm {

@@ -5,7 +5,7 @@ memberships, access rules and GPUs; `slots_freed` with every change to a GPU slo
 time (an update or delete of `reservations_gpu_slots`: a cancel, a shorter or moved booking).
 Triggers move them in the transaction of the change, whoever makes it (another replica, an
 admin's SQL), so a replica that reads them inside its write transaction knows whether what it
-holds in memory is still the truth (services.reservations.memory).
+holds in memory is still the truth (services.reservations.booking.memory).
 
 Revision ID: reservations_0009
 Revises: reservations_0008

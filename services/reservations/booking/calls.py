@@ -1,5 +1,5 @@
 """Reservations, access rules and GPUs as the RPC methods ask for them: arguments (loaded by the
-api's schemas) turned into the domain's terms and handed to `Commands` or `Queries`.
+api's schemas) turned into the domain's terms and handed to `Changes` or `Queries`.
 """
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from services.reservations import api
-from services.reservations.activity import ActivityBoard
-from services.reservations.booking import START_GRACE
-from services.reservations.commands import Commands
-from services.reservations.domain import AccessRule, IdlePolicy, Limits, WeeklyWindow
-from services.reservations.queries import Queries
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.changes import Changes
+from services.reservations.booking.queries import Queries
+from services.reservations.rules.domain import AccessRule, IdlePolicy, Limits, WeeklyWindow
+from services.reservations.rules.refusals import START_GRACE
 from services.shared.errors import InvalidRequest
 
 
@@ -64,7 +64,7 @@ def _next_minute(moment: datetime) -> datetime:
 
 class BookingCalls:
     def __init__(
-        self, commands: Commands, queries: Queries, activity: ActivityBoard | None = None
+        self, commands: Changes, queries: Queries, activity: ActivityBoard | None = None
     ) -> None:
         self.commands = commands
         self.queries = queries

@@ -1,18 +1,24 @@
 """Accounts, groups and sessions as the RPC methods do them: who may, then the change in one
-transaction (`accounts`, `sessions`), then the outbox relay woken.
+transaction (`users`, `sessions`), then the outbox relay woken.
 
-Each method takes its arguments loaded by the api's schema (`services.reservations.api`).
+Each method takes its arguments loaded by the api's schema (`services.accounts.api`). What they
+need of the reservations the accounts live beside (re-checking bookings after a group change,
+waking the relay) comes in as `Bookings`, so accounts import no booking code.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from services.reservations import accounts, ldap_accounts, sessions, setup
-from services.reservations.booking import Actor
-from services.reservations.commands import Commands
-from services.reservations.directory import Directory, grant
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.accounts import ldap_accounts, sessions
+from services.accounts import setup_tokens as setup
+from services.accounts import users as accounts
+from services.accounts.api import Actor
+from services.accounts.ldap_directory import LdapDirectory, grant
 from services.reservations.store import Store, now_ms
 from services.shared.errors import (
     AlreadyExists,
@@ -25,13 +31,44 @@ from services.shared.errors import (
 log = logging.getLogger("warden.reservations")
 
 
-class AccountCommands:
+class Rechecked(Protocol):
+    """What a re-check of reservations did: future ones cancelled and restored, by id."""
+
+    cancelled: list[int]
+    restored: list[int]
+
+
+class Bookings(Protocol):
+    """The reservations beside the accounts (`services.reservations.booking.changes.Changes`)."""
+
+    on_commit: Callable[[], None]  # wakes the outbox relay (and what else watches changes)
+
+    async def recheck(
+        self,
+        conn: AsyncConnection,
+        actor: Actor,
+        *,
+        cause: str,
+        group: str | None = None,
+        username: str | None = None,
+        owners: set[str] | None = None,
+    ) -> Rechecked:
+        """After a group change: cancel the future reservations no longer allowed, restore
+        those allowed again."""
+        ...
+
+
+class AccountCalls:
     def __init__(
-        self, store: Store, commands: Commands, directory: Directory | None = None
+        self, store: Store, bookings: Bookings, directory: LdapDirectory | None = None
     ) -> None:
         self.store = store
-        self.commands = commands  # who the actor is, re-checking reservations, on_commit
+        self.bookings = bookings  # re-checking reservations, on_commit
         self.directory = directory  # [auth.ldap]; None: local accounts only
+
+    async def _actor(self, username: str) -> Actor:
+        async with self.store.read() as conn:
+            return await accounts.actor(conn, username)
 
     # --- sessions -------------------------------------------------------------------------------
 
@@ -52,7 +89,9 @@ class AccountCommands:
             )
         return {"user": user, **token}
 
-    async def _directory_login(self, directory: Directory, args: dict[str, Any]) -> dict[str, Any]:
+    async def _directory_login(
+        self, directory: LdapDirectory, args: dict[str, Any]
+    ) -> dict[str, Any]:
         # The directory is asked outside any transaction: a slow server holds no lock.
         found = await directory.sign_in(args["username"], args["password"])
         granted = grant(directory.settings, found.groups)
@@ -60,7 +99,7 @@ class AccountCommands:
             user, removed = await ldap_accounts.signed_in(conn, found, granted)
             actor = Actor(user["username"], "admin" in user["roles"])
             for group in sorted(removed):  # their bookings through that group may lapse
-                await self.commands.recheck(
+                await self.bookings.recheck(
                     conn,
                     actor,
                     cause="group.member_removed",
@@ -71,7 +110,7 @@ class AccountCommands:
             token = await sessions.open_session(
                 conn, user["username"], args["ttl_s"] * 1000, now_ms()
             )
-        self.commands.on_commit()
+        self.bookings.on_commit()
         log.info("user %s signed in through LDAP", user["username"])
         return {"user": user, **token}
 
@@ -83,7 +122,7 @@ class AccountCommands:
             user = None
             if refreshed.username is not None:
                 user = await accounts.get_user(conn, refreshed.username)
-        self.commands.on_commit()  # a reuse revoked the family: announce it
+        self.bookings.on_commit()  # a reuse revoked the family: announce it
         # Raised after the commit, so that the family's revocation is kept.
         if refreshed.reused:
             raise AuthenticationFailed(sessions.REUSED_TOKEN, {"revoked": True})
@@ -94,7 +133,7 @@ class AccountCommands:
     async def logout(self, args: dict[str, Any]) -> dict[str, Any]:
         async with self.store.write() as conn:
             closed = await sessions.close_session(conn, args["refresh_token"], now_ms())
-        self.commands.on_commit()
+        self.bookings.on_commit()
         return {"revoked": closed}
 
     # --- the first run ----------------------------------------------------------------------------
@@ -119,7 +158,7 @@ class AccountCommands:
             token = await sessions.open_session(
                 conn, user["username"], args["ttl_s"] * 1000, now_ms()
             )
-        self.commands.on_commit()  # user.created
+        self.bookings.on_commit()  # user.created
         return {"user": user, **token}
 
     # --- SSH self-signup: the gateway has the monitor prove the Unix account in between ----
@@ -158,7 +197,7 @@ class AccountCommands:
             token = await sessions.open_session(
                 conn, user["username"], args["ttl_s"] * 1000, now_ms()
             )
-        self.commands.on_commit()  # user.created
+        self.bookings.on_commit()  # user.created
         return {"user": user, **token}
 
     # --- users ----------------------------------------------------------------------------------
@@ -168,14 +207,14 @@ class AccountCommands:
             return await accounts.contacts(conn, args["usernames"])
 
     async def get_user(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
+        actor = await self._actor(args["actor"])
         if actor.username != args["username"] and not actor.is_admin:
             raise Forbidden("only admins see other accounts")
         async with self.store.read() as conn:
             return await accounts.get_user(conn, args["username"])
 
     async def list_users(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        actor = await self.commands.actor(args["actor"])
+        actor = await self._actor(args["actor"])
         async with self.store.read() as conn:
             found = await accounts.list_users(conn)
         if actor.is_admin:
@@ -184,16 +223,16 @@ class AccountCommands:
 
     async def create_user(self, args: dict[str, Any]) -> dict[str, Any]:
         fields = dict(args)
-        actor = await self.commands.actor(fields.pop("actor"))
-        self.commands.require_admin(actor)
+        actor = await self._actor(fields.pop("actor"))
+        accounts.require_admin(actor)
         async with self.store.write() as conn:
             created = await accounts.create_user(conn, **fields, actor=actor.username)
-        self.commands.on_commit()
+        self.bookings.on_commit()
         return created
 
     async def update_user(self, args: dict[str, Any]) -> dict[str, Any]:
         fields = dict(args)
-        actor = await self.commands.actor(fields.pop("actor"))
+        actor = await self._actor(fields.pop("actor"))
         username = fields.pop("username")
         if not actor.is_admin and (actor.username != username or fields["is_admin"] is not None):
             raise Forbidden("users change their own e-mail and password; admins change roles")
@@ -204,37 +243,37 @@ class AccountCommands:
             updated = await accounts.update_user(conn, username, **fields, actor=actor.username)
             if fields["password"] is not None:
                 await sessions.revoke_user(conn, username, now_ms())
-        self.commands.on_commit()
+        self.bookings.on_commit()
         return updated
 
     # --- groups ---------------------------------------------------------------------------------
 
     async def list_groups(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        await self.commands.actor(args["actor"])
+        await self._actor(args["actor"])
         async with self.store.read() as conn:
             return await accounts.list_groups(conn)
 
     async def create_group(self, args: dict[str, Any]) -> dict[str, Any]:
         fields = dict(args)
-        self.commands.require_admin(await self.commands.actor(fields.pop("actor")))
+        accounts.require_admin(await self._actor(fields.pop("actor")))
         async with self.store.write() as conn:
             return await accounts.create_group(conn, **fields)
 
     async def update_group(self, args: dict[str, Any]) -> dict[str, Any]:
         fields = dict(args)
-        self.commands.require_admin(await self.commands.actor(fields.pop("actor")))
+        accounts.require_admin(await self._actor(fields.pop("actor")))
         async with self.store.write() as conn:
             return await accounts.update_group(conn, fields.pop("name"), **fields)
 
     async def delete_group(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        self.commands.require_admin(actor)
+        actor = await self._actor(args["actor"])
+        accounts.require_admin(actor)
         async with self.store.write() as conn:
             await accounts.delete_group(conn, args["name"])
-            changed = await self.commands.recheck(
+            changed = await self.bookings.recheck(
                 conn, actor, cause="group.deleted", group=args["name"]
             )
-        self.commands.on_commit()
+        self.bookings.on_commit()
         return {"name": args["name"], **vars(changed)}
 
     async def add_group_member(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -244,13 +283,13 @@ class AccountCommands:
         return await self._membership(args, "removed")
 
     async def _membership(self, args: dict[str, Any], change: str) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        self.commands.require_admin(actor)
+        actor = await self._actor(args["actor"])
+        accounts.require_admin(actor)
         act = accounts.add_member if change == "added" else accounts.remove_member
         async with self.store.write() as conn:
             did = await act(conn, args["name"], args["username"], actor.username)
             changed = (
-                await self.commands.recheck(
+                await self.bookings.recheck(
                     conn,
                     actor,
                     cause=f"group.member_{change}",
@@ -261,7 +300,7 @@ class AccountCommands:
                 if did
                 else None
             )
-        self.commands.on_commit()
+        self.bookings.on_commit()
         return {
             "group": args["name"],
             "username": args["username"],

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts
-from services.reservations.directory import DirectoryUser, Grant
+from services.accounts import users as accounts
+from services.accounts.ldap_directory import DirectoryUser, Grant
 from services.reservations.store import now_ms
 from services.reservations.tables import users
 from services.shared.errors import AlreadyExists, Forbidden, InvalidRequest

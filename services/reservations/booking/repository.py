@@ -11,22 +11,25 @@ from dataclasses import dataclass, field
 from datetime import time, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import and_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.booking import Clash, Current
-from services.reservations.domain import (
+from services.accounts import users as accounts
+from services.reservations.rules.domain import (
     AccessRule,
     Booking,
     Gpu,
     IdlePolicy,
     Limits,
+    Member,
     WeeklyWindow,
 )
+from services.reservations.rules.refusals import Clash, Current
 from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
-from services.reservations.usage import from_row, summary
+from services.reservations.usage.totals import from_row, summary
+from services.shared.errors import NotFound
 
 # --- GPUs ---------------------------------------------------------------------------------------
 
@@ -297,80 +300,6 @@ async def record(conn: AsyncConnection, reservation_id: int) -> ReservationRecor
     return (await records(conn, [reservation_id])).get(reservation_id)
 
 
-async def insert_reservation(
-    conn: AsyncConnection,
-    *,
-    owner: str,
-    gpu_uuids: Sequence[str],
-    start_ms: int,
-    end_ms: int,
-    title: str,
-    description: str,
-    created_by: str,
-    now: int,
-    guest_names: Sequence[str] = (),
-) -> int:
-    result = await conn.execute(
-        insert(reservations)
-        .values(
-            owner=owner,
-            title=title,
-            description=description,
-            start_ms=start_ms,
-            end_ms=end_ms,
-            status="active",
-            created_by=created_by,
-            created_at_ms=now,
-            updated_at_ms=now,
-            cancelled_by_rules=False,
-        )
-        .returning(reservations.c.id)
-    )
-    reservation_id = int(result.scalar_one())
-    await conn.execute(
-        insert(gpu_slots),
-        [
-            {
-                "reservation_id": reservation_id,
-                "gpu_uuid": uuid,
-                "owner": owner,
-                "start_ms": start_ms,
-                "end_ms": end_ms,
-                "active": True,
-            }
-            for uuid in gpu_uuids
-        ],
-    )
-    await set_guests(conn, reservation_id, guest_names)
-    return reservation_id
-
-
-async def set_guests(conn: AsyncConnection, reservation_id: int, usernames: Sequence[str]) -> None:
-    """Make `usernames` the reservation's guests (none: no guests)."""
-    await conn.execute(delete(guests).where(guests.c.reservation_id == reservation_id))
-    if usernames:
-        await conn.execute(
-            insert(guests),
-            [{"reservation_id": reservation_id, "username": name} for name in usernames],
-        )
-
-
-async def update_reservation(conn: AsyncConnection, reservation_id: int, **values: Any) -> None:
-    """Change columns of a reservation; its GPU slots follow its interval and state."""
-    await conn.execute(
-        update(reservations).where(reservations.c.id == reservation_id).values(**values)
-    )
-    slot_values: dict[str, Any] = {k: values[k] for k in ("start_ms", "end_ms") if k in values}
-    if "status" in values:
-        slot_values["active"] = values["status"] == "active"
-    if slot_values:
-        await conn.execute(
-            update(gpu_slots)
-            .where(gpu_slots.c.reservation_id == reservation_id)
-            .values(**slot_values)
-        )
-
-
 async def clashes(
     conn: AsyncConnection,
     gpu_uuids: Sequence[str],
@@ -443,3 +372,11 @@ async def owner_bookings(
 ) -> list[Booking]:
     rows = await slots_in_range(conn, start_ms, end_ms, owner=owner)
     return [b for b in bookings_from_slots(rows) if b.id != exclude_id]
+
+
+async def member(conn: AsyncConnection, username: str) -> Member:
+    """The user as access rules see them (name and groups); NotFound for an unknown user."""
+    groups = await accounts.member_groups(conn, username)
+    if groups is None:
+        raise NotFound(f"no user named {username!r}", {"user": username})
+    return Member(username, groups)

@@ -2,7 +2,7 @@
 account, bind as the entry found with the password typed, read the user's groups.
 
 The pure pieces (filters, DN comparison, what the groups grant) are separate from
-`Directory`, which talks to the server with ldap3. ldap3 is synchronous: each sign-in runs in a
+`LdapDirectory`, which talks to the server with ldap3. ldap3 is synchronous: each sign-in runs in a
 thread, so the event loop never waits on the directory.
 """
 
@@ -107,7 +107,7 @@ def _strings(values: object) -> list[str]:
 # --- the server -------------------------------------------------------------------------------
 
 
-class Directory:
+class LdapDirectory:
     def __init__(self, settings: LdapSettings) -> None:
         self.settings = settings
 

@@ -15,7 +15,8 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from services.reservations.domain import (
+from services.reservations.idle.policy import most_lenient, policy_problems
+from services.reservations.rules.domain import (
     AccessRule,
     Booking,
     Gpu,
@@ -25,8 +26,7 @@ from services.reservations.domain import (
     Refusal,
     WeeklyWindow,
 )
-from services.reservations.idle import most_lenient, policy_problems
-from services.reservations.intervals import intersect, merge, subtract, uncovered
+from services.reservations.rules.intervals import intersect, merge, subtract, uncovered
 
 _DAY = timedelta(days=1)
 _WEEK = timedelta(days=7)

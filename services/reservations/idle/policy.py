@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from services.reservations.domain import IdlePolicy
+from services.reservations.rules.domain import IdlePolicy
 
 Action = Literal["notify", "release"]
 Figures = Sequence[tuple[float | None, float | None]]  # (utilisation %, memory MiB) per GPU

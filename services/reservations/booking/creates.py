@@ -1,11 +1,11 @@
-"""New reservations: checked against the in-memory model (services.reservations.memory) and
-written by group commit (services.reservations.group_commit).
+"""New reservations: checked against the in-memory model (`booking.memory`) and written by
+group commit (`booking.group_commit`).
 
 What a create reads (the actor, the owner's groups, the rules, the GPUs, the GPUs' bookings)
 comes from memory, brought up to date by one version query per batch. A request that passes
 is held as pending (in the slot index under a placeholder id, so the next requests of the
-batch see it) and written at the end of the batch with the others (services.reservations.
-create_writes: one SAVEPOINT each). The pending ones are written earlier when a request clashes
+batch see it) and written at the end of the batch with the others (`booking.writes`:
+one SAVEPOINT each). The pending ones are written earlier when a request clashes
 with one of them (its refusal names the real reservation id) or has quota rules (its owner's
 bookings are read from the database, in the transaction).
 
@@ -25,11 +25,16 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import repository
-from services.reservations.access import access_refusals, rule_applies_to
-from services.reservations.booking import (
+from services.accounts.api import Actor
+from services.reservations.booking import repository
+from services.reservations.booking.group_commit import Answer, GroupWriter
+from services.reservations.booking.memory import Memory
+from services.reservations.booking.repository import ReservationRecord
+from services.reservations.booking.writes import Row, write_rows
+from services.reservations.rules.access import access_refusals, rule_applies_to
+from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.refusals import (
     START_GRACE,
-    Actor,
     DurationBounds,
     conflict_refusals,
     guest_refusals,
@@ -38,11 +43,6 @@ from services.reservations.booking import (
     removed_host_refusals,
     text_refusals,
 )
-from services.reservations.create_writes import Row, write_rows
-from services.reservations.domain import Gpu, Refusal
-from services.reservations.group_commit import Answer, GroupWriter
-from services.reservations.memory import Memory
-from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, lock_owner, lock_owners, to_ms
 from services.shared.errors import Forbidden, InvalidRequest, NotFound, ReservationConflict
 
@@ -177,7 +177,9 @@ class Creates:
             refusals.append(Refusal("invalid", "choose at least one GPU", {"field": "gpus"}))
         return refusals
 
-    async def _check(self, conn: AsyncConnection, request: Request) -> Answer:
+    async def _check(  # noqa: C901 - the hot path of a create: every refusal in one pass
+        self, conn: AsyncConnection, request: Request
+    ) -> Answer:
         """Check `request` against memory (and the database for quotas); hold it as pending."""
         directory = self.memory.directory
         if isinstance(request.actor, str):

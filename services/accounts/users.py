@@ -25,15 +25,16 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.domain import Member
+from services.accounts.api import Actor
+from services.accounts.passwords import hash_password, password_problem, verify_password
 from services.reservations.outbox import add_event
-from services.reservations.passwords import hash_password, password_problem, verify_password
 from services.reservations.store import iso_ms, now_ms
 from services.reservations.tables import group_members, users
 from services.reservations.tables import groups as group_table
 from services.shared.errors import (
     AlreadyExists,
     AuthenticationFailed,
+    Forbidden,
     InvalidRequest,
     NotFound,
 )
@@ -323,12 +324,17 @@ async def member_groups(conn: AsyncConnection, username: str) -> frozenset[str] 
     return frozenset((await _groups_by_user(conn, [row.id])).get(row.id, []))
 
 
-async def member(conn: AsyncConnection, username: str) -> Member:
-    """The user as access rules see them (name and groups); NotFound for an unknown user."""
-    groups = await member_groups(conn, username)
-    if groups is None:
-        raise NotFound(f"no user named {username!r}", {"user": username})
-    return Member(username, groups)
+async def actor(conn: AsyncConnection, username: str) -> Actor:
+    """Who acts (the username the gateway authenticated); Forbidden for an unknown user."""
+    admin = await is_admin(conn, username)
+    if admin is None:
+        raise Forbidden(f"unknown user {username!r}", {"actor": username})
+    return Actor(username, admin)
+
+
+def require_admin(actor: Actor) -> None:
+    if not actor.is_admin:
+        raise Forbidden("only admins manage access rules, groups and accounts")
 
 
 async def is_admin(conn: AsyncConnection, username: str) -> bool | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from operator import attrgetter
 
-from services.reservations.domain import Interval
+from services.reservations.rules.domain import Interval
 
 _BY_BOUNDS = attrgetter("start", "end")
 

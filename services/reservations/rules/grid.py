@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
-from services.reservations.domain import Interval
-from services.reservations.intervals import merge
-from services.reservations.planner import FREE, MINE, NOT_ALLOWED, TAKEN
+from services.reservations.rules.domain import Interval
+from services.reservations.rules.intervals import merge
+from services.reservations.rules.planner import FREE, MINE, NOT_ALLOWED, TAKEN
 
 Label = tuple[str, str | None, int | None]  # (state, owner, reservation_id)
 # (gpu_uuid, reservation_id, owner, start_ms, end_ms): a row of `reads.busy_slots` as it is
@@ -52,7 +52,9 @@ class Grid:
         self._base: dict[int, tuple[Sequence[Interval], list[int], list[int]]] = {}
         self._idle: dict[int, list[int]] = {}  # encoded base rows, by id(allowed)
 
-    def row(self, allowed: Sequence[Interval], bookings: Sequence[SlotRow]) -> list[int]:
+    def row(  # noqa: C901 - the overview's hot loop, inlined on purpose
+        self, allowed: Sequence[Interval], bookings: Sequence[SlotRow]
+    ) -> list[int]:
         """One GPU's cells. GPUs without bookings that share an allowed list share its row:
         do not mutate it."""
         if self.slots == 0:

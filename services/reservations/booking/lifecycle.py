@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Row
 
-from services.reservations import repository
+from services.reservations.booking import repository
 from services.reservations.outbox import add_event
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
-from services.reservations.usage import UsageTotals, add_samples, from_row, summary, to_row
+from services.reservations.usage.totals import UsageTotals, add_samples, from_row, summary, to_row
 from services.shared.contracts import Envelope
 from services.shared.failures import Retrying
 

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts
-from services.reservations.commands import Commands
+from services.accounts import users as accounts
+from services.accounts.api import Actor
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import calendar_feeds, users
 from services.shared.errors import NotFound
@@ -75,22 +75,25 @@ async def exists(conn: AsyncConnection, username: str) -> bool:
 class CalendarFeedCalls:
     """The RPC methods: make, revoke and resolve a feed token."""
 
-    def __init__(self, store: Store, commands: Commands) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.commands = commands  # who the actor is
+
+    async def _actor(self, username: str) -> Actor:
+        async with self.store.read() as conn:
+            return await accounts.actor(conn, username)
 
     async def create(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
+        actor = await self._actor(args["actor"])
         async with self.store.write() as conn:
             return {"token": await replace_token(conn, actor.username)}
 
     async def revoke(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
+        actor = await self._actor(args["actor"])
         async with self.store.write() as conn:
             return {"revoked": await revoke(conn, actor.username)}
 
     async def state(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
+        actor = await self._actor(args["actor"])
         async with self.store.read() as conn:
             return {"exists": await exists(conn, actor.username)}
 

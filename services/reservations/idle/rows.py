@@ -8,7 +8,7 @@ from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations.idle import IdleState
+from services.reservations.idle.policy import IdleState
 from services.reservations.store import from_ms, iso_ms, to_ms
 from services.reservations.tables import idle_states
 

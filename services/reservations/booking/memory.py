@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import reads, repository
-from services.reservations.booking import Actor, Clash
-from services.reservations.domain import AccessRule, Gpu, Member
+from services.accounts.api import Actor
+from services.reservations.booking import heavy_reads as reads
+from services.reservations.booking import repository
+from services.reservations.rules.domain import AccessRule, Gpu, Member
+from services.reservations.rules.refusals import Clash
 from services.reservations.store import from_ms
 from services.reservations.tables import group_members, groups, users
 

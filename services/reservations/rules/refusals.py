@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from services.reservations.domain import Gpu, Refusal
+from services.accounts.api import Actor
+from services.reservations.rules.domain import Gpu, Refusal
 from services.shared.errors import (
     Forbidden,
     InvalidRequest,
@@ -29,12 +30,6 @@ START_GRACE = timedelta(minutes=1)
 class DurationBounds:
     shortest: timedelta = timedelta(minutes=30)
     longest: timedelta = timedelta(days=8)
-
-
-@dataclass(frozen=True)
-class Actor:
-    username: str
-    is_admin: bool
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from itertools import groupby
 from operator import attrgetter
 from typing import Any
 
-from services.reservations.domain import Booking, Gpu, Interval
-from services.reservations.intervals import merge
+from services.reservations.rules.domain import Booking, Gpu, Interval
+from services.reservations.rules.intervals import merge
 
 MINE = "mine"
 TAKEN = "taken"
@@ -172,7 +172,7 @@ class _Overview:
         return runs
 
 
-def _cuts(
+def _cuts(  # noqa: C901 - one pass over sorted events, each kind a branch
     events: list[_Event], taken_labels: Sequence[_Label], slots: int
 ) -> list[tuple[int, _Label]]:
     """(first slot, label) wherever the label changes, from the sorted events."""

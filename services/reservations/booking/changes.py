@@ -13,10 +13,15 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts, repository
-from services.reservations.access import access_refusals, rule_applies_to, rule_problems
-from services.reservations.booking import (
-    Actor,
+from services.accounts import users as accounts
+from services.accounts.api import Actor
+from services.reservations.booking import repository, writes
+from services.reservations.booking.creates import Creates, Request
+from services.reservations.booking.repository import ReservationRecord
+from services.reservations.outbox import add_event
+from services.reservations.rules.access import access_refusals, rule_applies_to, rule_problems
+from services.reservations.rules.domain import AccessRule, Booking, Gpu, Member, Refusal
+from services.reservations.rules.refusals import (
     DurationBounds,
     cancel_refusals,
     conflict_refusals,
@@ -27,14 +32,9 @@ from services.reservations.booking import (
     refusal_error,
     text_refusals,
 )
-from services.reservations.creates import Creates, Request
-from services.reservations.domain import AccessRule, Booking, Gpu, Member, Refusal
-from services.reservations.outbox import add_event
-from services.reservations.repository import ReservationRecord
 from services.reservations.store import Store, lock_owner, to_ms
 from services.reservations.tables import access_rules, reservations
 from services.shared.errors import (
-    Forbidden,
     InvalidRequest,
     NotFound,
     ReservationConflict,
@@ -56,13 +56,14 @@ class Changed:
     restored: list[int]
 
 
-class Commands:
+class Changes:
     def __init__(
         self,
         store: Store,
         bounds: DurationBounds,
         *,
         on_commit: Callable[[], None] = lambda: None,
+        on_created: Callable[[int], None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         host_offered: Callable[[str], bool] = lambda _host: True,
     ) -> None:
@@ -73,9 +74,9 @@ class Commands:
         self.on_commit = on_commit  # wakes the outbox relay and the lifecycle timer
         # After creates committed, with their earliest start (ms); None: `on_commit`. Wakes
         # only what a booking starting then concerns (service.py).
-        self.on_created: Callable[[int], None] | None = None
+        self.on_created = on_created
         self.clock = clock
-        # Creates: checked in memory, written by group commit (services.reservations.creates).
+        # Creates: checked in memory, written by group commit (`booking.creates`).
         self.creates = Creates(
             store,
             bounds,
@@ -94,10 +95,7 @@ class Commands:
 
     async def actor(self, username: str) -> Actor:
         async with self.store.read() as conn:
-            admin = await accounts.is_admin(conn, username)
-        if admin is None:
-            raise Forbidden(f"unknown user {username!r}", {"actor": username})
-        return Actor(username, admin)
+            return await accounts.actor(conn, username)
 
     @staticmethod
     async def _gpus(conn: AsyncConnection, uuids: Sequence[str]) -> dict[str, Gpu]:
@@ -202,7 +200,7 @@ class Commands:
             raise NotFound(f"no reservation {reservation_id}", {"id": reservation_id})
         return found
 
-    async def update(
+    async def update(  # noqa: C901 - every editable field checked, then one write
         self,
         actor: Actor,
         reservation_id: int,
@@ -254,10 +252,10 @@ class Commands:
                     return current.to_dict(known)
                 changed = [k.removesuffix("_ms") for k in values]
                 if new_guests is not None:
-                    await repository.set_guests(conn, reservation_id, new_guests)
+                    await writes.set_guests(conn, reservation_id, new_guests)
                     changed.append("guests")
                 changed.sort()
-                await repository.update_reservation(
+                await writes.update_reservation(
                     conn, reservation_id, **values, updated_at_ms=to_ms(now)
                 )
                 updated = await self._finish(
@@ -290,7 +288,7 @@ class Commands:
             conn, current.gpu_uuids, to_ms(start), to_ms(end), current.id
         )
         refusals = conflict_refusals(found, gpus)
-        member = await accounts.member(conn, current.owner)
+        member = await repository.member(conn, current.owner)
         refusals += await self._access_refusals(conn, member, gpus, start, end, current.id)
         if refusals:
             raise refusal_error(refusals)
@@ -302,7 +300,7 @@ class Commands:
             refusals = cancel_refusals(actor, current.current, now)
             if refusals:
                 raise refusal_error(refusals)
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn,
                 reservation_id,
                 status="cancelled",
@@ -329,7 +327,7 @@ class Commands:
             refusals = end_now_refusals(actor, current.current, now)
             if refusals:
                 raise refusal_error(refusals)
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn, reservation_id, end_ms=to_ms(now), updated_at_ms=to_ms(now)
             )
             ended = await self._finish(
@@ -425,8 +423,7 @@ class Commands:
 
     @staticmethod
     def require_admin(actor: Actor) -> None:
-        if not actor.is_admin:
-            raise Forbidden("only admins manage access rules, groups and accounts")
+        accounts.require_admin(actor)
 
     async def recheck(
         self,
@@ -480,7 +477,7 @@ class Commands:
                 continue
             del active[booking.id]
             del by_owner[booking.owner][booking.id]
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn,
                 booking.id,
                 status="cancelled",
@@ -515,7 +512,7 @@ class Commands:
             )
             if busy or await refusals_for(booking):
                 continue
-            await repository.update_reservation(
+            await writes.update_reservation(
                 conn,
                 booking.id,
                 status="active",

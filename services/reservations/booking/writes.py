@@ -1,4 +1,6 @@
-"""The writes of checked creates, several at once inside the caller's transaction: for each, a
+"""The one place a reservation's rows are written (the reservation, its GPU slots, its guests).
+
+`write_rows`: checked creates, several at once inside the caller's transaction: for each, a
 SAVEPOINT, the reservation, its GPU slots, its guests and its `reservation.created` outbox row.
 A constraint violation (an overlap the in-memory check did not know of) undoes that one alone.
 
@@ -16,11 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import delete, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.outbox import SOURCE
+from services.reservations.tables import gpu_slots, guests, reservations
 from services.shared.contracts import make_envelope
 from services.shared.store import now_ms
 
@@ -213,3 +216,32 @@ async def write_rows(conn: AsyncConnection, rows: Sequence[Row], *, last: bool =
     # aiosqlite's own way to run a function on its thread (where its sqlite3 connection lives).
     written: Written = await driver._execute(_sqlite_writes, driver._conn, rows, last)
     return written
+
+
+# --- changes of one reservation (updates, cancels, ends, access re-checks) ------------------------
+
+
+async def set_guests(conn: AsyncConnection, reservation_id: int, usernames: Sequence[str]) -> None:
+    """Make `usernames` the reservation's guests (none: no guests)."""
+    await conn.execute(delete(guests).where(guests.c.reservation_id == reservation_id))
+    if usernames:
+        await conn.execute(
+            insert(guests),
+            [{"reservation_id": reservation_id, "username": name} for name in usernames],
+        )
+
+
+async def update_reservation(conn: AsyncConnection, reservation_id: int, **values: Any) -> None:
+    """Change columns of a reservation; its GPU slots follow its interval and state."""
+    await conn.execute(
+        update(reservations).where(reservations.c.id == reservation_id).values(**values)
+    )
+    slot_values: dict[str, Any] = {k: values[k] for k in ("start_ms", "end_ms") if k in values}
+    if "status" in values:
+        slot_values["active"] = values["status"] == "active"
+    if slot_values:
+        await conn.execute(
+            update(gpu_slots)
+            .where(gpu_slots.c.reservation_id == reservation_id)
+            .values(**slot_values)
+        )

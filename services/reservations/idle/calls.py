@@ -6,16 +6,17 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from services.reservations import idle_store, repository
-from services.reservations.booking import Actor
-from services.reservations.commands import Commands
-from services.reservations.idle_watch import LINK_GONE, IdleWatch
+from services.accounts.api import Actor
+from services.reservations.booking import repository
+from services.reservations.booking.changes import Changes
+from services.reservations.idle import rows as idle_store
+from services.reservations.idle.watch import LINK_GONE, IdleWatch
 from services.reservations.store import Store, from_ms, iso_ms, to_ms
 from services.shared.errors import Forbidden, NotFound, StateConflict
 
 
 class IdleCalls:
-    def __init__(self, store: Store, commands: Commands, watch: IdleWatch) -> None:
+    def __init__(self, store: Store, commands: Changes, watch: IdleWatch) -> None:
         self.store = store
         self.commands = commands
         self.watch = watch

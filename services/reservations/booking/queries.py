@@ -10,19 +10,22 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts, api, grid, reads, repository
-from services.reservations.access import (
+from services.reservations import api
+from services.reservations.booking import heavy_reads as reads
+from services.reservations.booking import repository
+from services.reservations.booking.activity import ActivityBoard
+from services.reservations.booking.memory import Directory, ReadDirectory
+from services.reservations.booking.repository import ReservationRecord
+from services.reservations.rules import grid
+from services.reservations.rules.access import (
     allowed_by_gpu,
     period_text,
     rule_applies_to,
     use_refusals,
 )
-from services.reservations.activity import ActivityBoard
-from services.reservations.domain import AccessRule, Gpu, Interval, Member
-from services.reservations.intervals import merge
-from services.reservations.memory import Directory, ReadDirectory
-from services.reservations.planner import IdleFirst, Slot, earliest_slot
-from services.reservations.repository import ReservationRecord
+from services.reservations.rules.domain import AccessRule, Gpu, Interval, Member
+from services.reservations.rules.intervals import merge
+from services.reservations.rules.planner import IdleFirst, Slot, earliest_slot
 from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
 
@@ -71,7 +74,7 @@ class Queries:
             rows = await repository.rule_rows(conn)
             if applying_to is None:
                 return [repository.rule_dict(row) for row in rows]
-            member = await accounts.member(conn, applying_to)
+            member = await repository.member(conn, applying_to)
         return [
             repository.rule_dict(row)
             for row in rows

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.reservations import accounts
+from services.accounts import users as accounts
 from services.reservations.store import now_ms
 from services.reservations.tables import setup_tokens
 from services.shared.errors import Forbidden, StateConflict

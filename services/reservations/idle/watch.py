@@ -25,13 +25,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from services.notifications import api as violations_api  # NOTIFY, wire name violations.notify
-from services.reservations import idle_store, repository
-from services.reservations.access import idle_policy_of
-from services.reservations.booking import Actor
-from services.reservations.commands import Commands
-from services.reservations.domain import IdlePolicy
-from services.reservations.idle import (
+from services.accounts.api import Actor
+from services.notifications import api as notifications_api
+from services.reservations.booking import repository
+from services.reservations.booking.changes import Changes
+from services.reservations.booking.lifecycle import Figure
+from services.reservations.booking.memory import ReadDirectory
+from services.reservations.idle import rows as idle_store
+from services.reservations.idle.policy import (
     Action,
     IdleState,
     decide,
@@ -41,9 +42,9 @@ from services.reservations.idle import (
     observe,
     read_token,
 )
-from services.reservations.lifecycle import Figure
-from services.reservations.memory import ReadDirectory
 from services.reservations.outbox import add_event
+from services.reservations.rules.access import idle_policy_of
+from services.reservations.rules.domain import IdlePolicy
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.shared.bus import Bus
@@ -75,7 +76,7 @@ class IdleWatch:
     def __init__(
         self,
         store: Store,
-        commands: Commands,
+        commands: Changes,
         bus: Bus | None,
         *,
         secret: str,
@@ -190,7 +191,7 @@ class IdleWatch:
             self._unsent.pop(gone, None)
         self._refreshed_at = now
 
-    async def tick(self) -> None:
+    async def tick(self) -> None:  # noqa: C901 - each reservation's state machine step
         async with self._lock:
             now = self.clock()
             if self._refreshed_at is None or now - self._refreshed_at >= timedelta(
@@ -265,7 +266,7 @@ class IdleWatch:
             return
         grace = run.policy.grace_minutes
         try:
-            await violations_api.NOTIFY.call(
+            await notifications_api.NOTIFY.call(
                 self.bus,
                 {
                     "user": run.owner,
@@ -364,7 +365,7 @@ class IdleWatch:
             else "because its GPUs stayed idle and there was no answer to the notice"
         )
         try:
-            await violations_api.NOTIFY.call(
+            await notifications_api.NOTIFY.call(
                 self.bus,
                 {
                     "user": owner,
