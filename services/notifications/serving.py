@@ -10,12 +10,12 @@ from typing import Any
 
 from sqlalchemy import Table
 
+from services.accounts import api as accounts_api
 from services.notifications import api, preferences, producers, records
 from services.notifications.delivery.smtp import SmtpSender
 from services.notifications.delivery.webhook import WebhookPoster
 from services.notifications.notifier import Notifier
 from services.notifications.reminders import Reminders
-from services.accounts import api as accounts_api
 from services.shared.bus import Bus, EventHandler, RpcHandler
 from services.shared.config import Settings
 from services.shared.contracts import Envelope
