@@ -100,4 +100,3 @@ class FakeReader(HostReader):
     async def read(self, timeout: float) -> HostReading:
         self.reads += 1
         return self.answer()
-
