@@ -73,7 +73,7 @@ WARMUP = 3
 # --- the state --------------------------------------------------------------------------------
 
 
-def make_state(seed: int) -> QueueState:
+def make_state(seed: int) -> QueueState:  # noqa: C901 - builds a random fleet, reservations and queue in one place
     rng = random.Random(seed)
     hosts = [f"node{h:03d}" for h in range(HOSTS)]
     gpus: dict[str, Gpu] = {}

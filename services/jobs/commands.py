@@ -107,7 +107,7 @@ class JobCommands:
         with contextlib.suppress(WardenError):
             self.working.add_gpus(await reservations_api.LIST_GPUS.call(self.bus))
 
-    def build(self, job_id: int, owner: str, definition: Mapping[str, Any]) -> Job:
+    def build(self, job_id: int, owner: str, definition: Mapping[str, Any]) -> Job:  # noqa: C901 - checks every part of a definition and names every problem
         """The job a checked definition describes, GPUs resolved to uuids; InvalidRequest
         naming every problem."""
         hosts = self.working.hosts

@@ -110,7 +110,7 @@ class Engine:
             await self._launch_checked(state, placement, from_queue=False)
         await self._queue_pass()
 
-    async def _timers(self, now: datetime) -> list[tuple[JobState, dict[int, Any]]]:
+    async def _timers(self, now: datetime) -> list[tuple[JobState, dict[int, Any]]]:  # noqa: C901 - one pass over the timers: stops, warnings and launches together
         """Stop jobs whose time is up; the scheduled jobs whose start came (to launch)."""
         lead = timedelta(seconds=self.working.settings.reservation_stop_lead_s)
         launches = []

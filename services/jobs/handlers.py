@@ -24,7 +24,7 @@ def _definition(query: dict[str, Any]) -> dict[str, Any]:
     return {key: query[key] for key in _DEFINITION_KEYS}
 
 
-def rpc_methods(commands: JobCommands, store: Store) -> dict[str, RpcHandler]:
+def rpc_methods(commands: JobCommands, store: Store) -> dict[str, RpcHandler]:  # noqa: C901 - one short closure per RPC method
     async def create_job(query: dict[str, Any]) -> dict[str, Any]:
         return await commands.create(
             query["actor"], query["admin"], query["owner"], _definition(query)

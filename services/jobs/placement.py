@@ -284,7 +284,7 @@ class Placer:
                     break
         return tuple(chosen)
 
-    def best_host(self, owner: str, w: int, n: int, avoid: frozenset[str]) -> str | None:
+    def best_host(self, owner: str, w: int, n: int, avoid: frozenset[str]) -> str | None:  # noqa: C901 - the placement rule's tie-breaks, measured hot in bench/scheduler.py
         """The host with the fewest usable free GPUs (at least n), then by name."""
         if n > self.max_free():
             return None
@@ -338,7 +338,7 @@ class Placer:
                 usable += 1
         return usable >= n
 
-    def hold(self, job: QueuedJob, w: int, avoid: frozenset[str]) -> int | None:
+    def hold(self, job: QueuedJob, w: int, avoid: frozenset[str]) -> int | None:  # noqa: C901 - the hold rule in one pass, measured hot in bench/scheduler.py
         """Keep for the job the free GPUs of a placement that ignores busy GPUs; how many
         (None, nothing kept: no such placement)."""
         owner, gpus = job.owner, self.state.gpus

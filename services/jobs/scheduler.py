@@ -104,7 +104,7 @@ def schedule(state: QueueState) -> list[Decision]:
     return decisions
 
 
-def _preemptions(state: QueueState) -> list[Interrupt | Kill]:
+def _preemptions(state: QueueState) -> list[Interrupt | Kill]:  # noqa: C901 - the preemption rule: interrupt, then kill, per running job
     now, lead_end = state.now, state.now + state.preempt_lead
     out: list[Interrupt | Kill] = []
     for job in state.running:

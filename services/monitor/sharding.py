@@ -208,7 +208,7 @@ class Sharding:
                 found[replica] = stopped_at + offset
         return found
 
-    async def sync(self, *, now: Collection[str] = ()) -> None:
+    async def sync(self, *, now: Collection[str] = ()) -> None:  # noqa: C901 - start, stop and restart of poll loops in one pass
         """Poll exactly this replica's hosts: start the ones it gained, stop the ones it lost.
 
         `now`: hosts added or changed through the inventory, polled at once.

@@ -252,7 +252,7 @@ class Leadership:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.lease.release(self.replica_id, token), self.renew_s)
 
-    async def _run(self) -> None:
+    async def _run(self) -> None:  # noqa: C901 - the election loop: renew, elect, step down, fence
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.renew_s):  # (3.11's wait_for can swallow a cancel)

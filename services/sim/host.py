@@ -133,7 +133,7 @@ class SimHost:
                     running.append(job)
         return running
 
-    def by_gpu(self, t: float) -> tuple[dict[int, list[SimProcess]], dict[int, float | None]]:
+    def by_gpu(self, t: float) -> tuple[dict[int, list[SimProcess]], dict[int, float | None]]:  # noqa: C901 - one pass over the processes of a simulated host
         """Running processes by GPU, and when each GPU last saw a process end (None: never)."""
         by_gpu: dict[int, list[SimProcess]] = {g.index: [] for g in self.gpus}
         for proc in self.processes(t):

@@ -229,7 +229,7 @@ def reference_preemptions(s: QueueState) -> list[Interrupt | Kill]:
 
 
 @st.composite
-def states(draw: st.DrawFn, hold: bool = False) -> QueueState:
+def states(draw: st.DrawFn, hold: bool = False) -> QueueState:  # noqa: C901 - a hypothesis strategy drawing a whole queue state
     gpus: dict[str, Gpu] = {}
     for h in range(draw(st.integers(1, 3))):
         for i in range(draw(st.integers(1, 4))):

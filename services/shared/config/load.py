@@ -248,7 +248,7 @@ def _read(
     return {}, "defaults"
 
 
-def load_settings(
+def load_settings(  # noqa: C901 - reads, overrides and validates the settings in order
     path: str | os.PathLike[str] | None = None,
     *,
     dev: bool = False,
