@@ -58,7 +58,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"warden {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_init_parser(commands, common)
+    _add_run_parser(commands, common)
+    _add_db_parser(commands, common)
+    _add_hosts_parser(commands, common)
+    _add_key_parser(commands, common)
+    _add_demo_parser(commands, common)
+    _add_user_parser(commands, common)
 
+    from services.sim.cli import add_parser as add_sim_parser
+
+    add_sim_parser(commands, [common])
+
+    from services.client.commands import add_client_commands
+
+    add_client_commands(commands)  # no --config: they talk to a server, not its config
+
+    commands.add_parser(
+        "setup-link",
+        parents=[common],
+        help="print a new one-time link that creates the first admin in the browser "
+        "(while there is none)",
+    )
+    commands.add_parser("version", parents=[common], help="print the version")
+    return parser
+
+
+def _add_init_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     init = commands.add_parser(
         "init",
         parents=[common],
@@ -80,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-email", metavar="EMAIL", help="e-mail of the first admin (default: NAME@localhost)"
     )
 
+
+def _add_run_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     run = commands.add_parser(
         "run", parents=[common], help="run all services in one process, or some of them"
     )
@@ -103,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         "reached before giving up (default: 30)",
     )
 
+
+def _add_db_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     database = commands.add_parser("db", parents=[common], help="database migrations")
     db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     for action, text in (("upgrade", "apply migrations"), ("current", "show revisions")):
@@ -114,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"any of {', '.join(db.SERVICES_WITH_DATABASE)} (default: all)",
         )
 
+
+def _add_hosts_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     from services.client.hosts import add_parsers as add_host_parsers
 
     hosts = commands.add_parser(
@@ -133,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_host_parsers(host_commands, [common], local_check)
 
+
+def _add_key_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     key = commands.add_parser(
         "key",
         parents=[common],
@@ -140,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     key.add_argument("--generate", action="store_true", help="make ssh.key_file if missing")
 
+
+def _add_demo_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -153,25 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--watch", type=float, default=10.0, help="print the GPUs every N seconds (0: never)"
     )
-
-    _add_user_parser(commands, common)
-
-    from services.sim.cli import add_parser as add_sim_parser
-
-    add_sim_parser(commands, [common])
-
-    from services.client.commands import add_client_commands
-
-    add_client_commands(commands)  # no --config: they talk to a server, not its config
-
-    commands.add_parser(
-        "setup-link",
-        parents=[common],
-        help="print a new one-time link that creates the first admin in the browser "
-        "(while there is none)",
-    )
-    commands.add_parser("version", parents=[common], help="print the version")
-    return parser
 
 
 def _add_user_parser(
