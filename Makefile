@@ -73,11 +73,12 @@ test-deploy: install frontend ## docker-compose.yml really deployed with podman-
 test-unit: install ## unit tests only (no servers needed)
 	$(BIN)/pytest -q tests/unit
 
-lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, the import layers, the web UI's type check
+lint: install $(NPM_STAMP) ## ruff (lint + format check), mypy, the import layers, files of 600 lines at most, the web UI's type check
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python bin/check-file-length services  # bench/ and tests/ have longer files still
 	cd frontend && npm run --silent typecheck
 
 bench: install frontend ## run every benchmark in bench/
