@@ -100,7 +100,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -289,12 +288,6 @@ def machine_cpu_s() -> float:
     except (OSError, ValueError):
         return float("nan")
     return (sum(ticks) - ticks[3] - ticks[4]) / common.CLK_TCK  # idle and iowait are not busy
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stop(child: common.Child) -> None:
@@ -900,7 +893,7 @@ async def run_local(cfg: Config, tmp: Path) -> Result:
         children.append(sim)
         await sim.wait_for_line(common.SIM_READY, START_DEADLINE_S)
         known_hosts, hosts = common.sim_hosts(tmp)
-        port = free_port()
+        port = common.free_port()
         config = common.write_config(
             tmp,
             known_hosts=known_hosts,
