@@ -11,7 +11,6 @@ applies.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -34,6 +33,7 @@ from services.jobs.start_checks import fixed_placement, run_until, use_refusals
 from services.jobs.state import JobState
 from services.jobs.supervisor import TaskSupervisor
 from services.jobs.working_state import WorkingState
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
 from services.shared.errors import WardenError
 from services.shared.failures import Retrying
@@ -64,10 +64,7 @@ class Engine:
         self._loop = asyncio.create_task(self._run(), name="jobs engine")
 
     async def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await cancel_and_wait(self._loop)
 
     async def _run(self) -> None:
         retrying = Retrying(log, "the jobs tick")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from contextlib import AsyncExitStack
 
@@ -18,6 +17,7 @@ from services.jobs.tables import leader_lease, outbox
 from services.jobs.working_state import WorkingState
 from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
+from services.shared.background import cancel_and_wait
 from services.shared.bus import RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
 from services.shared.leadership import Leadership, elect, rpc_table, serve_office
@@ -73,13 +73,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             await engine.start()
             office.push_async_callback(engine.stop)
             loading = asyncio.create_task(load_reservations(engine))
-
-            async def stop_loading() -> None:
-                loading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loading
-
-            office.push_async_callback(stop_loading)
+            office.push_async_callback(cancel_and_wait, loading)
             serving.update(rpc_methods(commands, store))
             if not leadership.solo:
                 await serve_office(ctx.bus, ctx.name, office, dict(serving))

@@ -33,6 +33,7 @@ from services.monitor.inventory import LOCAL, InventoryHost, diff_hosts
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
 from services.monitor.shards import owner
+from services.shared.background import cancel_and_wait
 from services.shared.config import HostConfig
 from services.shared.replicas import Replicas
 
@@ -129,10 +130,7 @@ class Sharding:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def hand_over(self) -> None:
         """Stop polling, before this replica says `stopping` (with when it stopped)."""

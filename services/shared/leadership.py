@@ -36,6 +36,7 @@ from sqlalchemy import BigInteger, Column, MetaData, String, Table, literal_colu
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.errors import ServiceUnavailable
 from services.shared.store import Store
@@ -242,10 +243,7 @@ class Leadership:
     async def stop(self) -> None:
         """Tear the office down and give the lease back, so a standby takes over at once."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         token = self.token
         await self._step_down("stopping")
         if token is not None and not self.solo:
