@@ -8,7 +8,7 @@ import logging
 from contextlib import AsyncExitStack
 
 from services.jobs import api, usage_report
-from services.jobs.commands import JobCommands
+from services.jobs.calls import JobCalls
 from services.jobs.engine import Engine
 from services.jobs.handlers import event_handlers, rpc_methods
 from services.jobs.runner import TaskRunner
@@ -54,7 +54,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             relay = Relay(store, ctx.bus, outbox)
             runner = TaskRunner(ctx.settings)
             office.push_async_callback(runner.close)
-            # One working state and its lock, shared by the engine, the commands and the
+            # One working state and its lock, shared by the engine, the RPC calls and the
             # supervisor.
             working = WorkingState(store, ctx.settings, on_commit=relay.kick, hosts=hosts)
 
@@ -65,7 +65,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             office.callback(hosts.listeners.remove, host_added)
             supervisor = TaskSupervisor(working, runner)
             engine = Engine(working, supervisor, ctx.bus)
-            commands = JobCommands(working, supervisor, ctx.bus)
+            calls = JobCalls(working, supervisor, ctx.bus)
             await working.load()
             await relay.start()
             office.push_async_callback(relay.stop)  # after the engine: its last events
@@ -74,7 +74,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             office.push_async_callback(engine.stop)
             loading = asyncio.create_task(load_reservations(engine))
             office.push_async_callback(cancel_and_wait, loading)
-            serving.update(rpc_methods(commands, store))
+            serving.update(rpc_methods(calls, store))
             if not leadership.solo:
                 await serve_office(ctx.bus, ctx.name, office, dict(serving))
             for (source, pattern, name), handler in event_handlers(engine).items():
