@@ -351,7 +351,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
-    from services.monitor.inventory import monitored_hosts
+    from services.monitor.hosts.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
     from services.shared.ssh import SshOptions
 

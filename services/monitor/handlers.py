@@ -10,7 +10,7 @@ from typing import Any
 
 from services.monitor import api
 from services.monitor.fleet_view import TRANSITIONS, FleetView
-from services.monitor.hosts_admin import HostsAdmin
+from services.monitor.hosts.hosts_admin import HostsAdmin
 from services.monitor.monitor import Monitor, MonitorStats
 from services.monitor.replica_rpc import Peers, fleet_snapshot
 from services.monitor.tsdb.base import MetricsStore

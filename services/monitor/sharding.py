@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.fleet_view import FleetView
-from services.monitor.inventory import LOCAL, InventoryHost, diff_hosts
+from services.monitor.hosts.inventory import LOCAL, InventoryHost, diff_hosts
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
 from services.monitor.shards import owner
