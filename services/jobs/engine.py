@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.jobs.queue_model import (
+from services.jobs.queue.model import (
     Booking,
     Demand,
     Gpu,
@@ -28,7 +28,7 @@ from services.jobs.queue_model import (
     Start,
     Waiting,
 )
-from services.jobs.scheduler import schedule
+from services.jobs.queue.scheduler import schedule
 from services.jobs.start_checks import fixed_placement, run_until, use_refusals
 from services.jobs.state import JobState
 from services.jobs.supervisor import TaskSupervisor

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.jobs.queue_model import (
+from services.jobs.queue.model import (
     Booking,
     Decision,
     Demand,
@@ -23,7 +23,7 @@ from services.jobs.queue_model import (
     Start,
     Waiting,
 )
-from services.jobs.scheduler import queue_order, schedule
+from services.jobs.queue.scheduler import queue_order, schedule
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)

@@ -1,6 +1,6 @@
 """Where queued jobs fit, within one pass of the queue scheduler (pure): `Placer` indexes the
 GPUs' free time per owner and gives each job GPUs (best fit, named GPUs, the anti-starvation
-hold). The rules it follows are in `services.jobs.scheduler`'s docstring.
+hold). The rules it follows are in `services.jobs.queue.scheduler`'s docstring.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 
-from services.jobs.queue_model import Booking, Demand, Gpu, QueuedJob, QueueState
+from services.jobs.queue.model import Booking, Demand, Gpu, QueuedJob, QueueState
 
 _US = timedelta(microseconds=1)
 _NEVER = 1 << 62  # µs from now: no blocking booking within the horizon
