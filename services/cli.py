@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 from services import SERVICE_NAMES, __version__
 from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
@@ -51,6 +52,10 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+# The subcommands of `warden` (or of one of its commands), which each `_add_..._parser` adds to.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
@@ -84,9 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_init_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_init_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     init = commands.add_parser(
         "init",
         parents=[common],
@@ -109,9 +112,7 @@ def _add_init_parser(
     )
 
 
-def _add_run_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_run_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     run = commands.add_parser(
         "run", parents=[common], help="run all services in one process, or some of them"
     )
@@ -136,9 +137,7 @@ def _add_run_parser(
     )
 
 
-def _add_db_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_db_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     database = commands.add_parser("db", parents=[common], help="database migrations")
     db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     for action, text in (("upgrade", "apply migrations"), ("current", "show revisions")):
@@ -151,9 +150,7 @@ def _add_db_parser(
         )
 
 
-def _add_hosts_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_hosts_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     from services.client.hosts import add_parsers as add_host_parsers
 
     hosts = commands.add_parser(
@@ -174,9 +171,7 @@ def _add_hosts_parser(
     add_host_parsers(host_commands, [common], local_check)
 
 
-def _add_key_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_key_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     key = commands.add_parser(
         "key",
         parents=[common],
@@ -185,9 +180,7 @@ def _add_key_parser(
     key.add_argument("--generate", action="store_true", help="make ssh.key_file if missing")
 
 
-def _add_demo_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_demo_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -203,9 +196,7 @@ def _add_demo_parser(
     )
 
 
-def _add_user_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_user_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     user = commands.add_parser(
         "user",
         parents=[common],
