@@ -38,7 +38,7 @@ def _name_schemas(schema: type[Schema] | Schema) -> str:
     return name[: -len("Schema")] if name.endswith("Schema") and len(name) > 6 else name
 
 
-def _operation(route: Route) -> dict[str, Any]:  # noqa: C901 - one branch per optional part of an OpenAPI operation
+def _operation(route: Route) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": route.handler.__name__,
         "summary": route.summary,
@@ -59,19 +59,8 @@ def _operation(route: Route) -> dict[str, Any]:  # noqa: C901 - one branch per o
             "required": True,
             "content": {"application/json": {"schema": route.body}},
         }
-    success: dict[str, Any] = {"description": "success"}
-    if route.status != 204:
-        if route.raw and route.response is None:
-            success["content"] = {route.produces: {"schema": {"type": "string"}}}
-        elif route.response is not None:
-            schema: Any = route.response
-            if route.many:
-                schema = {"type": "array", "items": route.response}
-            success["content"] = {"application/json": {"schema": schema}}
-        else:
-            success["content"] = {"application/json": {"schema": {}}}
     operation["responses"] = {
-        str(route.status): success,
+        str(route.status): _success(route),
         "default": {
             "description": "an error (see `error` for the code)",
             "content": {"application/json": {"schema": ErrorSchema}},
@@ -85,6 +74,22 @@ def _operation(route: Route) -> dict[str, Any]:  # noqa: C901 - one branch per o
     operation["responses"].update(extra.pop("responses", {}))
     operation.update(extra)
     return operation
+
+
+def _success(route: Route) -> dict[str, Any]:
+    """The route's answer when it succeeds: no content for a 204, else what it produces."""
+    success: dict[str, Any] = {"description": "success"}
+    if route.status != 204:
+        if route.raw and route.response is None:
+            success["content"] = {route.produces: {"schema": {"type": "string"}}}
+        elif route.response is not None:
+            schema: Any = route.response
+            if route.many:
+                schema = {"type": "array", "items": route.response}
+            success["content"] = {"application/json": {"schema": schema}}
+        else:
+            success["content"] = {"application/json": {"schema": {}}}
+    return success
 
 
 _ETAG_HEADERS = {
