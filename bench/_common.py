@@ -20,6 +20,7 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -139,6 +140,13 @@ class Latencies:
 
 
 # --- the machine ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def usable_cpus() -> int:

@@ -100,7 +100,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -289,12 +288,6 @@ def machine_cpu_s() -> float:
     except (OSError, ValueError):
         return float("nan")
     return (sum(ticks) - ticks[3] - ticks[4]) / common.CLK_TCK  # idle and iowait are not busy
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stop(child: common.Child) -> None:
@@ -676,7 +669,7 @@ class Workload:
         return Request(route, "POST", self.create_url, json.dumps(body).encode())
 
 
-async def run_load(
+async def run_load(  # noqa: C901 - the load loop: phases, pacing, per-client tasks, results
     api: Api,
     workload: Workload,
     tokens: dict[str, str],
@@ -691,7 +684,7 @@ async def run_load(
     last_done = 0.0
     shown: Counter[tuple[str, int]] = Counter()
 
-    async def client(i: int) -> None:
+    async def client(i: int) -> None:  # noqa: C901 - one client's request mix; one branch per kind of request
         nonlocal last_done
         rng = random.Random(cfg.seed * 1000 + i)
         auth = {"Authorization": f"Bearer {tokens[USERS[i % len(USERS)]]}"}
@@ -768,7 +761,7 @@ class CreatePlan:
         return json.dumps(body).encode()
 
 
-async def run_creates(
+async def run_creates(  # noqa: C901 - the create-only phase: pacing, refusals and timings kept together
     api: Api,
     plan: CreatePlan,
     tokens: dict[str, str],
@@ -900,7 +893,7 @@ async def run_local(cfg: Config, tmp: Path) -> Result:
         children.append(sim)
         await sim.wait_for_line(common.SIM_READY, START_DEADLINE_S)
         known_hosts, hosts = common.sim_hosts(tmp)
-        port = free_port()
+        port = common.free_port()
         config = common.write_config(
             tmp,
             known_hosts=known_hosts,

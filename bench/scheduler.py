@@ -1,4 +1,4 @@
-"""How long one pass of the jobs queue scheduler (`services.jobs.scheduler.schedule`) takes.
+"""How long one pass of the jobs queue scheduler (`services.jobs.queue.scheduler.schedule`) takes.
 
 Usage::
 
@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 import _common as common
 
-from services.jobs.queue_model import (
+from services.jobs.queue.model import (
     Booking,
     Decision,
     Demand,
@@ -54,7 +54,7 @@ from services.jobs.queue_model import (
     Start,
     Waiting,
 )
-from services.jobs.scheduler import queue_order, schedule
+from services.jobs.queue.scheduler import queue_order, schedule
 
 HOSTS = 125
 GPUS_PER_HOST = 8
@@ -73,7 +73,7 @@ WARMUP = 3
 # --- the state --------------------------------------------------------------------------------
 
 
-def make_state(seed: int) -> QueueState:
+def make_state(seed: int) -> QueueState:  # noqa: C901 - builds a random fleet, reservations and queue in one place
     rng = random.Random(seed)
     hosts = [f"node{h:03d}" for h in range(HOSTS)]
     gpus: dict[str, Gpu] = {}

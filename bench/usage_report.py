@@ -263,7 +263,7 @@ async def main(quick: bool) -> None:
     runs = 3 if quick else 10
     folder = Path(tempfile.mkdtemp(prefix="warden-bench-usage-"))
     try:
-        port = _free_port()
+        port = common.free_port()
         known_hosts = folder / "known_hosts"
         known_hosts.touch()
         config = common.write_config(
@@ -352,14 +352,6 @@ async def main(quick: bool) -> None:
         report_p50_ms=f"{user.p50:.0f}",
         report_p99_ms=f"{user.p99:.0f}",
     )
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

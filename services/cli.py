@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 from services import SERVICE_NAMES, __version__
 from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
@@ -51,6 +52,10 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+# The subcommands of `warden` (or of one of its commands), which each `_add_..._parser` adds to.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
@@ -58,7 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"warden {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_init_parser(commands, common)
+    _add_run_parser(commands, common)
+    _add_db_parser(commands, common)
+    _add_hosts_parser(commands, common)
+    _add_key_parser(commands, common)
+    _add_demo_parser(commands, common)
+    _add_user_parser(commands, common)
 
+    from services.sim.cli import add_parser as add_sim_parser
+
+    add_sim_parser(commands, [common])
+
+    from services.client.commands import add_client_commands
+
+    add_client_commands(commands)  # no --config: they talk to a server, not its config
+
+    commands.add_parser(
+        "setup-link",
+        parents=[common],
+        help="print a new one-time link that creates the first admin in the browser "
+        "(while there is none)",
+    )
+    commands.add_parser("version", parents=[common], help="print the version")
+    return parser
+
+
+def _add_init_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     init = commands.add_parser(
         "init",
         parents=[common],
@@ -80,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-email", metavar="EMAIL", help="e-mail of the first admin (default: NAME@localhost)"
     )
 
+
+def _add_run_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     run = commands.add_parser(
         "run", parents=[common], help="run all services in one process, or some of them"
     )
@@ -103,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         "reached before giving up (default: 30)",
     )
 
+
+def _add_db_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     database = commands.add_parser("db", parents=[common], help="database migrations")
     db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     for action, text in (("upgrade", "apply migrations"), ("current", "show revisions")):
@@ -114,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"any of {', '.join(db.SERVICES_WITH_DATABASE)} (default: all)",
         )
 
+
+def _add_hosts_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     from services.client.hosts import add_parsers as add_host_parsers
 
     hosts = commands.add_parser(
@@ -133,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_host_parsers(host_commands, [common], local_check)
 
+
+def _add_key_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     key = commands.add_parser(
         "key",
         parents=[common],
@@ -140,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     key.add_argument("--generate", action="store_true", help="make ssh.key_file if missing")
 
+
+def _add_demo_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -154,29 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch", type=float, default=10.0, help="print the GPUs every N seconds (0: never)"
     )
 
-    _add_user_parser(commands, common)
 
-    from services.sim.cli import add_parser as add_sim_parser
-
-    add_sim_parser(commands, [common])
-
-    from services.client.commands import add_client_commands
-
-    add_client_commands(commands)  # no --config: they talk to a server, not its config
-
-    commands.add_parser(
-        "setup-link",
-        parents=[common],
-        help="print a new one-time link that creates the first admin in the browser "
-        "(while there is none)",
-    )
-    commands.add_parser("version", parents=[common], help="print the version")
-    return parser
-
-
-def _add_user_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_user_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
     user = commands.add_parser(
         "user",
         parents=[common],
@@ -322,7 +342,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
-    from services.monitor.inventory import monitored_hosts
+    from services.monitor.hosts.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
     from services.shared.ssh import SshOptions
 

@@ -59,19 +59,8 @@ def _operation(route: Route) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": route.body}},
         }
-    success: dict[str, Any] = {"description": "success"}
-    if route.status != 204:
-        if route.raw and route.response is None:
-            success["content"] = {route.produces: {"schema": {"type": "string"}}}
-        elif route.response is not None:
-            schema: Any = route.response
-            if route.many:
-                schema = {"type": "array", "items": route.response}
-            success["content"] = {"application/json": {"schema": schema}}
-        else:
-            success["content"] = {"application/json": {"schema": {}}}
     operation["responses"] = {
-        str(route.status): success,
+        str(route.status): _success(route),
         "default": {
             "description": "an error (see `error` for the code)",
             "content": {"application/json": {"schema": ErrorSchema}},
@@ -85,6 +74,22 @@ def _operation(route: Route) -> dict[str, Any]:
     operation["responses"].update(extra.pop("responses", {}))
     operation.update(extra)
     return operation
+
+
+def _success(route: Route) -> dict[str, Any]:
+    """The route's answer when it succeeds: no content for a 204, else what it produces."""
+    success: dict[str, Any] = {"description": "success"}
+    if route.status != 204:
+        if route.raw and route.response is None:
+            success["content"] = {route.produces: {"schema": {"type": "string"}}}
+        elif route.response is not None:
+            schema: Any = route.response
+            if route.many:
+                schema = {"type": "array", "items": route.response}
+            success["content"] = {"application/json": {"schema": schema}}
+        else:
+            success["content"] = {"application/json": {"schema": {}}}
+    return success
 
 
 _ETAG_HEADERS = {

@@ -11,13 +11,12 @@ applies.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.jobs.queue_model import (
+from services.jobs.queue.model import (
     Booking,
     Demand,
     Gpu,
@@ -29,11 +28,12 @@ from services.jobs.queue_model import (
     Start,
     Waiting,
 )
-from services.jobs.scheduler import schedule
+from services.jobs.queue.scheduler import schedule
 from services.jobs.start_checks import fixed_placement, run_until, use_refusals
 from services.jobs.state import JobState
 from services.jobs.supervisor import TaskSupervisor
 from services.jobs.working_state import WorkingState
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
 from services.shared.errors import WardenError
 from services.shared.failures import Retrying
@@ -64,10 +64,7 @@ class Engine:
         self._loop = asyncio.create_task(self._run(), name="jobs engine")
 
     async def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await cancel_and_wait(self._loop)
 
     async def _run(self) -> None:
         retrying = Retrying(log, "the jobs tick")
@@ -110,7 +107,7 @@ class Engine:
             await self._launch_checked(state, placement, from_queue=False)
         await self._queue_pass()
 
-    async def _timers(self, now: datetime) -> list[tuple[JobState, dict[int, Any]]]:
+    async def _timers(self, now: datetime) -> list[tuple[JobState, dict[int, Any]]]:  # noqa: C901 - one pass over the timers: stops, warnings and launches together
         """Stop jobs whose time is up; the scheduled jobs whose start came (to launch)."""
         lead = timedelta(seconds=self.working.settings.reservation_stop_lead_s)
         launches = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.jobs import api, usage_report
-from services.jobs.commands import JobCommands
+from services.jobs.calls import JobCalls
 from services.jobs.engine import Engine
 from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
@@ -20,60 +20,56 @@ from services.shared.usage_report import report_handler
 _DEFINITION_KEYS = tuple(api.DefinitionSchema().fields)
 
 
-def _definition(query: dict[str, Any]) -> dict[str, Any]:
-    return {key: query[key] for key in _DEFINITION_KEYS}
+def _definition(args: dict[str, Any]) -> dict[str, Any]:
+    return {key: args[key] for key in _DEFINITION_KEYS}
 
 
-def rpc_methods(commands: JobCommands, store: Store) -> dict[str, RpcHandler]:
-    async def create_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await commands.create(
-            query["actor"], query["admin"], query["owner"], _definition(query)
+def rpc_methods(calls: JobCalls, store: Store) -> dict[str, RpcHandler]:  # noqa: C901 - one short closure per RPC method
+    async def create_job(args: dict[str, Any]) -> dict[str, Any]:
+        return await calls.create(args["actor"], args["admin"], args["owner"], _definition(args))
+
+    async def update_job(args: dict[str, Any]) -> dict[str, Any]:
+        return await calls.update(args["id"], args["actor"], args["admin"], _definition(args))
+
+    async def delete_job(args: dict[str, Any]) -> dict[str, Any]:
+        return await calls.delete(args["id"], args["actor"], args["admin"])
+
+    async def get_job(args: dict[str, Any]) -> dict[str, Any]:
+        return calls.get(args["id"], args["actor"], args["admin"])
+
+    async def list_jobs(args: dict[str, Any]) -> dict[str, Any]:
+        return calls.list_jobs(
+            owner=args.get("owner"),
+            status=args.get("status"),
+            limit=args["limit"],
+            offset=args["offset"],
         )
 
-    async def update_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await commands.update(
-            query["id"], query["actor"], query["admin"], _definition(query)
-        )
+    async def job_history(args: dict[str, Any]) -> list[dict[str, Any]]:
+        return await calls.history(args["id"], args["actor"], args["admin"])
 
-    async def delete_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await commands.delete(query["id"], query["actor"], query["admin"])
+    async def start_job(args: dict[str, Any]) -> dict[str, Any]:
+        return await calls.start_job(args["id"], args["actor"], args["admin"])
 
-    async def get_job(query: dict[str, Any]) -> dict[str, Any]:
-        return commands.get(query["id"], query["actor"], query["admin"])
-
-    async def list_jobs(query: dict[str, Any]) -> dict[str, Any]:
-        return commands.list_jobs(
-            owner=query.get("owner"),
-            status=query.get("status"),
-            limit=query["limit"],
-            offset=query["offset"],
-        )
-
-    async def job_history(query: dict[str, Any]) -> list[dict[str, Any]]:
-        return await commands.history(query["id"], query["actor"], query["admin"])
-
-    async def start_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await commands.start_job(query["id"], query["actor"], query["admin"])
-
-    async def stop_job(query: dict[str, Any]) -> dict[str, Any]:
-        return await commands.stop_job(query["id"], query["actor"], query["admin"])
+    async def stop_job(args: dict[str, Any]) -> dict[str, Any]:
+        return await calls.stop_job(args["id"], args["actor"], args["admin"])
 
     def queueing(queued: bool) -> RpcHandler:
-        async def handler(query: dict[str, Any]) -> dict[str, Any]:
-            return await commands.set_queued(query["id"], query["actor"], query["admin"], queued)
+        async def handler(args: dict[str, Any]) -> dict[str, Any]:
+            return await calls.set_queued(args["id"], args["actor"], args["admin"], queued)
 
         return handler
 
-    async def task_logs(query: dict[str, Any]) -> dict[str, Any]:
-        return await commands.logs(
-            query["id"], query["task"], query["actor"], query["admin"], query["max_bytes"]
+    async def task_logs(args: dict[str, Any]) -> dict[str, Any]:
+        return await calls.logs(
+            args["id"], args["task"], args["actor"], args["admin"], args["max_bytes"]
         )
 
-    async def preview_job(query: dict[str, Any]) -> list[dict[str, Any]]:
-        if query["owner"] not in (None, query["actor"]) and not query["admin"]:
+    async def preview_job(args: dict[str, Any]) -> list[dict[str, Any]]:
+        if args["owner"] not in (None, args["actor"]) and not args["admin"]:
             raise Forbidden("only admins preview jobs for someone else")
-        await commands.refresh_gpus(query)
-        return commands.preview(query["owner"] or query["actor"], _definition(query))
+        await calls.refresh_gpus(args)
+        return calls.preview(args["owner"] or args["actor"], _definition(args))
 
     return served(
         api.METHODS,

@@ -95,7 +95,7 @@ def job_problems(job: Job) -> dict[str, str]:
     return problems
 
 
-def _task_problems(where: str, position: int, task: Task, problems: dict[str, str]) -> None:
+def _task_problems(where: str, position: int, task: Task, problems: dict[str, str]) -> None:  # noqa: C901 - one check per field of a task, each naming its path
     def problem(path: str, reason: str) -> None:
         problems.setdefault(f"{where}.{path}", reason)
 

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from contextlib import AsyncExitStack
 
 from services.jobs import api, usage_report
-from services.jobs.commands import JobCommands
+from services.jobs.calls import JobCalls
 from services.jobs.engine import Engine
 from services.jobs.handlers import event_handlers, rpc_methods
 from services.jobs.runner import TaskRunner
@@ -18,6 +17,7 @@ from services.jobs.tables import leader_lease, outbox
 from services.jobs.working_state import WorkingState
 from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
+from services.shared.background import cancel_and_wait
 from services.shared.bus import RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
 from services.shared.leadership import Leadership, elect, rpc_table, serve_office
@@ -54,7 +54,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             relay = Relay(store, ctx.bus, outbox)
             runner = TaskRunner(ctx.settings)
             office.push_async_callback(runner.close)
-            # One working state and its lock, shared by the engine, the commands and the
+            # One working state and its lock, shared by the engine, the RPC calls and the
             # supervisor.
             working = WorkingState(store, ctx.settings, on_commit=relay.kick, hosts=hosts)
 
@@ -65,7 +65,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             office.callback(hosts.listeners.remove, host_added)
             supervisor = TaskSupervisor(working, runner)
             engine = Engine(working, supervisor, ctx.bus)
-            commands = JobCommands(working, supervisor, ctx.bus)
+            calls = JobCalls(working, supervisor, ctx.bus)
             await working.load()
             await relay.start()
             office.push_async_callback(relay.stop)  # after the engine: its last events
@@ -73,14 +73,8 @@ async def start(ctx: ServiceContext) -> Teardown:
             await engine.start()
             office.push_async_callback(engine.stop)
             loading = asyncio.create_task(load_reservations(engine))
-
-            async def stop_loading() -> None:
-                loading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loading
-
-            office.push_async_callback(stop_loading)
-            serving.update(rpc_methods(commands, store))
+            office.push_async_callback(cancel_and_wait, loading)
+            serving.update(rpc_methods(calls, store))
             if not leadership.solo:
                 await serve_office(ctx.bus, ctx.name, office, dict(serving))
             for (source, pattern, name), handler in event_handlers(engine).items():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -101,7 +100,3 @@ class FakeReader(HostReader):
     async def read(self, timeout: float) -> HostReading:
         self.reads += 1
         return self.answer()
-
-
-def local_host_name(configured: str) -> str:
-    return configured or os.uname().nodename

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.fleet_view import transitions
-from services.monitor.inventory import InventoryHost
+from services.monitor.hosts.inventory import InventoryHost
 from services.monitor.monitor import Monitor, MonitorStats, host_entry
 from services.monitor.state import HostState
 from services.shared.bus import Bus, RpcHandler

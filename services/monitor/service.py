@@ -13,9 +13,9 @@ from typing import Any
 from services.monitor import poll_metrics
 from services.monitor.fleet_view import FleetView
 from services.monitor.handlers import EVENT_HANDLERS, replica_handlers, rpc_methods
-from services.monitor.host_store import HostStore
-from services.monitor.hosts_admin import HostsAdmin
-from services.monitor.inventory import active, local_host
+from services.monitor.hosts.host_store import HostStore
+from services.monitor.hosts.hosts_admin import HostsAdmin
+from services.monitor.hosts.inventory import active, local_host
 from services.monitor.monitor import Monitor
 from services.monitor.nvml import load_nvml
 from services.monitor.readers import HostReader, LocalNvmlReader, SshReader

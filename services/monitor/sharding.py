@@ -29,10 +29,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.fleet_view import FleetView
-from services.monitor.inventory import LOCAL, InventoryHost, diff_hosts
+from services.monitor.hosts.inventory import LOCAL, InventoryHost, diff_hosts
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
 from services.monitor.shards import owner
+from services.shared.background import cancel_and_wait
 from services.shared.config import HostConfig
 from services.shared.replicas import Replicas
 
@@ -129,10 +130,7 @@ class Sharding:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def hand_over(self) -> None:
         """Stop polling, before this replica says `stopping` (with when it stopped)."""
@@ -208,7 +206,7 @@ class Sharding:
                 found[replica] = stopped_at + offset
         return found
 
-    async def sync(self, *, now: Collection[str] = ()) -> None:
+    async def sync(self, *, now: Collection[str] = ()) -> None:  # noqa: C901 - start, stop and restart of poll loops in one pass
         """Poll exactly this replica's hosts: start the ones it gained, stop the ones it lost.
 
         `now`: hosts added or changed through the inventory, polled at once.

@@ -13,6 +13,7 @@ import logging
 from collections import deque
 
 from services.monitor.tsdb.base import HostPoint, MetricsStore
+from services.shared.background import cancel_and_wait
 
 log = logging.getLogger("warden.monitor.metrics")
 
@@ -73,10 +74,7 @@ class MetricsWriter:
         return True
 
     async def close(self, deadline_s: float = 5.0) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(deadline_s):
                 await self.flush()

@@ -22,13 +22,13 @@ no service: `.importlinter`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, Teardown
 from services.shared.config import HostConfig
 from services.shared.contracts import Envelope
@@ -203,10 +203,7 @@ class HostDirectory(Mapping[str, HostConfig]):
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         teardowns, self._teardowns = self._teardowns, []
         for teardown in reversed(teardowns):
             await teardown()

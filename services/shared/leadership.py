@@ -36,6 +36,7 @@ from sqlalchemy import BigInteger, Column, MetaData, String, Table, literal_colu
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.errors import ServiceUnavailable
 from services.shared.store import Store
@@ -242,17 +243,14 @@ class Leadership:
     async def stop(self) -> None:
         """Tear the office down and give the lease back, so a standby takes over at once."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         token = self.token
         await self._step_down("stopping")
         if token is not None and not self.solo:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.lease.release(self.replica_id, token), self.renew_s)
 
-    async def _run(self) -> None:
+    async def _run(self) -> None:  # noqa: C901 - the election loop: renew, elect, step down, fence
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.renew_s):  # (3.11's wait_for can swallow a cancel)

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, Teardown
 from services.shared.bus.metered import MeteredBus
 from services.shared.contracts import make_envelope, parse_envelope
@@ -108,9 +109,7 @@ class Relay:
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
         except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         self._task = None
 
     async def backlog(self) -> list[Sample]:

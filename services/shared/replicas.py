@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, Teardown
 from services.shared.contracts import Envelope, utc_now_iso
 
@@ -117,9 +118,7 @@ class Replicas:
         """Stop beating and say `stopping`, so peers take over without waiting for expiry."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
             with contextlib.suppress(Exception):  # a dead broker: peers expire this one
                 await asyncio.wait_for(self.beat("stopping"), self.heartbeat_s)
         teardowns, self._teardowns = self._teardowns, []

@@ -2,7 +2,8 @@
 
 The one SSH layer of every service that logs in to hosts (monitor, jobs, violations), read
 from the `[ssh]` settings: `SshOptions` (known_hosts, host-key policy, timeouts, keep-alive,
-Warden's key for logging in as users), `HostShell` the small interface commands run through,
+Warden's key for logging in as users), `HostShell` the small interface commands run through
+(in `shell.py`, pure, with `CommandResult` and `HostUnreachable`; imported here too),
 `SshHostShell` its asyncssh implementation and `FakeHostShell` (beside it) one that answers
 from a table for unit tests. A command that cannot be run raises `HostUnreachable` with a
 reason a person can act on ("authentication refused", "host key not verified", "timed
@@ -15,7 +16,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,37 +23,10 @@ from pathlib import Path
 import asyncssh
 
 from services.shared.config import HostConfig, Settings, SshSettings
-from services.shared.errors import ConfigError, WardenError, register_error
+from services.shared.errors import ConfigError
+from services.shared.shell import CommandResult, HostShell, HostUnreachable
 
 log = logging.getLogger("warden.ssh")
-
-
-@register_error
-class HostUnreachable(WardenError):
-    """A command could not be run on a host; `message` says why in words, `details` in data."""
-
-    code = "host_unreachable"
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_status: int | None
-    stdout: str
-    stderr: str = ""
-
-
-class HostShell(ABC):
-    """Runs commands on one host."""
-
-    name: str
-
-    @abstractmethod
-    async def run(self, command: str, timeout: float) -> CommandResult:
-        """Run `command` (sh syntax) within `timeout` seconds; raise HostUnreachable."""
-
-    @abstractmethod
-    async def close(self) -> None:
-        """Drop the connection (a later `run` connects again)."""
 
 
 # --- SSH ---------------------------------------------------------------------------------------

@@ -287,7 +287,7 @@ def _port_summary(server: SimServer) -> str:
     return f"{len(ports)} free ports (see --write-config)"
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace) -> int:  # noqa: C901 - starts the fleet, its SSH server and control API, stops them
     asyncssh.set_log_level(logging.WARNING)  # asyncssh logs every channel at INFO
     raise_open_files_limit(2 * args.hosts + 256)
     try:

@@ -9,7 +9,6 @@ lived-in week (`demo_seed`) and prints what `monitor.snapshot()` sees every few 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import shlex
@@ -23,6 +22,7 @@ import asyncssh
 
 from services.monitor import api as monitor_api
 from services.shared import db, toml
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
@@ -208,6 +208,4 @@ async def run_demo(
             )
         finally:
             for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)

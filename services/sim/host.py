@@ -148,16 +148,12 @@ class SimHost:
         }
         for proc in self.scripted.values():  # tasks that ended by themselves
             if proc.ends_at is not None and proc.started_at <= proc.ends_at <= t:
-                for index in proc.gpus:
-                    end = ends[index]
-                    ends[index] = proc.ends_at if end is None else max(end, proc.ends_at)
+                _ended_at(ends, proc.gpus, proc.ends_at)
         if self.churn:  # processes() brought each lane's job up to `t`
             for lane in self.lanes:
                 job = lane.job
                 if job is not None and job.ends_at is not None and job.ends_at <= t:
-                    for index in job.gpus:
-                        end = ends[index]
-                        ends[index] = job.ends_at if end is None else max(end, job.ends_at)
+                    _ended_at(ends, job.gpus, job.ends_at)
         return by_gpu, ends
 
     def taken_pids(self, t: float) -> set[int]:
@@ -252,3 +248,10 @@ def make_host(
         lanes=lanes,
         next_pid=rng.randrange(pid_max // 2, pid_max * 3 // 4),
     )
+
+
+def _ended_at(ends: dict[int, float | None], gpus: Iterable[int], at: float) -> None:
+    """`at` is when a process ended on each of `gpus`: keep the latest end of each."""
+    for index in gpus:
+        end = ends[index]
+        ends[index] = at if end is None else max(end, at)

@@ -127,7 +127,7 @@ async def _refused(call: Callable[[], Any], error: type[Exception]) -> Exception
     return None
 
 
-async def test_a_host_added_then_removed_then_added_again(system: System) -> None:
+async def test_a_host_added_then_removed_then_added_again(system: System) -> None:  # noqa: C901 - one scenario, several waits in sequence
     await system.discover("sim-001")
     await system.monitor.add(system.record_of(ADDED, labels=["lab-b"]))
     await system.discover(ADDED)

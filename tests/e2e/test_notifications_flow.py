@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from email import message_from_bytes, policy
+from email import policy
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from tests.e2e.api import API, EVERY_SERVICE, ApiClient, ApiSystem
 from tests.e2e.test_api_stream import Stream
 from tests.support.accounts import cheap_passwords
 from tests.support.fleet import served_fleet
+from tests.support.mailbox import Mailbox
 from tests.support.polling import until
 from tests.support.ports import free_port
 from tests.support.system import buses, discovered_gpu, running_services, system_settings
@@ -37,20 +38,6 @@ pytestmark = [pytest.mark.amqp, pytest.mark.timeout(300)]
 
 DEADLINE_S = 60.0
 PER_MINUTE = 3
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], Any]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(
-            (list(envelope.rcpt_tos), message_from_bytes(envelope.content, policy=policy.default))
-        )
-        return "250 OK"
-
-    def to(self, address: str) -> list[Any]:
-        return [message for rcpt, message in self.messages if address in rcpt]
 
 
 @dataclass
@@ -68,7 +55,7 @@ class System:
 
 @pytest.fixture
 async def system(tmp_path: Path, amqp_url: str) -> AsyncIterator[System]:
-    mailbox, chat = Mailbox(), []
+    mailbox, chat = Mailbox(policy.default), []
     smtp = Controller(mailbox, hostname="127.0.0.1", port=free_port())
     smtp.start()
     receiver = await webhook_receiver(chat, "/hooks/alice-TOKEN-1234")

@@ -16,7 +16,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from services.sim.model import SimFleet
 from tests.support.accounts import PASSWORD
 from tests.support.events import record
 from tests.support.fleet import served_fleet
+from tests.support.mailbox import Mailbox
 from tests.support.polling import until
 from tests.support.ports import free_port
 from tests.support.system import (
@@ -49,15 +49,6 @@ pytestmark = pytest.mark.timeout(240)
 API = "/api/v1"
 DEADLINE_S = 30.0
 SERVICES = ["monitor", "reservations", "violations", "gateway"]
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], Any]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
-        return "250 OK"
 
 
 @dataclass

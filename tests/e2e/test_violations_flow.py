@@ -19,7 +19,6 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from services.shared.contracts import Envelope
 from services.sim.model import SimFleet
 from tests.support.events import record
 from tests.support.fleet import served_fleet
+from tests.support.mailbox import Mailbox
 from tests.support.polling import until
 from tests.support.ports import free_port
 from tests.support.system import (
@@ -57,15 +57,6 @@ STEPS = [
     "2s kill",
     "8s webhook admins",  # after the kill resolved the incident: never taken
 ]
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], Any]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
-        return "250 OK"
 
 
 @dataclass

@@ -21,8 +21,8 @@ import pytest
 
 from services import cli
 from services.monitor.check import CheckResult, check_hosts
-from services.monitor.host_check import check_host
-from services.monitor.inventory import normal_key_line
+from services.monitor.hosts.host_check import check_host
+from services.monitor.hosts.inventory import normal_key_line
 from services.shared.config import HostConfig
 from services.shared.ssh import SshOptions
 from services.sim.model import NVIDIA_SMI_FAILED, SimFleet

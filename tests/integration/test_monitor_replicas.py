@@ -367,7 +367,7 @@ async def test_two_replicas_split_fail_over_and_rebalance(
 
 
 async def test_replicas_starting_together_seed_the_inventory_once(pg_url: str) -> None:
-    from services.monitor.host_store import HostStore
+    from services.monitor.hosts.host_store import HostStore
     from services.shared import db
     from services.shared.config import HostConfig
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncssh
-import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -19,16 +17,6 @@ from services.shared.bus.inproc import InProcessBus
 from services.shared.config import GatewaySettings, Settings, SshSettings
 
 Client = TestClient[web.Request, web.Application]
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 def settings(**gateway: object) -> Settings:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -51,16 +51,6 @@ def healthy(name: str, status: str = "ok") -> Callable[[dict[str, Any]], Awaitab
         return {"service": name, "status": status, "version": "9.9.9"}
 
     return health
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def get_json(

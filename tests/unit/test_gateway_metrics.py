@@ -7,7 +7,7 @@ heartbeating on that bus.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -45,16 +45,6 @@ def bearer(token: str) -> dict[str, str]:
 def access_token(username: str, *, admin: bool) -> str:
     roles = ["user", "admin"] if admin else ["user"]
     return TokenIssuer(SECRET, 900).access_token({"username": username, "roles": roles})
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import io
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -25,16 +23,6 @@ from tests.support.attempts_double import FakeAttempts
 Client = TestClient[web.Request, web.Application]
 # How tests (and the newcomer's browser test) find the link in the gateway's output.
 LINK = re.compile(r"set-up link: (http://\S+/setup\?token=[A-Za-z0-9_-]+)")
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 # --- the banner ---------------------------------------------------------------------------------

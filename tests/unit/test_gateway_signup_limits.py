@@ -5,11 +5,9 @@ without asking the monitor. An in-process bus with fake reservations and monitor
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.gateway.app import create_app
@@ -20,16 +18,6 @@ from services.shared.errors import ServiceUnavailable
 from tests.support.attempts_double import FakeAttempts
 
 BODY = {"username": "carol", "email": "carol@lab.example", "password": "long enough pw"}
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def test_failed_proofs_count_per_address_and_outages_do_not(

@@ -1,5 +1,5 @@
 """Queue scheduler: properties over random states (checked against a naive reference) and
-examples for each rule."""
+examples for each rule (those of preemption and of the hold in test_jobs_preemption.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.jobs.queue_model import (
+from services.jobs.queue.model import (
     Booking,
     Decision,
     Demand,
@@ -23,7 +23,7 @@ from services.jobs.queue_model import (
     Start,
     Waiting,
 )
-from services.jobs.scheduler import queue_order, schedule
+from services.jobs.queue.scheduler import queue_order, schedule
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -229,7 +229,7 @@ def reference_preemptions(s: QueueState) -> list[Interrupt | Kill]:
 
 
 @st.composite
-def states(draw: st.DrawFn, hold: bool = False) -> QueueState:
+def states(draw: st.DrawFn, hold: bool = False) -> QueueState:  # noqa: C901 - a hypothesis strategy drawing a whole queue state
     gpus: dict[str, Gpu] = {}
     for h in range(draw(st.integers(1, 3))):
         for i in range(draw(st.integers(1, 4))):
@@ -551,87 +551,3 @@ def test_a_host_with_too_few_free_gpus_says_how_many() -> None:
     gpus = busy(gpus_of(a=4), "a-0", "a-1")
     decisions = schedule(state(gpus, [job(1, "ann", any_n(3, "a"), runtime=2 * H)]))
     assert waits(decisions) == {1: "host a has 2 of 3 GPUs free for 2 h"}
-
-
-# --- examples: preemption --------------------------------------------------------------------
-
-
-def running_on(
-    *uuids: str, preemptible: bool = True, done: frozenset[int] = frozenset()
-) -> RunningJob:
-    return RunningJob(7, "ann", frozenset(uuids), preemptible, done)
-
-
-def test_interrupt_within_the_lead() -> None:
-    bookings = {"a-1": [book(3, "bob", 4, 60)]}
-    s = state(gpus_of(a=2), bookings=bookings, running=[running_on("a-0", "a-1")])
-    assert schedule(s) == [Interrupt(7, 3, at(4))]
-    assert schedule(replace(s, preempt_lead=3 * MIN)) == []  # not yet
-
-
-def test_not_interrupted_twice_for_the_same_reservation() -> None:
-    bookings = {"a-0": [book(3, "bob", 4, 60)], "a-1": [book(4, "cy", 5, 60)]}
-    s = state(
-        gpus_of(a=2), bookings=bookings, running=[running_on("a-0", "a-1", done=frozenset({3}))]
-    )
-    assert schedule(s) == [Interrupt(7, 4, at(5))]  # the other one is new
-    s = replace(s, running=[running_on("a-0", "a-1", done=frozenset({3, 4}))])
-    assert schedule(s) == []
-
-
-def test_kill_when_the_reservation_starts_and_kill_wins() -> None:
-    bookings = {"a-0": [book(3, "bob", 0, 60)], "a-1": [book(4, "cy", 2, 60)]}
-    s = state(
-        gpus_of(a=2), bookings=bookings, running=[running_on("a-0", "a-1", done=frozenset({3}))]
-    )
-    assert schedule(s) == [Kill(7, 3)]
-
-
-def test_own_guest_or_past_reservations_and_jobs_not_from_the_queue_are_left_alone() -> None:
-    bookings = {
-        "a-0": [book(1, "bob", -60, 0), book(2, "ann", 0, 60)],
-        "a-1": [book(3, "bob", 1, 60, frozenset({"ann"}))],
-    }
-    s = state(gpus_of(a=2), bookings=bookings, running=[running_on("a-0", "a-1")])
-    assert schedule(s) == []
-    other = {"a-0": [book(5, "bob", -5, 60)]}
-    s = state(gpus_of(a=2), bookings=other, running=[running_on("a-0", preemptible=False)])
-    assert schedule(s) == []
-
-
-def test_preemptions_come_before_the_queue() -> None:
-    bookings = {"a-0": [book(3, "bob", -1, 60)]}
-    s = state(gpus_of(a=2), [job(1, "cy", any_n(1))], bookings, running=[running_on("a-0")])
-    assert schedule(s) == [Kill(7, 3), Start(1, {0: ("a", ("a-1",))})]
-
-
-# --- examples: the anti-starvation hold ------------------------------------------------------
-
-
-def test_without_the_hold_a_small_job_takes_what_a_big_one_waits_for() -> None:
-    gpus = busy(gpus_of(a=4), "a-3")
-    queue = [job(1, "ann", any_n(4)), job(2, "bob", any_n(1))]
-    assert 2 in starts(schedule(state(gpus, queue)))
-
-
-def test_the_hold_keeps_free_gpus_for_the_job_waiting_longest() -> None:
-    gpus = busy(gpus_of(a=4, b=4), "a-3", "b-2", "b-3")
-    queue = [job(1, "ann", any_n(4)), job(2, "bob", any_n(1)), job(3, "cy", any_n(2))]
-    decisions = schedule(state(gpus, queue, hold_after=H))
-    # ann's job is blocked only by busy GPUs: it keeps a-0..a-2 (the host with most free)
-    assert waits(decisions)[1] == (
-        "no host has 4 free GPUs for 1 h (waiting longest: 3 free GPUs kept for it)"
-    )
-    assert starts(decisions)[2].placement == {0: ("b", ("b-0",))}
-    assert waits(decisions)[3] == "no host has 2 free GPUs for 1 h"
-
-
-def test_the_hold_waits_for_hold_after_and_ignores_jobs_blocked_by_reservations() -> None:
-    gpus = busy(gpus_of(a=2), "a-1")
-    queue = [job(1, "ann", any_n(2)), job(2, "bob", any_n(1))]
-    s = state(gpus, queue, hold_after=2 * H)
-    young = replace(s, queue=[replace(queue[0], enqueued_at=NOW - H), queue[1]])
-    assert 2 in starts(schedule(young))
-    assert 2 in waits(schedule(s))
-    blocked = replace(s, bookings={"a-1": [book(1, "cy", 10, 20)]})
-    assert 2 in starts(schedule(blocked))  # a reservation stands in its way: no hold

@@ -8,7 +8,7 @@ this process (the registry is the process's) never count.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -37,16 +37,6 @@ def only_this_tests_probes() -> Iterator[None]:
     PROBES._probes.clear()
     yield
     PROBES._probes.update(left)
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        await bus.close()
 
 
 def value(name: str, **labels: str) -> float:

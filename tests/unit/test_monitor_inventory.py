@@ -10,8 +10,8 @@ import hashlib
 import asyncssh
 import pytest
 
-from services.monitor.host_check import key_status
-from services.monitor.inventory import (
+from services.monitor.hosts.host_check import key_status
+from services.monitor.hosts.inventory import (
     API,
     CONFIG,
     LOCAL,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.monitor import login_proof
+from services.monitor.hosts import login_proof
 from services.shared.config import HostConfig
 from services.shared.ssh import SshOptions
 

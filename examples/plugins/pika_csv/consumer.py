@@ -106,7 +106,7 @@ class CsvSink:
         return True
 
 
-def run(url: str, out: Path, once: int | None) -> int:
+def run(url: str, out: Path, once: int | None) -> int:  # noqa: C901 - a self-contained example: connect, consume, stop on a signal
     stopping = False
 
     def stop(signum: int, _frame: Any) -> None:

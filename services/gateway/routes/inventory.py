@@ -1,5 +1,5 @@
 """The inventory of hosts, for admins: list, add, edit, remove and check the GPU servers Warden
-watches (the monitor owns the list; see `services/monitor/hosts_admin.py`). A change is polled
+watches (the monitor owns the list; see `services/monitor/hosts/hosts_admin.py`). A change is polled
 within one interval, without a restart.
 """
 

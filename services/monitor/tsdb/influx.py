@@ -36,6 +36,7 @@ from services.monitor.tsdb.base import (
     check_query,
 )
 from services.monitor.tsdb.buckets import step_ms, to_ms
+from services.shared.background import cancel_and_wait
 
 if TYPE_CHECKING:
     from influxdb_client.client.influxdb_client_async import InfluxDBClientAsync
@@ -292,9 +293,7 @@ class InfluxMetricsStore(MetricsStore):
             self._wake.set()
             done, _ = await asyncio.wait({task}, timeout=self.close_timeout_s)
             if not done:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
             if len(self.buffer):
                 log.warning(
                     "InfluxDB writer closed with %d points not delivered within %gs",

@@ -281,20 +281,27 @@ def load_settings(
     dev = dev or environ.get("WARDEN_DEV", "").lower() in ("1", "true", "yes")
     auth: AuthSettings | None = loaded.get("auth")
     if auth is not None:
-        secret = auth.jwt_secret
-        if not secret or _is_placeholder(secret) or len(secret) < MIN_SECRET_LENGTH:
-            if not dev:
-                why = "is missing" if not secret else "is a placeholder or too short"
-                problems["auth.jwt_secret"] = (
-                    f"{why}: set a random value of at least {MIN_SECRET_LENGTH} characters "
-                    "(`warden init` writes one; WARDEN_AUTH_JWT_SECRET overrides it), "
-                    "or pass --dev"
-                )
-            else:
-                # Dev mode: an ephemeral secret; tokens do not survive a restart.
-                loaded["auth"] = dataclasses.replace(auth, jwt_secret=secrets.token_urlsafe(48))
+        _check_jwt_secret(auth, dev, loaded, problems)
 
     if problems:
         lines = "\n".join(f"  {key}: {reason}" for key, reason in sorted(problems.items()))
         raise ConfigError(f"invalid configuration ({source}):\n{lines}", problems)
     return Settings(dev=dev, source=source, hosts=hosts, **loaded)
+
+
+def _check_jwt_secret(
+    auth: AuthSettings, dev: bool, loaded: dict[str, Any], problems: dict[str, str]
+) -> None:
+    """A missing, placeholder or short `auth.jwt_secret` is a problem, except in dev mode,
+    where `loaded` gets an ephemeral one instead (tokens do not survive a restart)."""
+    secret = auth.jwt_secret
+    if not secret or _is_placeholder(secret) or len(secret) < MIN_SECRET_LENGTH:
+        if not dev:
+            why = "is missing" if not secret else "is a placeholder or too short"
+            problems["auth.jwt_secret"] = (
+                f"{why}: set a random value of at least {MIN_SECRET_LENGTH} characters "
+                "(`warden init` writes one; WARDEN_AUTH_JWT_SECRET overrides it), "
+                "or pass --dev"
+            )
+        else:
+            loaded["auth"] = dataclasses.replace(auth, jwt_secret=secrets.token_urlsafe(48))

@@ -1,4 +1,4 @@
-"""What the queue scheduler (`services.jobs.scheduler`) reads and answers, as plain data: a
+"""What the queue scheduler (`services.jobs.queue.scheduler`) reads and answers, as plain data: a
 snapshot of the GPUs, their bookings, the queue and the running queued jobs (`QueueState`), and
 the decisions of one pass (`Decision`).
 """

@@ -4,7 +4,7 @@ GPUs, and which running queued jobs must make way for a reservation.
 One call of `schedule` is one pass over a snapshot (`QueueState`); it does no I/O and keeps no
 state between passes (what was signalled already comes back in `RunningJob.interrupted_for`).
 This module holds the order and the pass; the snapshot and the decisions are
-`services.jobs.queue_model`, where a job's tasks fit is `services.jobs.placement`.
+`services.jobs.queue.model`, where a job's tasks fit is `services.jobs.queue.placement`.
 
 Starting. A queued job needs, for its window [now, now + (max_runtime or min_window)), GPUs
 that are:
@@ -60,8 +60,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from operator import attrgetter, itemgetter
 
-from services.jobs.placement import Placer, Refused
-from services.jobs.queue_model import (
+from services.jobs.queue.model import (
     Booking,
     Decision,
     Interrupt,
@@ -71,6 +70,7 @@ from services.jobs.queue_model import (
     Start,
     Waiting,
 )
+from services.jobs.queue.placement import Placer, Refused
 
 _END = attrgetter("end")
 
@@ -104,7 +104,7 @@ def schedule(state: QueueState) -> list[Decision]:
     return decisions
 
 
-def _preemptions(state: QueueState) -> list[Interrupt | Kill]:
+def _preemptions(state: QueueState) -> list[Interrupt | Kill]:  # noqa: C901 - the preemption rule: interrupt, then kill, per running job
     now, lead_end = state.now, state.now + state.preempt_lead
     out: list[Interrupt | Kill] = []
     for job in state.running:

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import asyncssh
 
-from services.monitor.host_check import check_host
-from services.monitor.host_store import HostStore
-from services.monitor.inventory import (
+from services.monitor.hosts.host_check import check_host
+from services.monitor.hosts.host_store import HostStore
+from services.monitor.hosts.inventory import (
     API,
     LOCAL,
     InventoryHost,
@@ -28,7 +28,7 @@ from services.monitor.inventory import (
     host_from,
     problems,
 )
-from services.monitor.login_proof import prove_login
+from services.monitor.hosts.login_proof import prove_login
 from services.shared.config import HostConfig
 from services.shared.errors import (
     AlreadyExists,

@@ -1,4 +1,4 @@
-"""The jobs service's commands and queries, as its RPC methods call them: define, change,
+"""What the jobs service's RPC methods do (`JobCalls`): define, change,
 delete, queue, start and stop jobs, preview what they would run, read them, their history and
 their tasks' logs. Each checks who may, then changes the `WorkingState` under its lock; work
 on hosts goes to the `TaskSupervisor`.
@@ -32,7 +32,7 @@ from services.shared.errors import (
 from services.shared.outbox import add_event
 
 
-class JobCommands:
+class JobCalls:
     def __init__(self, working: WorkingState, supervisor: TaskSupervisor, bus: Bus) -> None:
         self.working = working
         self.supervisor = supervisor
@@ -107,7 +107,7 @@ class JobCommands:
         with contextlib.suppress(WardenError):
             self.working.add_gpus(await reservations_api.LIST_GPUS.call(self.bus))
 
-    def build(self, job_id: int, owner: str, definition: Mapping[str, Any]) -> Job:
+    def build(self, job_id: int, owner: str, definition: Mapping[str, Any]) -> Job:  # noqa: C901 - checks every part of a definition and names every problem
         """The job a checked definition describes, GPUs resolved to uuids; InvalidRequest
         naming every problem."""
         hosts = self.working.hosts

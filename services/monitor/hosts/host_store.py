@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.monitor.inventory import StoredHost, seed_plan, seeded
+from services.monitor.hosts.inventory import StoredHost, seed_plan, seeded
 from services.monitor.tables import hosts as table
 from services.shared.config import HostConfig
 

@@ -11,16 +11,20 @@ again. `diff_hosts` says which poll loops to start, stop or restart for a new ho
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.monitor.readers import local_host_name
 from services.shared.config import HostConfig, Settings
 
 CONFIG = "config"
 API = "api"
 LOCAL = "local"
+
+
+def local_host_name(configured: str) -> str:
+    return configured or os.uname().nodename
 
 
 def monitored_hosts(settings: Settings, *, local_has_nvml: bool) -> list[HostConfig]:
