@@ -1,5 +1,5 @@
-"""The reservations service's methods for idle reservations given back (`idle.py`,
-`idle_watch.py`, `idle_calls.py`); part of its api, re-exported by `__init__`."""
+"""The reservations service's methods for idle reservations given back (`idle/policy.py`,
+`idle/watch.py`, `idle/calls.py`); part of its api, re-exported by `__init__`."""
 
 from __future__ import annotations
 
