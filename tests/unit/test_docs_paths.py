@@ -1,5 +1,5 @@
-"""The developers' and admins' pages name repository paths that exist: a module moved or renamed
-takes its mentions in docs/developers/ and docs/admins/ with it.
+"""The documentation's pages name repository paths that exist: a module moved or renamed takes
+its mentions in docs/ with it.
 
 Checked: full paths from the repository's root (`services/...`, `bench/...`, `examples/...`,
 `tests/...`, `docker/...`) in inline code and the relative links that lead to them. Short forms
@@ -13,7 +13,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-CHECKED = ("developers", "admins")
 TOP = ("services", "bench", "examples", "tests", "docker")
 
 FENCE = re.compile(r"^ *```.*?^ *```", re.MULTILINE | re.DOTALL)
@@ -23,7 +22,7 @@ PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP)})/[\w./-]*)")
 
 
 def _pages() -> list[Path]:
-    return sorted(page for folder in CHECKED for page in (DOCS / folder).rglob("*.md"))
+    return sorted(DOCS.rglob("*.md"))
 
 
 def _named_in_code(text: str) -> list[str]:
