@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from services.shared.background import cancel_and_wait
 from services.shared.failures import describe_failure, outage
 from services.shared.reservation_book import Holding
 
@@ -142,10 +143,7 @@ class Reminders:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def pass_once(self) -> datetime | None:
         """Send what is due; when the next one is."""

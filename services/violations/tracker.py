@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.shared.background import cancel_and_wait
 from services.shared.config import ViolationSettings
 from services.shared.failures import Retrying
 from services.shared.outbox import add_event
@@ -247,10 +248,7 @@ class Tracker:
         self._task = asyncio.create_task(self._run(interval_s), name="violations escalation")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     def kick(self) -> None:
         self._wake.set()

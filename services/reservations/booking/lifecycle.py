@@ -22,6 +22,7 @@ from services.reservations.outbox import add_event
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.reservations.usage.totals import UsageTotals, add_samples, from_row, summary, to_row
+from services.shared.background import cancel_and_wait
 from services.shared.contracts import Envelope
 from services.shared.failures import Retrying
 
@@ -198,10 +199,7 @@ class Lifecycle:
         self._task = asyncio.create_task(self._run(), name="reservations lifecycle")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):
             await self.usage.flush()
 

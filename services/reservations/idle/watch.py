@@ -16,7 +16,6 @@ rule's policy on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +46,7 @@ from services.reservations.rules.access import idle_policy_of
 from services.reservations.rules.domain import IdlePolicy
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
+from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
 from services.shared.errors import Forbidden, NotFound, StateConflict
 from services.shared.failures import Retrying
@@ -125,10 +125,7 @@ class IdleWatch:
         self._task = asyncio.create_task(self._run(), name="reservations idle watch")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         retrying = Retrying(log, "the idle watch (idle reservations given back)")
