@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pytest
 
 from tests.support.inproc_bus import bus  # noqa: F401 (the in-process `bus` fixture, for every test)
+from tests.support.metrics import fresh_metrics  # noqa: F401 (for the tests that scrape)
 from tests.support.sshd import Sshd
 from tests.support.unix_user import UnixUser, throwaway_user
 

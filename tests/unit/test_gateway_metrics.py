@@ -24,6 +24,9 @@ from services.shared.metrics import REGISTRY
 from services.shared.replicas import Replicas
 from tests.support.polling import until
 
+# Earlier tests' series would make every scrape here slow (tests/support/metrics.py).
+pytestmark = pytest.mark.usefixtures("fresh_metrics")
+
 Client = TestClient[web.Request, web.Application]
 SECRET = "s" * 40
 TOKEN = "metrics-token-0123456789abcdef"

@@ -27,6 +27,9 @@ from services.shared.replicas import new_replica_id
 from tests.support.polling import until
 from tests.unit.test_monitor_loop import healthy
 
+# Earlier tests' series would make every scrape here slow (tests/support/metrics.py).
+pytestmark = pytest.mark.usefixtures("fresh_metrics")
+
 
 @pytest.fixture(autouse=True)
 def only_this_tests_probes() -> Iterator[None]:
