@@ -50,8 +50,6 @@ are of the 32-client phase).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import bisect
 import contextlib
 import cProfile
 import functools
@@ -59,55 +57,52 @@ import io
 import os
 import pstats
 import random
-import secrets
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import _common as common
 import asyncpg
 import sqlalchemy
-from sqlalchemy import insert, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from _reservations_load_calls import (
+    WARMUP_CALLS,
+    Call,
+    Calls,
+    calendar_args,
+    earliest_args,
+    full_overview_args,
+    gpus_found,
+    measure_creates,
+    measure_same_slot,
+    measure_sequential,
+    overview_args,
+    overview_runs,
+)
+from _reservations_load_seed import (
+    DEFAULT_PG_URL,
+    GPUS_PER_HOST,
+    HOSTS,
+    USERS,
+    hide_password,
+    pg_admin_url,
+    postgres_database,
+    seed,
+)
 
 from services.reservations.service import start as start_reservations
-from services.reservations.tables import gpu_slots, gpus, reservations
 from services.shared import db, event_loop
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings
-from services.shared.errors import NotFound, ReservationConflict, WardenError
 from services.shared.runtime import ServiceContext, settle_garbage_collector
-
-DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-USERS = [f"user{i:02d}" for i in range(50)]
-ADMIN = "admin"
-HOSTS = [f"node{i:02d}" for i in range(1, 26)]
-GPUS_PER_HOST = 8
-GPU_MODELS = (("NVIDIA A100-SXM4-40GB", 40_960.0), ("NVIDIA H100 80GB HBM3", 81_559.0))
-
-HALF_HOUR_MS = 30 * 60 * 1000
-HOUR_MS = 2 * HALF_HOUR_MS
-WEEK_MS = 7 * 24 * HOUR_MS
-SEED_PAST = 4 * WEEK_MS
-SEED_AHEAD = 8 * WEEK_MS
-SEED_SIZES = ((1, 85), (2, 8), (4, 5), (8, 2))  # GPUs per seeded reservation, weight
-SEED_TITLES = ("training", "fine-tune", "eval", "sweep", "debug", "inference test")
-CHUNK = 2_000  # rows per executemany
 
 CREATE_CLIENTS = 32
 CREATE_CLIENTS_WIDE = 64
-SAME_SLOT_USERS = 20
-WARMUP_CALLS = 3
 CALL_TIMEOUT_S = 30.0
 
 OPERATIONS = (
@@ -132,19 +127,7 @@ LABELS = {
     "same_slot": "concurrent same slot",
 }
 
-Call = Callable[[str, dict[str, Any]], Awaitable[Any]]
-
-
 # --- figures ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Calls(common.Latencies):
-    """One operation's calls on one backend."""
-
-    note: str = ""
-    wall_s: float = 0.0
-    cpu_ms: float = float("nan")  # process CPU (service + bench) per call, creates only
 
 
 @dataclass
@@ -173,206 +156,6 @@ class Config:
     seed_reservations: int
     seed: int
     profile: str | None
-
-
-# --- databases ----------------------------------------------------------------------------------
-
-
-def pg_admin_url(args: argparse.Namespace) -> str:
-    return str(args.pg_url or os.environ.get("WARDEN_BENCH_PG_URL") or DEFAULT_PG_URL)
-
-
-def _pg_database_url(admin_url: str, database: str) -> str:
-    """postgresql://u@h/postgres -> postgresql+asyncpg://u@h/<database> (for SQLAlchemy)."""
-    parts = urlsplit(admin_url)
-    return urlunsplit(parts._replace(scheme="postgresql+asyncpg", path=f"/{database}"))
-
-
-def _hide_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-@contextlib.asynccontextmanager
-async def postgres_database(admin_url: str) -> AsyncIterator[tuple[str, str]]:
-    """A fresh database on the server of `admin_url`: yields (SQLAlchemy URL, server version).
-
-    Raises OSError (or asyncpg's errors) when the server cannot be reached.
-    """
-    name = f"warden_bench_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(admin_url, timeout=5)
-    try:
-        version = str(await admin.fetchval("SHOW server_version"))
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield _pg_database_url(admin_url, name), version
-    finally:
-        admin = await asyncpg.connect(admin_url, timeout=10)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
-# --- seeding ------------------------------------------------------------------------------------
-
-
-@functools.cache  # (asked for per call: the load generator's CPU is the service's too)
-def gpu_uuids_by_host() -> dict[str, list[str]]:
-    return {host: [f"GPU-{host}-{i}" for i in range(GPUS_PER_HOST)] for host in HOSTS}
-
-
-def gpu_rows(now_ms: int) -> list[dict[str, Any]]:
-    """25 hosts x 8 GPUs: the first half A100s, the second half H100s."""
-    rows = []
-    total = len(HOSTS) * GPUS_PER_HOST
-    for h, host in enumerate(HOSTS):
-        for index in range(GPUS_PER_HOST):
-            n = h * GPUS_PER_HOST + index
-            name, memory = GPU_MODELS[0] if n < total // 2 else GPU_MODELS[1]
-            rows.append(
-                {
-                    "uuid": f"GPU-{host}-{index}",
-                    "host": host,
-                    "gpu_index": index,
-                    "name": name,
-                    "memory_total_mib": memory,
-                    "present": True,
-                    "first_seen_ms": now_ms - SEED_PAST,
-                    "last_change_ms": now_ms - SEED_PAST,
-                }
-            )
-    return rows
-
-
-@dataclass(frozen=True)
-class Planned:
-    owner: str
-    gpus: tuple[str, ...]
-    start_ms: int
-    end_ms: int
-
-
-class Timeline:
-    """Busy intervals of one GPU, sorted and disjoint."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def free(self, start: int, end: int) -> bool:
-        i = bisect.bisect_left(self.starts, end)  # intervals starting before `end`
-        return i == 0 or self.ends[i - 1] <= start
-
-    def take(self, start: int, end: int) -> None:
-        i = bisect.bisect_left(self.starts, start)
-        self.starts.insert(i, start)
-        self.ends.insert(i, end)
-
-
-def plan_reservations(rng: random.Random, count: int, now_ms: int) -> list[Planned]:
-    """`count` reservations that never overlap on a GPU, placed at random (big ones first)."""
-    sizes = sorted(
-        rng.choices([s for s, _ in SEED_SIZES], [w for _, w in SEED_SIZES], k=count), reverse=True
-    )
-    by_host = gpu_uuids_by_host()
-    timelines = {uuid: Timeline() for uuids in by_host.values() for uuid in uuids}
-    origin = now_ms - now_ms % HALF_HOUR_MS - SEED_PAST
-    half_hours = (SEED_PAST + SEED_AHEAD) // HALF_HOUR_MS
-    planned: list[Planned] = []
-    for size in sizes:
-        while True:  # a crowded host: try again, smaller after many misses
-            for _ in range(200):
-                duration = rng.randint(2, 24) * HALF_HOUR_MS  # 1-12 h
-                start = origin + rng.randrange(half_hours - duration // HALF_HOUR_MS) * HALF_HOUR_MS
-                chosen = rng.sample(by_host[rng.choice(HOSTS)], size)
-                end = start + duration
-                if all(timelines[uuid].free(start, end) for uuid in chosen):
-                    for uuid in chosen:
-                        timelines[uuid].take(start, end)
-                    planned.append(Planned(rng.choice(USERS), tuple(sorted(chosen)), start, end))
-                    break
-            else:
-                size = max(1, size // 2)
-                continue
-            break
-    return planned
-
-
-def reservation_rows(
-    rng: random.Random, plan: Sequence[Planned], now_ms: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rows of `reservations` and `reservations_gpu_slots` (ids 1..n), with the started/ended
-    events of the past already sent, as a service that ran all along would have."""
-    rows: list[dict[str, Any]] = []
-    slots: list[dict[str, Any]] = []
-    for rid, p in enumerate(plan, start=1):
-        created = min(now_ms - HOUR_MS, p.start_ms - rng.randint(1, 14 * 24) * HOUR_MS)
-        rows.append(
-            {
-                "id": rid,
-                "owner": p.owner,
-                "title": rng.choice(SEED_TITLES),
-                "description": "",
-                "start_ms": p.start_ms,
-                "end_ms": p.end_ms,
-                "status": "active",
-                "created_by": p.owner,
-                "created_at_ms": created,
-                "updated_at_ms": created,
-                "cancelled_by_rules": False,
-                "started_event_ms": p.start_ms if p.start_ms <= now_ms else None,
-                "ended_event_ms": p.end_ms if p.end_ms <= now_ms else None,
-            }
-        )
-        slots.extend(
-            {
-                "reservation_id": rid,
-                "gpu_uuid": uuid,
-                "owner": p.owner,
-                "start_ms": p.start_ms,
-                "end_ms": p.end_ms,
-                "active": True,
-            }
-            for uuid in p.gpus
-        )
-    return rows, slots
-
-
-async def insert_chunks(engine: AsyncEngine, table: sqlalchemy.Table, rows: list[Any]) -> None:
-    async with engine.begin() as conn:
-        for i in range(0, len(rows), CHUNK):
-            await conn.execute(insert(table), rows[i : i + CHUNK])
-
-
-async def seed(engine: AsyncEngine, cfg: Config, now_ms: int) -> dict[str, int]:
-    """Accounts, GPUs and reservations; returns what was made."""
-    await common.create_accounts(
-        engine, [(u, False) for u in USERS] + [(ADMIN, True)], "bench-password"
-    )
-    rng = random.Random(cfg.seed)
-    await insert_chunks(engine, gpus, gpu_rows(now_ms))
-    plan = plan_reservations(rng, cfg.seed_reservations, now_ms)
-    rows, slots = reservation_rows(rng, plan, now_ms)
-    await insert_chunks(engine, reservations, rows)
-    await insert_chunks(engine, gpu_slots, slots)
-    if engine.dialect.name == "postgresql":  # explicit ids do not move the sequence
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("SELECT setval(pg_get_serial_sequence('reservations', 'id'), :n)"),
-                {"n": len(rows)},
-            )
-    return {
-        "users": len(USERS) + 1,
-        "gpus": len(HOSTS) * GPUS_PER_HOST,
-        "reservations": len(rows),
-        "gpu_slots": len(slots),
-    }
 
 
 # --- the service --------------------------------------------------------------------------------
@@ -405,200 +188,6 @@ async def running_service(url: str, data_dir: Path) -> AsyncIterator[Call]:
             await teardown()
     finally:
         await bus.close()
-
-
-# --- measurements -------------------------------------------------------------------------------
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
-
-
-def today_ms(now_ms: int) -> int:
-    return now_ms - now_ms % (24 * HOUR_MS)
-
-
-def create_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
-    """1-2 GPUs on one host, 1-4 h, at a half hour 1-8 weeks ahead, for a random user."""
-    uuids = gpu_uuids_by_host()[rng.choice(HOSTS)]
-    first = now_ms - now_ms % HALF_HOUR_MS + WEEK_MS
-    start = first + rng.randrange(7 * WEEK_MS // HALF_HOUR_MS) * HALF_HOUR_MS
-    return {
-        "actor": rng.choice(USERS),
-        "gpus": rng.sample(uuids, rng.randint(1, 2)),
-        "start": iso(start),
-        "end": iso(start + rng.randint(1, 4) * HOUR_MS),
-        "title": "bench",
-    }
-
-
-def calendar_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
-    by_host = gpu_uuids_by_host()
-    start = today_ms(now_ms) + rng.randrange(28) * 24 * HOUR_MS
-    return {
-        "start": iso(start),
-        "end": iso(start + WEEK_MS),
-        "gpus": [uuid for host in rng.sample(HOSTS, 8) for uuid in by_host[host]],
-    }
-
-
-def overview_args(rng: random.Random, now_ms: int, shape: str = "compact") -> dict[str, Any]:
-    start = today_ms(now_ms)
-    return {
-        "actor": rng.choice(USERS),
-        "start": iso(start),
-        "end": iso(start + 4 * WEEK_MS),
-        "slot_minutes": 30,
-        "format": shape,
-    }
-
-
-def full_overview_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
-    return overview_args(rng, now_ms, "full")
-
-
-def earliest_args(rng: random.Random, now_ms: int) -> dict[str, Any]:
-    not_before = now_ms + rng.randrange(2 * WEEK_MS // 60_000) * 60_000
-    return {
-        "actor": rng.choice(USERS),
-        "count": 8,
-        "duration_minutes": 240,
-        "same_host": True,
-        "not_before": iso(not_before),
-    }
-
-
-class Outcomes:
-    """Answers of a batch of calls: successes, conflicts, other refusals, bugs."""
-
-    def __init__(self) -> None:
-        self.ok = self.conflicts = self.not_found = self.errors = 0
-
-    async def run(self, figures: Calls, call: Call, method: str, args: dict[str, Any]) -> Any:
-        started = time.perf_counter()
-        try:
-            answer = await call(method, args)
-        except ReservationConflict:
-            self.conflicts += 1
-            figures.add(started)
-            return None
-        except NotFound:  # find_slot: nothing free within its horizon (a valid answer)
-            self.not_found += 1
-            figures.add(started)
-            return None
-        except Exception as err:  # anything else is a bug in the service (or the bench)
-            self.errors += 1
-            print(f"  ERROR {method}({args}): {err.__class__.__name__}: {err}", flush=True)
-            return None
-        self.ok += 1
-        figures.add(started)
-        return answer
-
-
-async def warm_up(call: Call, method: str, make: Callable[[], dict[str, Any]]) -> None:
-    for _ in range(WARMUP_CALLS):
-        with contextlib.suppress(WardenError):
-            await call(method, make())
-
-
-async def measure_creates(call: Call, total: int, clients: int, seed: int, now_ms: int) -> Calls:
-    """`total` creates by `clients` concurrent clients, each in a closed loop."""
-    rng = random.Random(seed)
-    await warm_up(call, "create_reservation", lambda: create_args(rng, now_ms))
-    figures, outcomes = Calls(), Outcomes()
-    remaining = total
-
-    async def client() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            await outcomes.run(figures, call, "create_reservation", create_args(rng, now_ms))
-
-    started, cpu_started = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    figures.wall_s = time.perf_counter() - started
-    figures.cpu_ms = (time.process_time() - cpu_started) / total * 1000
-    figures.note = (
-        f"{outcomes.ok} ok, {outcomes.conflicts} conflicts, {outcomes.errors} errors; "
-        f"{total / figures.wall_s:.0f}/s = {figures.wall_s / total * 1000:.1f} ms each"
-        + (f" ({clients} clients)" if clients > 1 else "")
-        + f"; CPU {figures.cpu_ms:.2f} ms per create"
-    )
-    return figures
-
-
-async def measure_sequential(
-    call: Call,
-    method: str,
-    make: Callable[[], dict[str, Any]],
-    calls: int,
-    size: tuple[str, Callable[[Any], int]],
-) -> Calls:
-    """`calls` calls one after the other; the note says how big the answers were.
-
-    Only the size of each answer is kept: holding hundreds of thousands of answer objects
-    would slow the process (garbage collection) and skew later figures.
-    """
-    await warm_up(call, method, make)
-    figures, outcomes = Calls(), Outcomes()
-    unit, count = size
-    sizes = []
-    started, cpu = time.perf_counter(), time.process_time()
-    for _ in range(calls):
-        answer = await outcomes.run(figures, call, method, make())
-        if answer is not None:
-            sizes.append(count(answer))
-    figures.wall_s = time.perf_counter() - started
-    cpu_ms = (time.process_time() - cpu) / max(calls, 1) * 1000
-    mean = statistics.fmean(sizes) if sizes else 0.0
-    figures.note = f"{mean:,.0f} {unit} per answer, CPU {cpu_ms:.1f} ms per call"
-    if outcomes.not_found:
-        figures.note += f", {outcomes.not_found} 'none found'"
-    figures.note += _errors(outcomes)
-    return figures
-
-
-def _overview_runs(answer: dict[str, Any]) -> int:
-    """Runs in either format (compact: `cells` holds two numbers per run)."""
-    return sum(
-        len(gpu["runs"]) if "runs" in gpu else len(gpu["cells"]) // 2
-        for host in answer["hosts"]
-        for gpu in host["gpus"]
-    )
-
-
-def _gpus(answer: dict[str, Any]) -> int:
-    return len(answer["gpus"])
-
-
-def _errors(outcomes: Outcomes) -> str:
-    return f", {outcomes.errors} ERRORS" if outcomes.errors else ""
-
-
-async def measure_same_slot(call: Call, now_ms: int) -> tuple[Calls, int]:
-    """20 users ask for the same 2 GPUs for the same 2 hours at once (9 weeks ahead: free)."""
-    start = today_ms(now_ms) + 9 * WEEK_MS + 10 * HOUR_MS
-    gpus = gpu_uuids_by_host()[HOSTS[0]][:2]
-    figures, outcomes = Calls(), Outcomes()
-    await asyncio.gather(
-        *(
-            outcomes.run(
-                figures,
-                call,
-                "create_reservation",
-                {
-                    "actor": user,
-                    "gpus": gpus,
-                    "start": iso(start),
-                    "end": iso(start + 2 * HOUR_MS),
-                    "title": "bench",
-                },
-            )
-            for user in USERS[:SAME_SLOT_USERS]
-        )
-    )
-    figures.note = f"{outcomes.ok} ok, {outcomes.conflicts} conflicts" + _errors(outcomes)
-    return figures, outcomes.ok
 
 
 @contextlib.contextmanager
@@ -641,15 +230,15 @@ async def measure_all(call: Call, cfg: Config, now_ms: int, result: BackendResul
     rng = random.Random(cfg.seed + 2)
     sequential = (  # operation, method, its arguments, calls, what an answer holds
         ("calendar", "calendar", calendar_args, cfg.calendar_calls, ("reservations", len)),
-        ("overview", "overview", overview_args, cfg.overview_calls, ("runs", _overview_runs)),
+        ("overview", "overview", overview_args, cfg.overview_calls, ("runs", overview_runs)),
         (
             "overview_full",
             "overview",
             full_overview_args,
             cfg.overview_calls,
-            ("runs", _overview_runs),
+            ("runs", overview_runs),
         ),
-        ("earliest", "find_slot", earliest_args, cfg.earliest_calls, ("GPUs", _gpus)),
+        ("earliest", "find_slot", earliest_args, cfg.earliest_calls, ("GPUs", gpus_found)),
     )
     for operation, method, make, calls, size in sequential:
         with step(operation):
@@ -672,7 +261,7 @@ async def run_on(url: str, tmp: Path, cfg: Config, result: BackendResult) -> Non
         await db.upgrade(engine, "reservations")
         result.setup_s["migrate"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        result.seeded = await seed(engine, cfg, now_ms)
+        result.seeded = await seed(engine, cfg.seed_reservations, cfg.seed, now_ms)
         result.setup_s["seed"] = time.perf_counter() - t0
         print(
             f"  seeded {result.seeded['reservations']:,} reservations "
@@ -704,7 +293,7 @@ async def run_postgresql(cfg: Config, admin_url: str) -> BackendResult:
     tmp = Path(tempfile.mkdtemp(prefix="warden-bench-reservations-pg-"))
     try:
         async with postgres_database(admin_url) as (url, version):
-            result.where = _hide_password(url)
+            result.where = hide_password(url)
             result.server = f"PostgreSQL {version}"
             print(f"postgresql: {result.where}", flush=True)
             await run_on(url, tmp, cfg, result)
@@ -713,7 +302,7 @@ async def run_postgresql(cfg: Config, admin_url: str) -> BackendResult:
             raise
         result.skipped = f"{err.__class__.__name__}: {err}"
         print(
-            f"postgresql: UNREACHABLE at {_hide_password(admin_url)} ({result.skipped}); "
+            f"postgresql: UNREACHABLE at {hide_password(admin_url)} ({result.skipped}); "
             "its figures are reported as nan",
             flush=True,
         )
