@@ -13,7 +13,7 @@ from typing import TypeAlias
 
 from services import SERVICE_NAMES, __version__
 from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
-from services.shared import db, event_loop
+from services.shared import event_loop
 from services.shared.config import (
     Settings,
     default_config_path,
@@ -22,6 +22,7 @@ from services.shared.config import (
 )
 from services.shared.errors import WardenError
 from services.shared.logging import configure_logging
+from services.shared.storage import db
 
 log = logging.getLogger("warden.cli")
 

@@ -21,10 +21,10 @@ from services.shared.background import cancel_and_wait
 from services.shared.bus import RpcHandler, Teardown
 from services.shared.host_directory import HostDirectory
 from services.shared.leadership import Leadership, elect, rpc_table, serve_office
-from services.shared.outbox import Relay
 from services.shared.rpc import served
 from services.shared.runtime import ServiceContext, open_database, start_service
-from services.shared.store import Store
+from services.shared.storage.outbox import Relay
+from services.shared.storage.store import Store
 from services.shared.usage_report import report_handler
 
 log = logging.getLogger("warden.jobs")

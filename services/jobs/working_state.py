@@ -25,9 +25,9 @@ from services.jobs.tables import outbox
 from services.shared.config import Settings
 from services.shared.errors import Forbidden, NotFound
 from services.shared.host_directory import HostDirectory
-from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
-from services.shared.store import Store
+from services.shared.storage.outbox import add_event
+from services.shared.storage.store import Store
 
 log = logging.getLogger("warden.jobs")
 

@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, RpcHandler, Teardown
 from services.shared.errors import ServiceUnavailable
-from services.shared.store import Store
+from services.shared.storage.store import Store
 
 if TYPE_CHECKING:
     from services.shared.runtime import ServiceContext

@@ -17,9 +17,9 @@ from sqlalchemy import (
     Text,
 )
 
-from services.shared.db import applied_events_table
 from services.shared.leadership import lease_table
-from services.shared.outbox import outbox_table
+from services.shared.storage.db import applied_events_table
+from services.shared.storage.outbox import outbox_table
 
 metadata = MetaData()
 

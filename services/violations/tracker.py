@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.config import ViolationSettings
 from services.shared.failures import Retrying
-from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
-from services.shared.store import Store
+from services.shared.storage.outbox import add_event
+from services.shared.storage.store import Store
 from services.violations import repository
 from services.violations.detector import Offence, SeenProcess, detect
 from services.violations.incidents import (

@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.shared.db import create_engine
 from services.shared.leadership import LEADER, STANDBY, Deposed, Leadership, lease_table
-from services.shared.store import Store
+from services.shared.storage.db import create_engine
+from services.shared.storage.store import Store
 from tests.support.polling import until
 
 metadata = sa.MetaData()

@@ -22,7 +22,6 @@ from services.accounts import users as accounts
 from services.reservations import tables
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
-from services.shared import db
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings
 from services.shared.contracts import Envelope
@@ -35,6 +34,7 @@ from services.shared.errors import (
 )
 from services.shared.http_errors import STATUS_BY_CODE
 from services.shared.runtime import ServiceContext
+from services.shared.storage import db
 from tests.support.events import record
 from tests.support.polling import until
 

@@ -34,7 +34,7 @@ from services.shared.bus.metered import MeteredBus
 from services.shared.contracts import make_envelope, parse_envelope
 from services.shared.failures import Retrying
 from services.shared.metrics import Sample
-from services.shared.store import Store, now_ms
+from services.shared.storage.store import Store, now_ms
 
 log = logging.getLogger("warden.outbox")
 
