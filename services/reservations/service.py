@@ -20,7 +20,7 @@ from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
-from services.shared.host_directory import HostDirectory
+from services.shared.cluster.host_directory import HostDirectory
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.storage.outbox import Relay
 

@@ -22,9 +22,9 @@ import asyncssh
 
 from services.monitor import api as monitor_api
 from services.shared import toml
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.config import Settings, load_settings
 from services.shared.errors import WardenError
 from services.shared.logging import configure_logging

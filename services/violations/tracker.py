@@ -2,7 +2,7 @@
 
 Every change is written with its events (through the outbox) in one transaction, then applied
 to memory. One asyncio lock orders snapshots, reservation changes and escalation ticks. Only
-the leader replica has a tracker (services/shared/leadership.py): its writes are fenced, and
+the leader replica has a tracker (services/shared/cluster/leadership.py): its writes are fenced, and
 a standby that takes over builds a fresh one from the database.
 """
 

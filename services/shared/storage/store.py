@@ -3,7 +3,7 @@
 Writes that must see a consistent state run in `write()`: on SQLite one writer at a time (an
 in-process lock, then BEGIN IMMEDIATE, which also serialises other processes); on PostgreSQL
 a normal transaction. A `fence` (a leader's check that it still leads, see
-`services.shared.leadership`) runs first in every write transaction and may refuse it.
+`services.shared.cluster.leadership`) runs first in every write transaction and may refuse it.
 """
 
 from __future__ import annotations

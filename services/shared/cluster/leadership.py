@@ -36,8 +36,8 @@ from sqlalchemy import BigInteger, Column, MetaData, String, Table, literal_colu
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, RpcHandler, Teardown
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.errors import ServiceUnavailable
 from services.shared.storage.store import Store
 
