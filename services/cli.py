@@ -345,7 +345,7 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
     from services.monitor.hosts.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
-    from services.shared.ssh import SshOptions
+    from services.shared.remote.ssh import SshOptions
 
     settings = _settings(args)
     configure_logging(settings.log)
@@ -364,7 +364,7 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from services.shared.ssh import public_key_line
+    from services.shared.remote.ssh import public_key_line
 
     settings = _settings(args)
     if args.generate:

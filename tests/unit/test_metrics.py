@@ -182,7 +182,7 @@ async def test_the_monitor_tells_each_poll_its_duration_and_age_or_failure() -> 
 
     def answer() -> Any:
         if not up:
-            from services.shared.ssh import HostUnreachable
+            from services.shared.remote.ssh import HostUnreachable
 
             raise HostUnreachable("a: refused", {"reason": "refused"})
         return healthy()
