@@ -32,8 +32,8 @@ from sqlalchemy import func, insert, select
 
 from services.reservations.store import to_ms
 from services.reservations.tables import gpu_slots, reservations
-from services.shared import db
 from services.shared.config import load_settings
+from services.shared.storage import db
 
 # --- seeding ------------------------------------------------------------------------------------
 

@@ -341,7 +341,7 @@ async def create_accounts(
 
     from services.accounts import passwords, provisioning
     from services.accounts.provisioning import NewAccount
-    from services.shared.store import Store
+    from services.shared.storage.store import Store
 
     passwords._hasher = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
     passwords._dummy_hash.cache_clear()
@@ -354,7 +354,7 @@ async def prepare_databases(
     settings: Settings, users: Iterable[tuple[str, bool]], password: str
 ) -> None:
     """Every service's database migrated; `users` made in the reservations one."""
-    from services.shared import db
+    from services.shared.storage import db
 
     for name in db.SERVICES_WITH_DATABASE:
         engine = db.create_engine(settings.storage.database_url_for(name))

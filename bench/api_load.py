@@ -17,7 +17,7 @@ Set-up (each part its own OS process, on this machine, in a temporary folder rem
   `login_failures_per_ip = 1000`, `[ssh] known_hosts` (the sim's), `[monitor] local_nvml =
   "off"` and the default `interval_s` (5 s: the monitor polls the 50 hosts all along, as it would in
   production), then the sim's `[[hosts]]`. Every database is migrated with
-  `services.shared.db.upgrade` and the accounts user00..user49 and admin are made in the
+  `services.shared.storage.db.upgrade` and the accounts user00..user49 and admin are made in the
   reservations database by `accounts.create_user` (argon2 made cheap here, so the 51 logins
   through the server are cheap too). The default access rule lets every user book every GPU.
 - `python -m services.cli run all --config warden.toml`: every service and the gateway in one

@@ -28,10 +28,10 @@ from aiohttp.test_utils import make_mocked_request
 
 from services.shared.bus.inproc import InProcessBus
 from services.shared.bus.metered import MeteredBus
+from services.shared.cluster.replicas import new_replica_id
 from services.shared.contracts import Envelope, make_envelope, utc_now_iso
 from services.shared.metrics import render
 from services.shared.metrics.http import latency_middleware
-from services.shared.replicas import new_replica_id
 
 TARGET_HTTP_US = 10.0
 RATE = 1500

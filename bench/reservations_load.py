@@ -10,7 +10,7 @@ Set-up, for each backend in turn:
   `warden_bench_<random>` created on PostgreSQL (`--pg-url`, env WARDEN_BENCH_PG_URL, default
   postgresql://postgres@127.0.0.1:5432/postgres; dropped WITH (FORCE) at the end). When
   PostgreSQL cannot be reached that is said in one line and its figures are `nan`.
-  Migrated with `services.shared.db.upgrade(engine, "reservations")`.
+  Migrated with `services.shared.storage.db.upgrade(engine, "reservations")`.
 - 50 users (user00..user49) and an admin, made with `accounts.create_user` (argon2 made cheap
   for the bench), 200 GPUs (25 hosts x 8; half A100, half H100) and 20,000 reservations from
   4 weeks ago to 8 weeks ahead (mostly 1 GPU, some 2/4/8 on one host, 1-12 h, never
@@ -96,10 +96,11 @@ from _reservations_load_seed import (
 )
 
 from services.reservations.service import start as start_reservations
-from services.shared import db, event_loop
+from services.shared import event_loop
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings
 from services.shared.runtime import ServiceContext, settle_garbage_collector
+from services.shared.storage import db
 
 CREATE_CLIENTS = 32
 CREATE_CLIENTS_WIDE = 64

@@ -7,7 +7,7 @@ Usage::
 Set-up, in a temporary folder removed at the end:
 
 - warden.toml: storage in the folder (embedded SQLite), a free `[gateway] port`, no hosts.
-  Every database migrated with `services.shared.db.upgrade`; the accounts user000..user099
+  Every database migrated with `services.shared.storage.db.upgrade`; the accounts user000..user099
   and admin made by `accounts.create_user`; 10 groups of 10 users (each user also in the
   default group "users").
 - A year before now, seeded straight into the SQLite files (sqlite3 `executemany`, seconds):

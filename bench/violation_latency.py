@@ -10,8 +10,8 @@ beside the simulated fleet it watches):
 - `SimFleet(100 hosts x 8 GPUs, churn off)` served over real SSH by `SimServer` (one port per
   host, a fresh client key; --quick: 10 hosts). A temporary folder holds the key, known_hosts,
   warden.toml (its [[hosts]] from `server.hosts_config`) and the SQLite databases (embedded
-  storage), migrated with `services.shared.db.upgrade`; accounts admin, alice and bob are made
-  in the reservations database (argon2 made cheap: nobody logs in).
+  storage), migrated with `services.shared.storage.db.upgrade`; accounts admin, alice and bob
+  are made in the reservations database (argon2 made cheap: nobody logs in).
 - `run_services(["monitor", "reservations", "violations"], ..., bus_kind="inproc")` on an
   `InProcessBus`, the monitor polling every host every 2 s (`[monitor] interval_s`).
   [violations]: steps = ["0s webhook owner+admins"], handlers = ["webhook"], one

@@ -13,7 +13,7 @@ from typing import TypeAlias
 
 from services import SERVICE_NAMES, __version__
 from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
-from services.shared import db, event_loop
+from services.shared import event_loop
 from services.shared.config import (
     Settings,
     default_config_path,
@@ -22,6 +22,7 @@ from services.shared.config import (
 )
 from services.shared.errors import WardenError
 from services.shared.logging import configure_logging
+from services.shared.storage import db
 
 log = logging.getLogger("warden.cli")
 
@@ -344,7 +345,7 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
     from services.monitor.hosts.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
-    from services.shared.ssh import SshOptions
+    from services.shared.remote.ssh import SshOptions
 
     settings = _settings(args)
     configure_logging(settings.log)
@@ -363,7 +364,7 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from services.shared.ssh import public_key_line
+    from services.shared.remote.ssh import public_key_line
 
     settings = _settings(args)
     if args.generate:

@@ -16,7 +16,7 @@ from services.shared.config import Settings, load_settings
 from services.shared.errors import InvalidRequest, WardenError
 
 if TYPE_CHECKING:
-    from services.shared.store import Store
+    from services.shared.storage.store import Store
 
 # Who account changes made here are attributed to (in the reservations service's log).
 CLI_ACTOR = "cli"

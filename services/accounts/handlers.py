@@ -12,7 +12,7 @@ from services.accounts.calls import AccountCalls, Bookings
 from services.accounts.ldap_directory import LdapDirectory
 from services.shared.bus import RpcHandler
 from services.shared.rpc import served
-from services.shared.store import Store
+from services.shared.storage.store import Store
 
 
 def rpc_methods(

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.accounts import users
-from services.shared import db
 from services.shared.config import Settings
-from services.shared.store import Store
+from services.shared.storage import db
+from services.shared.storage.store import Store
 
 # The service whose database holds the accounts.
 DATABASE = "reservations"

@@ -38,10 +38,10 @@ from services.gateway.routes.meta import BACKENDS
 from services.gateway.routing import API, Authenticator, Route, wrap
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus
+from services.shared.cluster.replicas import Replicas
 from services.shared.config import Settings
 from services.shared.http_errors import error_middleware
 from services.shared.metrics.http import latency_middleware
-from services.shared.replicas import Replicas
 
 __all__ = ["BACKENDS", "create_app"]
 

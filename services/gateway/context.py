@@ -12,8 +12,8 @@ from services.gateway.fleet_board import FleetBoard
 from services.gateway.limits import Limits
 from services.gateway.stream import StreamHub
 from services.shared.bus import Bus, Teardown
+from services.shared.cluster.replicas import Replicas
 from services.shared.config import Settings
-from services.shared.replicas import Replicas
 
 SETTINGS = web.AppKey("settings", Settings)
 BUS = web.AppKey("bus", Bus)

@@ -22,8 +22,8 @@ from services.shared.errors import (
     ReservationConflict,
     StateConflict,
 )
+from services.shared.remote.ssh import HostUnreachable
 from services.shared.rpc import Answer, methods_of
-from services.shared.ssh import HostUnreachable
 from services.shared.usage_report import FactsSchema, PeriodArgs
 
 SERVICE = "jobs"

@@ -29,7 +29,7 @@ from services.shared.errors import (
     StateConflict,
     WardenError,
 )
-from services.shared.outbox import add_event
+from services.shared.storage.outbox import add_event
 
 
 class JobCalls:

@@ -33,8 +33,8 @@ from services.jobs.start_checks import fixed_placement, run_until, use_refusals
 from services.jobs.state import JobState
 from services.jobs.supervisor import TaskSupervisor
 from services.jobs.working_state import WorkingState
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.errors import WardenError
 from services.shared.failures import Retrying
 

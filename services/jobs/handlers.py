@@ -14,7 +14,7 @@ from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import Forbidden
 from services.shared.rpc import served
-from services.shared.store import Store
+from services.shared.storage.store import Store
 from services.shared.usage_report import report_handler
 
 _DEFINITION_KEYS = tuple(api.DefinitionSchema().fields)

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.jobs.spec import from_spec, spec_json
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import jobs, runs, tasks
-from services.shared.store import from_ms, iso_ms, to_ms
+from services.shared.storage.store import from_ms, iso_ms, to_ms
 
 
 def _ms(moment: datetime | None) -> int | None:

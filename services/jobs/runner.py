@@ -28,7 +28,13 @@ from services.jobs.scripts import (
 )
 from services.shared.config import HostConfig, Settings
 from services.shared.errors import register_error
-from services.shared.ssh import CommandResult, HostShell, HostUnreachable, SshHostShell, SshOptions
+from services.shared.remote.ssh import (
+    CommandResult,
+    HostShell,
+    HostUnreachable,
+    SshHostShell,
+    SshOptions,
+)
 
 
 @register_error

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, cast
 
-from services.shared.shell import CommandResult
+from services.shared.remote.shell import CommandResult
 
 # $0 of every script (what `ps` and error messages show), and of the runner in the session.
 SCRIPT_NAME = "warden-job"

@@ -1,5 +1,5 @@
 """Composition root of the jobs service: one leader acts, other replicas stand by
-(services/shared/leadership.py)."""
+(services/shared/cluster/leadership.py)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from services.jobs.tables import leader_lease, outbox
 from services.jobs.working_state import WorkingState
 from services.monitor import api as monitor_api
 from services.reservations.api import fetch_calendar
-from services.shared.background import cancel_and_wait
 from services.shared.bus import RpcHandler, Teardown
-from services.shared.host_directory import HostDirectory
-from services.shared.leadership import Leadership, elect, rpc_table, serve_office
-from services.shared.outbox import Relay
+from services.shared.cluster.background import cancel_and_wait
+from services.shared.cluster.host_directory import HostDirectory
+from services.shared.cluster.leadership import Leadership, elect, rpc_table, serve_office
 from services.shared.rpc import served
 from services.shared.runtime import ServiceContext, open_database, start_service
-from services.shared.store import Store
+from services.shared.storage.outbox import Relay
+from services.shared.storage.store import Store
 from services.shared.usage_report import report_handler
 
 log = logging.getLogger("warden.jobs")

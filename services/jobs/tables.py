@@ -19,9 +19,9 @@ from sqlalchemy import (
     Text,
 )
 
-from services.shared.db import applied_events_table
-from services.shared.leadership import lease_table
-from services.shared.outbox import outbox_table
+from services.shared.cluster.leadership import lease_table
+from services.shared.storage.db import applied_events_table
+from services.shared.storage.outbox import outbox_table
 
 metadata = MetaData()
 
@@ -94,5 +94,5 @@ runs = Table(
 
 outbox = outbox_table(metadata, "jobs")
 
-# Which replica leads (services/shared/leadership.py).
+# Which replica leads (services/shared/cluster/leadership.py).
 leader_lease = lease_table(metadata, "jobs")

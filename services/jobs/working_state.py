@@ -1,7 +1,7 @@
 """The jobs service's working state, owned in one place: jobs and their tasks, what they wait
 for, and their runs; the GPUs known and busy; the reservation book; and the one asyncio lock
 that orders commands, event reactions and ticks. Only the leader replica has one
-(services/shared/leadership.py): its writes are fenced, and a standby that takes over (or a
+(services/shared/cluster/leadership.py): its writes are fenced, and a standby that takes over (or a
 restart) reloads the jobs and goes on polling their tasks.
 
 Every change is written with its events (through the outbox) in one transaction (`commit`),
@@ -22,12 +22,12 @@ from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
+from services.shared.cluster.host_directory import HostDirectory
 from services.shared.config import Settings
 from services.shared.errors import Forbidden, NotFound
-from services.shared.host_directory import HostDirectory
-from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
-from services.shared.store import Store
+from services.shared.storage.outbox import add_event
+from services.shared.storage.store import Store
 
 log = logging.getLogger("warden.jobs")
 

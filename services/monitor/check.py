@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from services.monitor.nvml import load_nvml
 from services.shared.config import HostConfig
-from services.shared.ssh import HostShell, HostUnreachable, SshHostShell, SshOptions
+from services.shared.remote.ssh import HostShell, HostUnreachable, SshHostShell, SshOptions
 
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*) \(UUID: ([^)]*)\)")
 

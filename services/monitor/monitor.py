@@ -28,7 +28,7 @@ from services.monitor.state import Event, HostState
 from services.monitor.tsdb.base import GPU_METRICS, GpuPoint, HostPoint
 from services.monitor.writer import MetricsWriter
 from services.shared.errors import WardenError
-from services.shared.ssh import HostUnreachable
+from services.shared.remote.ssh import HostUnreachable
 
 log = logging.getLogger("warden.monitor")
 

@@ -20,7 +20,7 @@ from services.monitor.probe import (
     parse_probe_output,
     parse_proc_stat_line,
 )
-from services.shared.ssh import HostShell, HostUnreachable
+from services.shared.remote.ssh import HostShell, HostUnreachable
 
 
 class HostReader(ABC):

@@ -20,7 +20,7 @@ from services.monitor.hosts.inventory import InventoryHost
 from services.monitor.monitor import Monitor, MonitorStats, host_entry
 from services.monitor.state import HostState
 from services.shared.bus import Bus, RpcHandler
-from services.shared.replicas import Replicas
+from services.shared.cluster.replicas import Replicas
 
 log = logging.getLogger("warden.monitor")
 

@@ -27,8 +27,8 @@ from services.monitor.tsdb.sqlite import SqlMetricsStore
 from services.monitor.writer import MetricsWriter
 from services.shared.bus import Teardown
 from services.shared.config import HostConfig, MonitorSettings, Settings
+from services.shared.remote.ssh import SshHostShell, SshOptions
 from services.shared.runtime import ServiceContext, open_database, start_service
-from services.shared.ssh import SshHostShell, SshOptions
 
 log = logging.getLogger("warden.monitor")
 

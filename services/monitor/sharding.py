@@ -1,6 +1,6 @@
 """Which hosts of the inventory this monitor replica polls, kept in line with its peers.
 
-Every replica hears the others' heartbeats (`services/shared/replicas.py`) and gives each
+Every replica hears the others' heartbeats (`services/shared/cluster/replicas.py`) and gives each
 host to the replica that rendezvous hashing picks among the *active* ones (`shards.py`). A
 replica that starts says `joining` for a heartbeat and a half, so it has heard its peers (and
 asked them what they announced of their hosts) before it takes any host; then it says
@@ -33,9 +33,9 @@ from services.monitor.hosts.inventory import LOCAL, InventoryHost, diff_hosts
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
 from services.monitor.shards import owner
-from services.shared.background import cancel_and_wait
+from services.shared.cluster.background import cancel_and_wait
+from services.shared.cluster.replicas import Replicas
 from services.shared.config import HostConfig
-from services.shared.replicas import Replicas
 
 log = logging.getLogger("warden.monitor")
 

@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 
 from services.monitor.tsdb.base import GPU_METRICS, HOST_METRICS
-from services.shared.db import applied_events_table
+from services.shared.storage.db import applied_events_table
 
 metadata = MetaData()
 

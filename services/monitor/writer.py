@@ -13,7 +13,7 @@ import logging
 from collections import deque
 
 from services.monitor.tsdb.base import HostPoint, MetricsStore
-from services.shared.background import cancel_and_wait
+from services.shared.cluster.background import cancel_and_wait
 
 log = logging.getLogger("warden.monitor.metrics")
 

@@ -19,8 +19,8 @@ from services.notifications.delivery.smtp import SmtpSender
 from services.notifications.delivery.webhook import WebhookPoster
 from services.notifications.limits import RateLimiter
 from services.shared.config import SmtpSettings, WebhookTarget
-from services.shared.outbox import add_event
-from services.shared.store import Store, iso_ms, now_ms
+from services.shared.storage.outbox import add_event
+from services.shared.storage.store import Store, iso_ms, now_ms
 
 log = logging.getLogger("warden.notifications")
 

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.notifications.preferences import Preferences
 from services.notifications.tables import notification_keys, notification_prefs, notifications_sent
-from services.shared.store import iso_ms
+from services.shared.storage.store import iso_ms
 
 
 async def load_prefs(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from services.shared.background import cancel_and_wait
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.failures import describe_failure, outage
 from services.shared.reservation_book import Holding
 

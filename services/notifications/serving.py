@@ -21,7 +21,7 @@ from services.shared.config import Settings
 from services.shared.contracts import Envelope
 from services.shared.reservation_book import ReservationBook
 from services.shared.rpc import Method
-from services.shared.store import Store, now_ms
+from services.shared.storage.store import Store, now_ms
 
 
 class NotificationCalls:

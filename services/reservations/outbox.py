@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.tables import outbox
-from services.shared import outbox as shared_outbox
+from services.shared.storage import outbox as shared_outbox
 
 SOURCE = "reservations"
 

@@ -25,8 +25,8 @@ from services.accounts.provisioning import NewAccount
 from services.reservations.booking.changes import Changes
 from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store
-from services.shared import db
 from services.shared.config import Settings
+from services.shared.storage import db
 
 DEMO_ACTOR = "demo"
 

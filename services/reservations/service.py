@@ -20,9 +20,9 @@ from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
-from services.shared.host_directory import HostDirectory
-from services.shared.outbox import Relay
+from services.shared.cluster.host_directory import HostDirectory
 from services.shared.runtime import ServiceContext, open_database, start_service
+from services.shared.storage.outbox import Relay
 
 # The longest an event waits for the next flush after another flush began (outbox.Relay).
 RELAY_GAP_S = 0.01

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.tables import users
-from services.shared.store import Store, from_ms, iso_ms, now_ms, to_ms
+from services.shared.storage.store import Store, from_ms, iso_ms, now_ms, to_ms
 
 __all__ = ["Store", "from_ms", "iso_ms", "lock_owner", "lock_owners", "now_ms", "to_ms"]
 

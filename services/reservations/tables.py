@@ -30,8 +30,8 @@ from sqlalchemy import (
     Text,
 )
 
-from services.shared.db import applied_events_table
-from services.shared.outbox import outbox_table
+from services.shared.storage.db import applied_events_table
+from services.shared.storage.outbox import outbox_table
 
 metadata = MetaData()
 

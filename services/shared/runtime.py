@@ -28,14 +28,14 @@ from services.shared.bus import Bus, BusSettings, EventHandler, RpcHandler, Tear
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.bus.metered import MeteredBus
+from services.shared.cluster.replicas import Replicas, new_replica_id
 from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD, utc_now_iso
-from services.shared.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
 from services.shared.errors import ServiceUnavailable
 from services.shared.failures import database_unreachable, describe_failure
 from services.shared.metrics import Sample
 from services.shared.metrics.http import serve_metrics
-from services.shared.replicas import Replicas, new_replica_id
+from services.shared.storage.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
 
 log = logging.getLogger("warden.runtime")
 

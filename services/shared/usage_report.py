@@ -16,7 +16,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validates_schema
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.shared.store import Store
+from services.shared.storage.store import Store
 
 HOUR_MS = 3_600_000
 

@@ -21,14 +21,15 @@ from typing import Any
 import asyncssh
 
 from services.monitor import api as monitor_api
-from services.shared import db, toml
-from services.shared.background import cancel_and_wait
+from services.shared import toml
 from services.shared.bus import Bus
 from services.shared.bus.inproc import InProcessBus
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.config import Settings, load_settings
 from services.shared.errors import WardenError
 from services.shared.logging import configure_logging
 from services.shared.runtime import run_services
+from services.shared.storage import db
 from services.sim.demo_seed import ADMIN, ALICE, BOB, BookPast, seed_week
 from services.sim.model import SimFleet
 from services.sim.server import SimServer

@@ -18,7 +18,7 @@ from services.shared.bus import EventHandler, RpcHandler
 from services.shared.contracts import Envelope
 from services.shared.errors import NotFound
 from services.shared.rpc import Method, served
-from services.shared.store import Store
+from services.shared.storage.store import Store
 from services.shared.usage_report import report_handler
 from services.violations import api, repository, usage_report
 from services.violations.tracker import Tracker

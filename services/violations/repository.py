@@ -11,7 +11,7 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.shared.config import parse_step
-from services.shared.store import from_ms, iso_ms, now_ms, to_ms
+from services.shared.storage.store import from_ms, iso_ms, now_ms, to_ms
 from services.violations.detector import SeenProcess
 from services.violations.incidents import Incident, process_data
 from services.violations.step_outcome import last_step

@@ -1,5 +1,5 @@
 """Composition root of the violations service: one leader acts, other replicas stand by
-(services/shared/leadership.py)."""
+(services/shared/cluster/leadership.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from services.monitor import api as monitor_api
 from services.notifications.serving import Notifications
 from services.reservations.api import fetch_calendar
 from services.shared.bus import Bus, RpcHandler, Teardown
-from services.shared.host_directory import HostDirectory
-from services.shared.leadership import Leadership, elect, rpc_table, serve_office
-from services.shared.outbox import Relay
+from services.shared.cluster.host_directory import HostDirectory
+from services.shared.cluster.leadership import Leadership, elect, rpc_table, serve_office
 from services.shared.runtime import ServiceContext, open_database, start_service
-from services.shared.store import Store
+from services.shared.storage.outbox import Relay
+from services.shared.storage.store import Store
 from services.violations import api, repository
 from services.violations.actions.mail import MailSender
 from services.violations.actions.remote import SshHostShell

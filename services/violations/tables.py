@@ -17,9 +17,9 @@ from sqlalchemy import (
     Text,
 )
 
-from services.shared.db import applied_events_table
-from services.shared.leadership import lease_table
-from services.shared.outbox import outbox_table
+from services.shared.cluster.leadership import lease_table
+from services.shared.storage.db import applied_events_table
+from services.shared.storage.outbox import outbox_table
 
 metadata = MetaData()
 
@@ -73,7 +73,7 @@ actions = Table(
 
 outbox = outbox_table(metadata, "violations")
 
-# Which replica leads (services/shared/leadership.py).
+# Which replica leads (services/shared/cluster/leadership.py).
 leader_lease = lease_table(metadata, "violations")
 
 # A built-in handler's step, claimed before it acts: a step is taken by one replica at most

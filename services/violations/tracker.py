@@ -2,7 +2,7 @@
 
 Every change is written with its events (through the outbox) in one transaction, then applied
 to memory. One asyncio lock orders snapshots, reservation changes and escalation ticks. Only
-the leader replica has a tracker (services/shared/leadership.py): its writes are fenced, and
+the leader replica has a tracker (services/shared/cluster/leadership.py): its writes are fenced, and
 a standby that takes over builds a fresh one from the database.
 """
 
@@ -19,12 +19,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.shared.background import cancel_and_wait
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.config import ViolationSettings
 from services.shared.failures import Retrying
-from services.shared.outbox import add_event
 from services.shared.reservation_book import ReservationBook
-from services.shared.store import Store
+from services.shared.storage.outbox import add_event
+from services.shared.storage.store import Store
 from services.violations import repository
 from services.violations.detector import Offence, SeenProcess, detect
 from services.violations.incidents import (

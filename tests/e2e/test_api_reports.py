@@ -28,8 +28,8 @@ from sqlalchemy import insert, select
 
 from services.jobs.tables import jobs, runs, tasks
 from services.reservations.tables import gpu_slots, gpus, group_members, groups, reservations, users
-from services.shared import db
-from services.shared.store import Store
+from services.shared.storage import db
+from services.shared.storage.store import Store
 from services.sim.model import SimFleet
 from services.violations.tables import incidents
 from tests.e2e.api import EVERY_SERVICE, ApiSystem, _answers

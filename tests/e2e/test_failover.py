@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from services.shared.db import create_engine
 from services.shared.errors import ServiceUnavailable
+from services.shared.storage.db import create_engine
 from services.sim.model import SimFleet
 from services.violations.tables import actions, step_claims
 from tests.support.fleet import served_fleet

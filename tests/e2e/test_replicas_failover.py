@@ -41,8 +41,8 @@ import aiohttp
 import pytest
 
 from services.shared.bus import Bus
+from services.shared.cluster.replicas import Replicas
 from services.shared.errors import WardenError
-from services.shared.replicas import Replicas
 from services.shared.runtime import make_bus
 from services.sim.model import SimFleet
 from tests.support.accounts import PASSWORD

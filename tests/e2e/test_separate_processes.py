@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from services import SERVICE_NAMES, __version__
-from services.shared.db import SERVICES_WITH_DATABASE, head_revision
+from services.shared.storage.db import SERVICES_WITH_DATABASE, head_revision
 from tests.support.health import Check, all_ok, health_until, only_down
 from tests.support.polling import until
 from tests.support.ports import free_port

@@ -11,8 +11,8 @@ import pytest
 
 from services.monitor import api as monitor_api
 from services.shared.bus.amqp import AmqpBus
+from services.shared.cluster.host_directory import HostDirectory
 from services.shared.config import HostConfig
-from services.shared.host_directory import HostDirectory
 from tests.support.monitor_double import MonitorDouble, host_record
 from tests.support.polling import until
 

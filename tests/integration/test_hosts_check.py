@@ -24,7 +24,7 @@ from services.monitor.check import CheckResult, check_hosts
 from services.monitor.hosts.host_check import check_host
 from services.monitor.hosts.inventory import normal_key_line
 from services.shared.config import HostConfig
-from services.shared.ssh import SshOptions
+from services.shared.remote.ssh import SshOptions
 from services.sim.model import NVIDIA_SMI_FAILED, SimFleet
 from services.sim.server import SimServer
 from tests.support.config import write_config

@@ -24,8 +24,8 @@ import pytest
 
 from services.jobs.runner import TaskRunner
 from services.jobs.scripts import Probe, Started, session_name
-from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
+from services.shared.remote import ssh as fleet
 from tests.support.polling import until
 from tests.support.processes import ps_row
 from tests.support.sshd import Sshd

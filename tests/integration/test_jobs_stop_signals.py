@@ -14,9 +14,9 @@ from services.jobs.domain import Job, Task
 from services.jobs.state import JobState, TaskRun
 from services.jobs.supervisor import TaskSupervisor
 from services.jobs.working_state import WorkingState
-from services.shared import db
 from services.shared.config import HostConfig, Settings, load_settings
-from services.shared.store import Store
+from services.shared.storage import db
+from services.shared.storage.store import Store
 from tests.support.config import write_config
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

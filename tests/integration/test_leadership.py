@@ -1,5 +1,5 @@
-"""The leader lease with its fencing token (services/shared/leadership.py) on real SQLite and
-PostgreSQL: one replica leads, a standby takes over once the lease expired, and a deposed
+"""The leader lease with its fencing token (services/shared/cluster/leadership.py) on real SQLite
+and PostgreSQL: one replica leads, a standby takes over once the lease expired, and a deposed
 leader's late write is refused and rolled back (and it steps down).
 
 A "crashed" leader is one whose lease loop is cancelled without releasing the lease: it
@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.shared.db import create_engine
-from services.shared.leadership import LEADER, STANDBY, Deposed, Leadership, lease_table
-from services.shared.store import Store
+from services.shared.cluster.leadership import LEADER, STANDBY, Deposed, Leadership, lease_table
+from services.shared.storage.db import create_engine
+from services.shared.storage.store import Store
 from tests.support.polling import until
 
 metadata = sa.MetaData()

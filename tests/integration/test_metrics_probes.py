@@ -14,11 +14,11 @@ from sqlalchemy import MetaData, insert
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.inproc import InProcessBus
 from services.shared.bus.metered import MeteredBus
+from services.shared.cluster.replicas import new_replica_id
 from services.shared.contracts import Envelope, make_envelope, utc_now_iso
-from services.shared.db import create_engine
-from services.shared.outbox import Relay, outbox_table
-from services.shared.replicas import new_replica_id
-from services.shared.store import Store, now_ms
+from services.shared.storage.db import create_engine
+from services.shared.storage.outbox import Relay, outbox_table
+from services.shared.storage.store import Store, now_ms
 
 
 def heartbeat() -> dict[str, Any]:

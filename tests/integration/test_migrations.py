@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.cli import main
-from services.shared import db
 from services.shared.config import StorageSettings
 from services.shared.errors import SchemaNotMigrated
+from services.shared.storage import db
 
 SERVICES = db.SERVICES_WITH_DATABASE
 

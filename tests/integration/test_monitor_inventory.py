@@ -17,13 +17,13 @@ import pytest
 
 from services.monitor import api
 from services.monitor.service import start as start_monitor
-from services.shared import db
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import AlreadyExists, InvalidRequest, NotFound, StateConflict
+from services.shared.remote.ssh import key_line
 from services.shared.runtime import ServiceContext
-from services.shared.ssh import key_line
+from services.shared.storage import db
 from services.sim.model import SimFleet
 from tests.support import polling
 from tests.support.config import write_config

@@ -368,8 +368,8 @@ async def test_two_replicas_split_fail_over_and_rebalance(
 
 async def test_replicas_starting_together_seed_the_inventory_once(pg_url: str) -> None:
     from services.monitor.hosts.host_store import HostStore
-    from services.shared import db
     from services.shared.config import HostConfig
+    from services.shared.storage import db
 
     engine = db.create_engine(pg_url)
     try:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from services.monitor.service import start as start_monitor
-from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.inproc import InProcessBus
@@ -22,6 +21,7 @@ from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.runtime import ServiceContext
+from services.shared.storage import db
 from services.sim.model import SimFleet
 from tests.support import polling
 from tests.support.config import write_config

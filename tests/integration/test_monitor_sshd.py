@@ -25,7 +25,7 @@ from services.monitor.monitor import Monitor
 from services.monitor.probe import GpuStatus, HostReading
 from services.monitor.readers import SshReader
 from services.monitor.state import HostState
-from services.shared.ssh import HostUnreachable, SshHostShell, SshOptions
+from services.shared.remote.ssh import HostUnreachable, SshHostShell, SshOptions
 from tests.support import polling
 from tests.support.processes import running
 from tests.support.sshd import Sshd, generate_key

@@ -13,9 +13,9 @@ from sqlalchemy import MetaData, insert
 
 from services.shared.bus.inproc import InProcessBus
 from services.shared.contracts import Envelope, make_envelope, utc_now_iso
-from services.shared.db import create_engine
-from services.shared.outbox import Relay, outbox_table
-from services.shared.store import Store, now_ms
+from services.shared.storage.db import create_engine
+from services.shared.storage.outbox import Relay, outbox_table
+from services.shared.storage.store import Store, now_ms
 
 GAP_S = 2.0  # long beside four inserts (milliseconds), so the kicks below all come within it
 

@@ -10,7 +10,7 @@ import pytest
 from services.shared.bus.amqp import AmqpBus
 from services.shared.bus.base import BusSettings
 from services.shared.bus.inproc import InProcessBus
-from services.shared.replicas import Replicas
+from services.shared.cluster.replicas import Replicas
 from tests.support.polling import until
 
 SETTINGS = BusSettings(max_deliveries=3, prefetch=16, rpc_timeout_s=2.0)

@@ -19,7 +19,6 @@ from sqlalchemy import select
 from services.accounts import users as accounts
 from services.reservations.store import Store
 from services.reservations.tables import outbox, users
-from services.shared import db
 from services.shared.contracts import parse_envelope
 from services.shared.errors import (
     AlreadyExists,
@@ -27,6 +26,7 @@ from services.shared.errors import (
     InvalidRequest,
     NotFound,
 )
+from services.shared.storage import db
 
 PASSWORD = "correct horse battery"
 

@@ -20,7 +20,7 @@ from services.accounts import attempts
 from services.accounts.attempts import AttemptCalls
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import attempts as attempts_table
-from services.shared import db
+from services.shared.storage import db
 from tests.integration.test_reservations_accounts import (  # noqa: F401 (fixtures)
     _cheap_passwords,
     database_url,

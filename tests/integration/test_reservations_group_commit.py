@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.booking.group_commit import Answer, GroupWriter
-from services.shared import db
 from services.shared.errors import ReservationConflict
-from services.shared.store import Store
+from services.shared.storage import db
+from services.shared.storage.store import Store
 
 
 async def _nothing_to_prepare(_conn: AsyncConnection, _about: list[Any]) -> None:

@@ -20,12 +20,12 @@ import pytest
 from services.accounts import users as accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
-from services.shared import db
 from services.shared.bus import Teardown
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, load_settings
 from services.shared.contracts import Envelope
 from services.shared.runtime import ServiceContext
+from services.shared.storage import db
 from tests.support.events import record
 from tests.support.notify_double import NotifyDouble
 from tests.support.polling import until

@@ -26,7 +26,7 @@ from services.reservations.rules.domain import AccessRule, Limits, WeeklyWindow
 from services.reservations.rules.planner import overview_by_gpu
 from services.reservations.store import Store, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
-from services.shared import db
+from services.shared.storage import db
 
 HOSTS = ("alpha", "beta", "gamma")
 USERS = ("ann", "bob", "cy", "dee")

@@ -35,8 +35,8 @@ from services.reservations.rules.domain import Limits
 from services.reservations.rules.refusals import DurationBounds
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import gpus, outbox, reservations, versions
-from services.shared import db
 from services.shared.errors import NotAllowed, NotFound, ReservationConflict
+from services.shared.storage import db
 
 ADMIN = Actor("root", True)
 

@@ -16,13 +16,13 @@ import pytest
 from services.accounts import users as accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
-from services.shared import db
 from services.shared.bus import Bus
 from services.shared.bus.amqp import AmqpBus
 from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import ReservationConflict
 from services.shared.runtime import ServiceContext
+from services.shared.storage import db
 from tests.support.events import record
 from tests.support.polling import until
 

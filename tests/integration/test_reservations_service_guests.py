@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from alembic import command
 
 from services.reservations import tables
-from services.shared import db
 from services.shared.errors import (
     Forbidden,
     InvalidRequest,
 )
 from services.shared.http_errors import STATUS_BY_CODE
+from services.shared.storage import db
 from tests.support.reservations_service import (  # noqa: F401 (fixtures)
     G0,
     G1,

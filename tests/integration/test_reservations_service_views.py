@@ -18,12 +18,12 @@ import pytest
 from services.accounts import users as accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store
-from services.shared import db
 from services.shared.bus.inproc import InProcessBus
 from services.shared.config import load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import NotFound
 from services.shared.runtime import ServiceContext
+from services.shared.storage import db
 from tests.support.events import record
 from tests.support.polling import until
 from tests.support.reservations_service import (  # noqa: F401 (fixtures)

@@ -22,7 +22,6 @@ import pytest
 from aio_pika.exceptions import ChannelNotFoundEntity
 
 from services import SERVICE_NAMES, __version__
-from services.shared import db
 from services.shared.bus.amqp import rpc_queue_name
 from services.shared.config import (
     AuthSettings,
@@ -33,6 +32,7 @@ from services.shared.config import (
 )
 from services.shared.errors import SchemaNotMigrated
 from services.shared.runtime import run_services
+from services.shared.storage import db
 from tests.support.health import Check, Health, all_ok, health_until, only_down
 from tests.support.polling import until
 from tests.support.ports import free_port

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from services.shared import db
-from services.shared.store import Store, sqlite_in_transaction
+from services.shared.storage import db
+from services.shared.storage.store import Store, sqlite_in_transaction
 
 
 async def _store(url: str) -> Store:

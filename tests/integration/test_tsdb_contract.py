@@ -24,8 +24,8 @@ from services.monitor.tsdb.base import Bucket, GpuPoint, HostPoint, MetricsStore
 from services.monitor.tsdb.influx import InfluxMetricsStore
 from services.monitor.tsdb.memory import MemoryMetricsStore
 from services.monitor.tsdb.sqlite import SqlMetricsStore
-from services.shared import db
 from services.shared.errors import InvalidRequest
+from services.shared.storage import db
 
 INFLUX_URL = os.environ.get("WARDEN_TEST_INFLUX_URL", "")
 INFLUX_SKIP = (

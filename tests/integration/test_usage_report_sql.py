@@ -18,8 +18,8 @@ from services.reservations.usage.report import (
     reservation_facts,
     summed_facts,
 )
-from services.shared import db
-from services.shared.store import Store
+from services.shared.storage import db
+from services.shared.storage.store import Store
 
 H = 3_600_000
 P0, P1 = 100 * H, 400 * H

@@ -34,8 +34,8 @@ from aiohttp import web
 
 from services.shared.bus import BusSettings, Teardown
 from services.shared.bus.amqp import AmqpBus
+from services.shared.cluster.replicas import HEARTBEAT
 from services.shared.contracts import Envelope
-from services.shared.replicas import HEARTBEAT
 from tests.support.config import write_config
 from tests.support.monitor_double import MonitorDouble, host_record
 

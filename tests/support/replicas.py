@@ -38,7 +38,7 @@ import aiohttp
 import pytest
 
 from services.shared.bus import Bus
-from services.shared.replicas import Replica, Replicas
+from services.shared.cluster.replicas import Replica, Replicas
 
 WARDEN = [sys.executable, "-m", "services.cli"]
 STOP_GRACE_S = 30.0

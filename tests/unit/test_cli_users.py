@@ -319,8 +319,8 @@ def test_setup_link_prints_a_new_link_each_time_until_an_admin_exists(migrated: 
 
     from services.accounts import setup_tokens as setup
     from services.reservations.store import Store
-    from services.shared import db
     from services.shared.config import load_settings
+    from services.shared.storage import db
 
     first, second = migrated.ok("setup-link").strip(), migrated.ok("setup-link").strip()
     assert first.startswith("http://127.0.0.1:8080/setup?token=")
@@ -369,9 +369,9 @@ def _authenticates(config: Path, username: str, password: str) -> bool:
 
     from services.accounts import users as accounts
     from services.reservations.store import Store
-    from services.shared import db
     from services.shared.config import load_settings
     from services.shared.errors import AuthenticationFailed
+    from services.shared.storage import db
 
     settings = load_settings(config)
 

@@ -18,10 +18,10 @@ from services import SERVICE_NAMES
 from services.gateway.app import create_app
 from services.gateway.auth import TokenIssuer
 from services.shared.bus.inproc import InProcessBus
+from services.shared.cluster.replicas import Replicas
 from services.shared.config import AuthSettings, GatewaySettings, Settings
 from services.shared.config.metrics import MetricsSettings
 from services.shared.metrics import REGISTRY
-from services.shared.replicas import Replicas
 from tests.support.polling import until
 
 # Earlier tests' series would make every scrape here slow (tests/support/metrics.py).

@@ -11,11 +11,11 @@ import pytest
 
 from services.reservations.rules.domain import Gpu
 from services.reservations.rules.refusals import removed_host_refusals
+from services.shared.cluster.host_directory import HostDirectory, host_config
 from services.shared.config import HostConfig, ViolationSettings
 from services.shared.config.escalation import parse_step
 from services.shared.config.settings import StepOverride
 from services.shared.contracts import make_envelope
-from services.shared.host_directory import HostDirectory, host_config
 
 
 def record(name: str, **fields: Any) -> dict[str, Any]:

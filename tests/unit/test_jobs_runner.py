@@ -44,7 +44,7 @@ from services.jobs.scripts import (
     status_command,
 )
 from services.shared.config import HostConfig
-from services.shared.ssh import CommandResult
+from services.shared.remote.ssh import CommandResult
 from tests.support.polling import until_sync
 from tests.support.processes import ps_row
 

@@ -27,10 +27,10 @@ from services.jobs.scripts import (
     start_command,
     status_command,
 )
-from services.shared import ssh as fleet
 from services.shared.config import HostConfig, JobSettings, Settings, SshSettings
 from services.shared.errors import ConfigError
-from services.shared.ssh import CommandResult, public_key_line
+from services.shared.remote import ssh as fleet
+from services.shared.remote.ssh import CommandResult, public_key_line
 from tests.unit.test_jobs_runner import (
     HOST,
     NOISE,

@@ -19,11 +19,11 @@ from services.monitor.monitor import Monitor
 from services.monitor.readers import FakeReader
 from services.shared.bus.inproc import InProcessBus
 from services.shared.bus.metered import MeteredBus
+from services.shared.cluster.replicas import new_replica_id
 from services.shared.contracts import Envelope, utc_now_iso
 from services.shared.errors import ConfigError, InvalidRequest, ServiceUnavailable
 from services.shared.metrics import PROBES, REGISTRY, Sample, render
 from services.shared.metrics.http import serve_metrics
-from services.shared.replicas import new_replica_id
 from tests.support.polling import until
 from tests.unit.test_monitor_loop import healthy
 
@@ -185,7 +185,7 @@ async def test_the_monitor_tells_each_poll_its_duration_and_age_or_failure() -> 
 
     def answer() -> Any:
         if not up:
-            from services.shared.ssh import HostUnreachable
+            from services.shared.remote.ssh import HostUnreachable
 
             raise HostUnreachable("a: refused", {"reason": "refused"})
         return healthy()

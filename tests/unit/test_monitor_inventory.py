@@ -27,7 +27,7 @@ from services.monitor.hosts.inventory import (
 from services.monitor.monitor import Monitor
 from services.monitor.readers import FakeReader
 from services.shared.config import HostConfig
-from services.shared.ssh import key_line
+from services.shared.remote.ssh import key_line
 from tests.support import polling
 from tests.unit.test_monitor_loop import Recorder, healthy
 

@@ -11,7 +11,7 @@ import pytest
 
 from services.monitor.hosts import login_proof
 from services.shared.config import HostConfig
-from services.shared.ssh import SshOptions
+from services.shared.remote.ssh import SshOptions
 
 OPTIONS = SshOptions(key_file="/nonexistent/warden_key")
 

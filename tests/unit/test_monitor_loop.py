@@ -11,7 +11,7 @@ from services.monitor.probe import CpuCounters, GpuReading, HostReading
 from services.monitor.readers import FakeReader, HostReader
 from services.monitor.tsdb.memory import MemoryMetricsStore
 from services.monitor.writer import MetricsWriter
-from services.shared.ssh import HostUnreachable
+from services.shared.remote.ssh import HostUnreachable
 from tests.support import polling
 
 

@@ -29,7 +29,7 @@ from services.notifications.tables import metadata
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.config.escalation import parse_step
 from services.shared.reservation_book import Holding
-from services.shared.store import Store
+from services.shared.storage.store import Store
 from services.violations.tables import metadata as violations_metadata
 from services.violations.tables import outbox
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from services.reservations.rules.domain import Booking, Interval
 from services.reservations.rules.grid import Grid, SlotRow, by_gpu, label_dict, runs_of
 from services.reservations.rules.planner import overview_by_gpu
-from services.shared.store import from_ms, to_ms
+from services.shared.storage.store import from_ms, to_ms
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 MIN_MS = 60_000

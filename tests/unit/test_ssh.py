@@ -11,7 +11,7 @@ import pytest
 from services.monitor.probe import PROBE_COMMAND, GpuStatus, parse_probe_output
 from services.monitor.readers import SshReader
 from services.shared.config import HostConfig, SshSettings
-from services.shared.ssh import (
+from services.shared.remote.ssh import (
     CommandResult,
     FakeHostShell,
     HostUnreachable,

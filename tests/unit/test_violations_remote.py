@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from services.shared.config import HostConfig, ViolationSettings
-from services.shared.ssh import CommandResult
+from services.shared.remote.ssh import CommandResult
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.message import terminal_text
 from services.violations.actions.remote import FakeHostShell, RemoteCommandFailed, login_for

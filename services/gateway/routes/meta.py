@@ -14,10 +14,10 @@ from services.gateway.context import REPLICAS, STREAM
 from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
 from services.shared.bus import Bus
+from services.shared.cluster.replicas import Replicas
 from services.shared.contracts import HEALTH_METHOD
 from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
-from services.shared.replicas import Replicas
-from services.shared.ssh import public_key_line
+from services.shared.remote.ssh import public_key_line
 
 # The services the gateway asks for their health (it answers for itself).
 BACKENDS = ("monitor", "reservations", "jobs", "violations")

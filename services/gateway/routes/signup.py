@@ -29,7 +29,7 @@ from services.shared.errors import (
     NotFound,
     ServiceUnavailable,
 )
-from services.shared.ssh import public_key_line
+from services.shared.remote.ssh import public_key_line
 
 DISABLED = "self-signup by SSH key is not enabled here: ask an admin for an account"
 # What the person can do about each refusal of the monitor's proof (details.reason).

@@ -1,4 +1,4 @@
 from services.jobs.tables import metadata
-from services.shared.migrations_env import run_migrations
+from services.shared.storage.migrations_env import run_migrations
 
 run_migrations(metadata)

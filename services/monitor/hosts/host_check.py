@@ -17,7 +17,7 @@ import asyncssh
 
 from services.monitor.check import CheckResult, check_local, check_shell
 from services.shared.config import HostConfig
-from services.shared.ssh import (
+from services.shared.remote.ssh import (
     SshHostShell,
     SshOptions,
     describe_ssh_error,

@@ -37,7 +37,7 @@ from services.shared.errors import (
     StateConflict,
     WardenError,
 )
-from services.shared.ssh import SshOptions
+from services.shared.remote.ssh import SshOptions
 
 log = logging.getLogger("warden.monitor")
 

@@ -22,7 +22,7 @@ from typing import Any
 import asyncssh
 
 from services.shared.config import HostConfig
-from services.shared.ssh import HostUnreachable, SshHostShell, SshOptions
+from services.shared.remote.ssh import HostUnreachable, SshHostShell, SshOptions
 
 PROVEN = "proven"
 KEY_NOT_INSTALLED = "key_not_installed"

@@ -36,7 +36,7 @@ from services.monitor.tsdb.base import (
     check_query,
 )
 from services.monitor.tsdb.buckets import step_ms, to_ms
-from services.shared.background import cancel_and_wait
+from services.shared.cluster.background import cancel_and_wait
 
 if TYPE_CHECKING:
     from influxdb_client.client.influxdb_client_async import InfluxDBClientAsync

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.reservations.usage.totals import from_row, summary
-from services.shared.store import Store, from_ms
+from services.shared.storage.store import Store, from_ms
 
 _OVERLAP = "s.end_ms > :start_ms AND s.start_ms < :end_ms"
 

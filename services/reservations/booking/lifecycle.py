@@ -22,7 +22,7 @@ from services.reservations.outbox import add_event
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
 from services.reservations.usage.totals import UsageTotals, add_samples, from_row, summary, to_row
-from services.shared.background import cancel_and_wait
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.contracts import Envelope
 from services.shared.failures import Retrying
 

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.reservations.outbox import SOURCE
 from services.reservations.tables import gpu_slots, guests, reservations
 from services.shared.contracts import make_envelope
-from services.shared.store import now_ms
+from services.shared.storage.store import now_ms
 
 
 @dataclass(frozen=True)

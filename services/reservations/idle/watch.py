@@ -46,8 +46,8 @@ from services.reservations.rules.access import idle_policy_of
 from services.reservations.rules.domain import IdlePolicy
 from services.reservations.store import Store, to_ms
 from services.reservations.tables import reservations
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.errors import Forbidden, NotFound, StateConflict
 from services.shared.failures import Retrying
 

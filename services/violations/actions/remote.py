@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from services.shared import ssh
 from services.shared.config import HostConfig, SshSettings, ViolationSettings
 from services.shared.errors import register_error
-from services.shared.ssh import CommandResult, SshOptions
+from services.shared.remote import ssh
+from services.shared.remote.ssh import CommandResult, SshOptions
 
 T = TypeVar("T")
 

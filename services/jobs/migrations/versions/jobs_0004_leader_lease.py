@@ -1,4 +1,4 @@
-"""jobs: the leader lease (several replicas, one active: services/shared/leadership.py), and
+"""jobs: the leader lease (several replicas, one active: services/shared/cluster/leadership.py), and
 the signals of a job's stop already sent (so a new leader sends none twice)
 
 Revision ID: jobs_0004

@@ -3,7 +3,7 @@
 Writes that must see a consistent state run in `write()`: on SQLite one writer at a time (an
 in-process lock, then BEGIN IMMEDIATE, which also serialises other processes); on PostgreSQL
 a normal transaction. A `fence` (a leader's check that it still leads, see
-`services.shared.leadership`) runs first in every write transaction and may refuse it.
+`services.shared.cluster.leadership`) runs first in every write transaction and may refuse it.
 """
 
 from __future__ import annotations
@@ -156,7 +156,9 @@ class Store:
             # each (three for a statement through SQLAlchemy's cursor). SQLAlchemy's own
             # transaction, if a statement began one, ends with the connection.
             sqlite: Any = (await conn.get_raw_connection()).driver_connection
-            one_trip = hasattr(sqlite, "begin_with_next")  # services/shared/sqlite_driver.py
+            one_trip = hasattr(
+                sqlite, "begin_with_next"
+            )  # services/shared/storage/sqlite_driver.py
             if one_trip:
                 sqlite.begin_with_next("BEGIN IMMEDIATE")  # in the trip of the first statement
                 # On the loop, no checkpoint in the COMMIT where one can be made off it.

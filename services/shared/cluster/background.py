@@ -1,7 +1,8 @@
 """Stopping a background task: cancel it and wait until it has finished.
 
 The loops of sharding, leadership, the replica heartbeat, the host directory, the outbox relay,
-the metrics writer and the jobs engine each run as one `asyncio` task, started with
+the metrics writer, the jobs engine, the reservations' lifecycle and idle watch, the escalation
+and the reminders each run as one `asyncio` task, started with
 `asyncio.create_task(..., name=...)` and stopped with `cancel_and_wait`, so that nothing of the
 loop still runs once `stop` returns.
 """

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, Teardown
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.contracts import Envelope, utc_now_iso
 
 log = logging.getLogger("warden.replicas")

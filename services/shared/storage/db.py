@@ -19,14 +19,14 @@ from sqlalchemy import Column, DateTime, MetaData, String, Table, event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from services.shared import sqlite_driver
 from services.shared.errors import SchemaNotMigrated
-from services.shared.store import sqlite_in_transaction
+from services.shared.storage import sqlite_driver
+from services.shared.storage.store import sqlite_in_transaction
 
 # Services with tables of their own (the gateway keeps nothing durable).
 SERVICES_WITH_DATABASE = ("monitor", "reservations", "jobs", "violations")
 
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # services/
 
 
 CONNECT_TIMEOUT_S = 10.0
@@ -39,7 +39,7 @@ def create_engine(url: str) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        # One trip to aiosqlite's thread per statement (services/shared/sqlite_driver.py).
+        # One trip to aiosqlite's thread per statement (services/shared/storage/sqlite_driver.py).
         kwargs["connect_args"] = {"timeout": 30, "async_creator_fn": sqlite_driver.connect}
     else:
         # LIFO: the connection used last is taken first. Each PostgreSQL connection is a

@@ -28,13 +28,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, Teardown
 from services.shared.bus.metered import MeteredBus
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.contracts import make_envelope, parse_envelope
 from services.shared.failures import Retrying
 from services.shared.metrics import Sample
-from services.shared.store import Store, now_ms
+from services.shared.storage.store import Store, now_ms
 
 log = logging.getLogger("warden.outbox")
 

@@ -24,7 +24,7 @@ import asyncssh
 
 from services.shared.config import HostConfig, Settings, SshSettings
 from services.shared.errors import ConfigError
-from services.shared.shell import CommandResult, HostShell, HostUnreachable
+from services.shared.remote.shell import CommandResult, HostShell, HostUnreachable
 
 log = logging.getLogger("warden.ssh")
 

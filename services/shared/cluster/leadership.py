@@ -36,10 +36,10 @@ from sqlalchemy import BigInteger, Column, MetaData, String, Table, literal_colu
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, RpcHandler, Teardown
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.errors import ServiceUnavailable
-from services.shared.store import Store
+from services.shared.storage.store import Store
 
 if TYPE_CHECKING:
     from services.shared.runtime import ServiceContext

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from services.shared.background import cancel_and_wait
 from services.shared.bus import Bus, Teardown
+from services.shared.cluster.background import cancel_and_wait
 from services.shared.config import HostConfig
 from services.shared.contracts import Envelope
 from services.shared.errors import WardenError

@@ -1,6 +1,6 @@
 """The body of every service's Alembic `env.py`: one version table per service.
 
-Migrations always run on a connection handed over by `services.shared.db.upgrade` (async
+Migrations always run on a connection handed over by `services.shared.storage.db.upgrade` (async
 engines run Alembic's synchronous API through `run_sync`), so there is no offline mode.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from alembic import context
 from sqlalchemy import MetaData
 
-from services.shared.db import version_table
+from services.shared.storage.db import version_table
 
 
 def run_migrations(target_metadata: MetaData | Sequence[MetaData]) -> None:

@@ -2,7 +2,7 @@
 interface commands run through, and `HostUnreachable` (a command could not be run).
 
 Pure: the remote-script protocols (`jobs/scripts.py`, `violations/scripts.py`) parse
-`CommandResult`s without importing the SSH layer; `shared/ssh.py` implements `HostShell` over
+`CommandResult`s without importing the SSH layer; `ssh.py` beside it implements `HostShell` over
 asyncssh and re-exports these names.
 """
 

@@ -1,0 +1,1 @@
+"""A service's database: engines and migrations, transactions, the SQLite driver, the outbox."""
