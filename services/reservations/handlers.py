@@ -31,7 +31,7 @@ IDLE = timedelta(minutes=1)
 
 def rpc_methods(
     store: Store,
-    commands: Changes,
+    changes: Changes,
     queries: Queries,
     activity: ActivityBoard | None = None,
     directory: LdapDirectory | None = None,
@@ -39,12 +39,12 @@ def rpc_methods(
 ) -> dict[str, RpcHandler]:
     if watch is None:  # no loop: answers only (a random secret: no link it did not sign)
         watch = IdleWatch(
-            store, commands, None, secret=secrets.token_hex(32), link_base="", stale_after=IDLE
+            store, changes, None, secret=secrets.token_hex(32), link_base="", stale_after=IDLE
         )
-    idle = IdleCalls(store, commands, watch)
-    bookings = BookingCalls(commands, queries, activity)
+    idle = IdleCalls(store, changes, watch)
+    bookings = BookingCalls(changes, queries, activity)
     # The accounts' methods too: the accounts live in this process and database.
-    accounts = account_methods(store, commands, directory)
+    accounts = account_methods(store, changes, directory)
     return accounts | served(
         api.METHODS,
         {

@@ -74,7 +74,7 @@ async def book_as_of(
     method would (a clash, an unknown GPU, a start before `booked_at`)."""
     bounds = settings.reservations
     async with _store(settings) as store:
-        commands = Changes(
+        changes = Changes(
             store,
             DurationBounds(
                 shortest=timedelta(minutes=bounds.min_duration_min),
@@ -82,8 +82,8 @@ async def book_as_of(
             ),
             clock=lambda: booked_at,
         )
-        actor: Actor = await commands.actor(owner)
-        return await commands.create(
+        actor: Actor = await changes.actor(owner)
+        return await changes.create(
             actor,
             owner=owner,
             gpu_uuids=gpu_uuids,

@@ -65,7 +65,7 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
 
         # Which hosts are in the monitor's inventory: a removed host's GPUs take no new booking.
         hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
-        commands = Changes(
+        changes = Changes(
             store,
             DurationBounds(
                 shortest=timedelta(minutes=settings.min_duration_min),
@@ -75,11 +75,11 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
             on_created=on_created,
             host_offered=hosts.offers,
         )
-        reads = commands.creates.memory.reads  # one directory for the creates and the reads
+        reads = changes.creates.memory.reads  # one directory for the creates and the reads
         gateway = ctx.settings.gateway
         watch = IdleWatch(
             store,
-            commands,
+            changes,
             ctx.bus,
             secret=ctx.settings.auth.jwt_secret or secrets.token_hex(32),
             link_base=gateway.public_url or f"http://{gateway.host}:{gateway.port}",
@@ -93,7 +93,7 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
         lifecycle = Lifecycle(store, usage, on_commit=relay.kick)
         await relay.start()
         stack.push_async_callback(relay.stop)  # after the lifecycle: publishes its last events
-        stack.push_async_callback(commands.creates.writer.close)  # the last group commits first
+        stack.push_async_callback(changes.creates.writer.close)  # the last group commits first
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
         await watch.start()
@@ -110,7 +110,7 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
         return await start_service(
             ctx,
             stack,
-            rpc_methods(store, commands, queries, activity, directory, watch),
+            rpc_methods(store, changes, queries, activity, directory, watch),
             event_handlers(store, usage.on_host_sampled),
         )
     except BaseException:

@@ -64,9 +64,9 @@ def _next_minute(moment: datetime) -> datetime:
 
 class BookingCalls:
     def __init__(
-        self, commands: Changes, queries: Queries, activity: ActivityBoard | None = None
+        self, changes: Changes, queries: Queries, activity: ActivityBoard | None = None
     ) -> None:
-        self.commands = commands
+        self.changes = changes
         self.queries = queries
         self.activity = activity  # what runs on the GPUs now: the warnings of a booking
 
@@ -78,28 +78,28 @@ class BookingCalls:
     async def list_rules(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         if args["actor"] is None:
             return await self.queries.rules()
-        actor = await self.commands.actor(args["actor"])
+        actor = await self.changes.actor(args["actor"])
         return await self.queries.rules(None if actor.is_admin else actor.username)
 
     async def create_rule(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        rule = access_rule(args, self.commands.clock())
-        return await self.commands.create_rule(actor, rule, args["description"])
+        actor = await self.changes.actor(args["actor"])
+        rule = access_rule(args, self.changes.clock())
+        return await self.changes.create_rule(actor, rule, args["description"])
 
     async def update_rule(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        rule = access_rule(args, self.commands.clock())
-        return await self.commands.update_rule(actor, rule, args["description"])
+        actor = await self.changes.actor(args["actor"])
+        rule = access_rule(args, self.changes.clock())
+        return await self.changes.update_rule(actor, rule, args["description"])
 
     async def delete_rule(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        return await self.commands.delete_rule(actor, args["id"])
+        actor = await self.changes.actor(args["actor"])
+        return await self.changes.delete_rule(actor, args["id"])
 
     # --- reservations ---------------------------------------------------------------------------
 
     async def create_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
         # The actor by name: looked up in memory inside the write transaction (no extra query).
-        created = await self.commands.create(
+        created = await self.changes.create(
             args["actor"],
             owner=args.get("owner") or args["actor"],
             gpu_uuids=args["gpus"],
@@ -110,7 +110,7 @@ class BookingCalls:
             guests=args["guests"],
         )
         # Booked all the same: the GPUs are free to reserve, someone just uses them now.
-        now = self.commands.clock()
+        now = self.changes.clock()
         warnings = [] if self.activity is None else self.activity.warnings(created, now)
         return {**created, "warnings": warnings}
 
@@ -118,8 +118,8 @@ class BookingCalls:
         return await self.queries.get(args["id"])
 
     async def update_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        return await self.commands.update(
+        actor = await self.changes.actor(args["actor"])
+        return await self.changes.update(
             actor,
             args["id"],
             title=args.get("title"),
@@ -130,11 +130,11 @@ class BookingCalls:
         )
 
     async def cancel_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
-        actor = await self.commands.actor(args["actor"])
-        return await self.commands.cancel(actor, args["id"], args["reason"])
+        actor = await self.changes.actor(args["actor"])
+        return await self.changes.cancel(actor, args["id"], args["reason"])
 
     async def end_reservation(self, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.commands.end_now(await self.commands.actor(args["actor"]), args["id"])
+        return await self.changes.end_now(await self.changes.actor(args["actor"]), args["id"])
 
     async def calendar(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         return await self.queries.calendar(
@@ -157,7 +157,7 @@ class BookingCalls:
 
     async def find_slot(self, args: dict[str, Any]) -> dict[str, Any]:
         duration = timedelta(minutes=args["duration_minutes"])
-        bounds = self.commands.bounds
+        bounds = self.changes.bounds
         if not bounds.shortest <= duration <= bounds.longest:
             # A slot nobody could book: refused, not offered.
             raise InvalidRequest(
@@ -169,16 +169,16 @@ class BookingCalls:
             args["actor"],
             count=args["count"],
             duration=duration,
-            not_before=args["not_before"] or _next_minute(self.commands.clock()),
+            not_before=args["not_before"] or _next_minute(self.changes.clock()),
             host=args["host"],
             gpu_model=args["gpu_model"],
             same_host=args["same_host"],
-            now=self.commands.clock(),
+            now=self.changes.clock(),
         )
 
     async def active_reservations(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         return await self.queries.active_at(
-            args["at"] or self.commands.clock(), args["gpus"], args["host"]
+            args["at"] or self.changes.clock(), args["gpus"], args["host"]
         )
 
     async def check_use(self, args: dict[str, Any]) -> dict[str, Any]:

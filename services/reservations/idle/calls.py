@@ -16,9 +16,9 @@ from services.shared.errors import Forbidden, NotFound, StateConflict
 
 
 class IdleCalls:
-    def __init__(self, store: Store, commands: Changes, watch: IdleWatch) -> None:
+    def __init__(self, store: Store, changes: Changes, watch: IdleWatch) -> None:
         self.store = store
-        self.commands = commands
+        self.changes = changes
         self.watch = watch
 
     async def _owner_of(self, reservation_id: int) -> str:
@@ -29,7 +29,7 @@ class IdleCalls:
         return found.owner
 
     async def _may_answer(self, actor_name: str, reservation_id: int) -> Actor:
-        actor = await self.commands.actor(actor_name)
+        actor = await self.changes.actor(actor_name)
         owner = await self._owner_of(reservation_id)
         if owner != actor.username and not actor.is_admin:
             raise Forbidden(
@@ -46,7 +46,7 @@ class IdleCalls:
         return iso_ms(to_ms(from_ms(row.notified_at_ms) + grace))
 
     async def notices(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        actor = await self.commands.actor(args["actor"])
+        actor = await self.changes.actor(args["actor"])
         everyone = bool(args["everyone"]) and actor.is_admin
         async with self.store.read() as conn:
             found = await idle_store.pending_of(conn, None if everyone else actor.username)
@@ -114,7 +114,7 @@ class IdleCalls:
         return {"id": reservation_id, "action": "release", "released_at": ended["end"]}
 
     async def stats(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        actor = await self.commands.actor(args["actor"])
-        self.commands.require_admin(actor)
+        actor = await self.changes.actor(args["actor"])
+        self.changes.require_admin(actor)
         async with self.store.read() as conn:
             return await idle_store.stats(conn)

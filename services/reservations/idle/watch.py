@@ -76,7 +76,7 @@ class IdleWatch:
     def __init__(
         self,
         store: Store,
-        commands: Changes,
+        changes: Changes,
         bus: Bus | None,
         *,
         secret: str,
@@ -87,7 +87,7 @@ class IdleWatch:
         notify_retry: timedelta = NOTIFY_RETRY,
     ) -> None:
         self.store = store
-        self.commands = commands
+        self.changes = changes
         # Owners' groups, rules and GPUs: from memory, checked against the version counter.
         self.directory = directory or ReadDirectory()
         self.bus = bus
@@ -341,7 +341,7 @@ class IdleWatch:
             waiting = await idle_store.row(conn, reservation_id)
         if waiting is None or waiting.notified_at_ms is None or waiting.outcome is not None:
             raise StateConflict(LINK_GONE, {"reservation": reservation_id})
-        ended = await self.commands.end_now(actor, reservation_id, record)
+        ended = await self.changes.end_now(actor, reservation_id, record)
         async with self._lock:
             run = self._running.pop(reservation_id, None)
             self._states.pop(reservation_id, None)
