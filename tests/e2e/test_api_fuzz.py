@@ -148,30 +148,34 @@ def _path(route: Any, value: str = "1") -> str:
     return API + re.sub(r"\{[a-z_]+\}", value, route.path)
 
 
-def _hostile_requests() -> Iterator[tuple[str, str, bytes | None]]:  # noqa: C901 - one kind of hostile request per branch
+def _hostile_requests() -> Iterator[tuple[Any, str, str, bytes | None]]:  # noqa: C901 - one kind of hostile request per branch
     for route in ROUTES:
         if route.produces == "text/event-stream":
             continue
         if route.body is not None:
-            yield route.method, _path(route), ('{"x": ' + DEEP + "}").encode()
+            yield route, route.method, _path(route), ('{"x": ' + DEEP + "}").encode()
             for name in route.body().fields:
                 for value in HOSTILE_JSON:
-                    yield route.method, _path(route), ("{" + f'"{name}": {value}' + "}").encode()
+                    body = ("{" + f'"{name}": {value}' + "}").encode()
+                    yield route, route.method, _path(route), body
         if route.params is not None:
             for value in HOSTILE_URL:
-                yield route.method, _path(route, value), None
+                yield route, route.method, _path(route, value), None
         if route.query is not None:
             for name in route.query().fields:
                 for value in HOSTILE_URL:
-                    yield route.method, f"{_path(route)}?{name}={value}", None
+                    yield route, route.method, f"{_path(route)}?{name}={value}", None
 
 
 def test_nesting_nul_surrogates_and_control_characters_never_give_a_5xx(target: Target) -> None:
     """Every route with a body, path parameters or a query, each hostile value in each field:
     the cases the generator above rarely draws."""
     broken = []
-    for method, path, body in _hostile_requests():
+    for route, method, path, body in _hostile_requests():
         status, content_type = _send(target, method, path, body)
-        if status >= 500 or content_type != "application/json":
+        # A refusal is JSON; an answer is in the route's own type (`/reports/usage.csv` is CSV:
+        # `%ED%A0%80`, not UTF-8, reaches it as three U+FFFD, a name nobody has).
+        expected = "application/json" if status >= 400 else route.produces
+        if status >= 500 or content_type != expected:
             broken.append((method, path[:80], (body or b"")[:60], status, content_type))
     assert broken == []
