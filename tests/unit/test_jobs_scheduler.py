@@ -446,7 +446,7 @@ def test_a_reservation_of_someone_else_within_the_window_blocks() -> None:
     bookings = {"a-0": [book(9, "bob", 30, 90)]}
     decisions = schedule(state(gpus, [job(1, "ann", named("a-0"))], bookings))
     assert waits(decisions) == {
-        1: "GPU a/0 is reserved by bob from 2026-11-23 12:30 UTC to 2026-11-23 13:30 UTC "
+        1: "GPU a:0 is reserved by bob from 2026-11-23 12:30 UTC to 2026-11-23 13:30 UTC "
         "(1 h needed)"
     }
     # a shorter max_runtime ends before it starts
@@ -511,7 +511,7 @@ def test_avoid_is_respected() -> None:
     s = state(gpus_of(a=3, b=4), [job(1, "ann", any_n(2))], avoid={1: frozenset({"a-0"})})
     assert starts(schedule(s))[1].placement == {0: ("a", ("a-1", "a-2"))}
     s = state(gpus, [job(1, "ann", named("a-1"))], avoid={1: frozenset({"a-1"})})
-    assert waits(schedule(s)) == {1: "GPU a/1 is not available to ann (access refused)"}
+    assert waits(schedule(s)) == {1: "GPU a:1 is not available to ann (access refused)"}
 
 
 # --- examples: waiting reasons ---------------------------------------------------------------
@@ -535,15 +535,15 @@ def test_waiting_reasons() -> None:
     ]
     assert waits(schedule(state(gpus, queue, running=running))) == {
         1: "GPU GPU-nope is not known",
-        2: "GPU a/1 is busy",
-        3: "GPU b/0 is busy (job 50)",
+        2: "GPU a:1 is busy",
+        3: "GPU b:0 is busy (job 50)",
         4: "host a has only 2 GPUs, 3 asked",
         5: "no host has 9 GPUs",
         6: "host zz is not known",
-        7: "GPU a/0 is named twice",
-        8: "GPU a/0 is not on host b",
+        7: "GPU a:0 is named twice",
+        8: "GPU a:0 is not on host b",
         9: "no host has 2 free GPUs for 1 h 30 min",
-        11: "GPU a/0 goes to job 10, earlier in the queue",
+        11: "GPU a:0 goes to job 10, earlier in the queue",
     }
 
 

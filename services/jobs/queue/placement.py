@@ -393,7 +393,7 @@ def _placement_order(demands: Sequence[Demand]) -> list[Demand]:
 
 
 def _label(gpu: Gpu) -> str:
-    return f"{gpu.host}/{gpu.index if gpu.index is not None else gpu.uuid}"
+    return f"{gpu.host}:{gpu.index if gpu.index is not None else gpu.uuid}"
 
 
 def _when(at: datetime) -> str:
