@@ -157,7 +157,7 @@ def _add_hosts_parser(commands: Commands, common: argparse.ArgumentParser) -> No
     hosts = commands.add_parser(
         "hosts", parents=[common], help="the monitored hosts: list, add, edit, remove, check"
     )
-    host_commands = hosts.add_subparsers(dest="hosts_command", required=True, metavar="ACTION")
+    host_commands = hosts.add_subparsers(dest="hosts_command", metavar="ACTION")  # none: list
 
     def local_check(check: argparse.ArgumentParser) -> None:
         check.add_argument(

@@ -121,5 +121,10 @@ def index_arg(text: str) -> int:
     return value
 
 
+def list_word(parser: argparse.ArgumentParser) -> None:
+    """`warden reservations list` as well as `warden reservations`, as `warden hosts list`."""
+    parser.add_argument("list", nargs="?", choices=("list",), help=argparse.SUPPRESS)
+
+
 def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the API's JSON")

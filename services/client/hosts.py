@@ -145,7 +145,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_list(args: argparse.Namespace, api: Api) -> int:
     answer = api.get(PATH)
-    if args.json:
+    if getattr(args, "json", False):
         print_json(answer)
         return 0
     hosts = answer.get("hosts") or []
@@ -245,7 +245,7 @@ def cmd_check(args: argparse.Namespace, api: Api, ask: Ask) -> int:
 
 def run(args: argparse.Namespace, ask: Ask = ask_on_terminal) -> int:
     api = stored_api()
-    action = args.hosts_command
+    action = args.hosts_command or "list"  # `warden hosts` alone lists them
     if action == "list":
         return cmd_list(args, api)
     if action == "add":

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from services.client.api import ClientError
-from services.client.args import Subcommands, UsageError, index_arg, json_flag, positive_int
+from services.client.args import (
+    Subcommands,
+    UsageError,
+    index_arg,
+    json_flag,
+    list_word,
+    positive_int,
+)
 from services.client.output import PAGE, console, page_note, print_json, utc_now
 from services.client.render import describe_job, jobs_table
 from services.client.session import my_username, stored_api
@@ -30,7 +37,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if not items:
         print("no jobs")
         return 0
-    console().print(jobs_table(items, utc_now()))
+    out = console()
+    out.print(jobs_table(items, utc_now(), width=out.width))
     page_note(answer, "jobs")
     return 0
 
@@ -117,6 +125,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def add_parsers(commands: Subcommands, common: Sequence[argparse.ArgumentParser]) -> None:
     jobs = commands.add_parser("jobs", parents=common, help="jobs, newest first")
+    list_word(jobs)
     jobs.add_argument("--mine", action="store_true", help="only yours")
     jobs.add_argument("--status", metavar="STATUS", help="e.g. running, queued, failed")
     json_flag(jobs)

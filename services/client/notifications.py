@@ -8,11 +8,40 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.client.args import Subcommands, json_flag
-from services.client.output import console, page_note, print_json
-from services.client.render import make_table, printable
+from services.client.columns import Column
+from services.client.output import console, page_note, print_json, utc_now
+from services.client.render import make_table, when
 from services.client.session import stored_api
 
 CHANNELS = ("email", "chat", "browser")
+
+# What each kind means, in the web UI's words; the name is what `--set` takes.
+KIND_LABELS = {
+    "reservation_starting": "My reservation starts soon",
+    "reservation_ending": "My reservation ends soon",
+    "reservation_idle": "My reserved GPUs are idle",
+    "reservation_released": "My reservation was released",
+    "reservation_cancelled": "My reservation was cancelled by a rule change",
+    "reservation_violated": "Someone is using my reserved GPU",
+    "job_finished": "My job finished",
+    "job_failed": "My job failed",
+}
+PREFERENCE_COLUMNS = (
+    Column("WHEN", 16),
+    *(Column(channel.upper()) for channel in CHANNELS),
+    Column("KIND (for --set)"),
+)
+SENT_COLUMNS = (
+    Column("AT"),
+    Column("ABOUT", 12),
+    Column("CHANNEL"),
+    Column("TITLE", 12),
+    Column("OUTCOME", 8),
+)
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABELS.get(kind) or kind.replace("_", " ")
 
 
 def parse_choice(text: str) -> dict[str, Any]:
@@ -46,10 +75,15 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
 
 def _show(prefs: dict[str, Any]) -> None:
     rows = [
-        [row["kind"], *("yes" if row[channel] else "-" for channel in CHANNELS)]
+        [
+            kind_label(row["kind"]),
+            *("yes" if row[channel] else "-" for channel in CHANNELS),
+            row["kind"],
+        ]
         for row in prefs["kinds"]
     ]
-    console().print(make_table(["kind", *CHANNELS], rows, "notifications"))
+    out = console()
+    out.print(make_table(PREFERENCE_COLUMNS, rows, "what you are told, and where", out.width))
     chat = prefs.get("chat_handle")
     print(
         f"reminders: {prefs['start_lead_min']} min before a start, "
@@ -65,14 +99,22 @@ def cmd_notifications(args: argparse.Namespace) -> int:
         if args.json:
             print_json(answer)
             return 0
+        now = utc_now()
         rows = [
-            [item["at"], item["kind"], item["channel"], printable(item["title"]), item["outcome"]]
+            [
+                when(item["at"], now),
+                kind_label(item["kind"]),
+                item["channel"],
+                item["title"],
+                item["outcome"],
+            ]
             for item in answer["items"]
         ]
         if not rows:
             print("nothing sent yet")
             return 0
-        console().print(make_table(["at", "kind", "channel", "title", "outcome"], rows))
+        out = console()
+        out.print(make_table(SENT_COLUMNS, rows, width=out.width))
         page_note(answer, "notifications")
         return 0
     if args.test:

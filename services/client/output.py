@@ -4,6 +4,7 @@ note when a listing was cut to one page."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -15,9 +16,14 @@ PAGE = 500  # the API's largest page
 
 
 def console() -> Console:
-    """Stdout as it is now; wide when it is not a terminal so that pipes do not wrap rows."""
-    tty = sys.stdout.isatty()
-    return Console(file=sys.stdout, width=None if tty else 200, highlight=False)
+    """Stdout as it is now, as wide as `$COLUMNS` says, else as the terminal, else (a pipe)
+    200 columns. Tables fit it: `console().width` is what they are made for."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        width: int | None = int(columns)
+    else:
+        width = None if sys.stdout.isatty() else 200
+    return Console(file=sys.stdout, width=width, highlight=False)
 
 
 def print_json(data: Any) -> None:

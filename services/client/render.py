@@ -11,21 +11,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from rich.console import RenderableType
 from rich.table import Table
-from rich.text import Text
+
+from services.client.columns import Cell, Column, fitted_table, printable, titled
+from services.client.ids import short_ids
 
 NONE = "\u2013"  # an en dash: a figure the host did not report (never shown as 0)
-
-
-def printable(text: str) -> str:
-    """`text` with every non-printable character shown as its escape (ESC as \\x1b)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+WIDE = 200  # the width of a table not told the terminal's
 
 
 def when(value: str | None, now: datetime, tz: tzinfo | None = None) -> str:
-    """An API time in local time: `HH:MM` today, `YYYY-MM-DD HH:MM` another day."""
+    """An API time in local time, as short as it can be said: `HH:MM` today, `Sun 09:00`
+    within six days of it, `Mar 11 09:00` another day of this year, `YYYY-MM-DD HH:MM`."""
     if not value:
         return NONE
     try:
@@ -35,7 +33,11 @@ def when(value: str | None, now: datetime, tz: tzinfo | None = None) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     local, today = moment.astimezone(tz), now.astimezone(tz).date()
-    return local.strftime("%H:%M") if local.date() == today else local.strftime("%Y-%m-%d %H:%M")
+    if local.date() == today:
+        return local.strftime("%H:%M")
+    if abs((local.date() - today).days) < 7:
+        return local.strftime("%a %H:%M")
+    return local.strftime("%b %d %H:%M" if local.year == today.year else "%Y-%m-%d %H:%M")
 
 
 def _figure(value: Any, unit: str = "", digits: int = 0) -> str:
@@ -98,13 +100,21 @@ def gpu_place(gpu: Mapping[str, Any]) -> str:
 def current_text(reservation: Mapping[str, Any] | None, now: datetime, tz: tzinfo | None) -> str:
     if not reservation:
         return NONE
-    return f"{reservation.get('owner', '?')} until {when(reservation.get('end'), now, tz)}"
+    return f"{reservation.get('owner', '?')} till {when(reservation.get('end'), now, tz)}"
 
 
 def next_text(reservation: Mapping[str, Any] | None, now: datetime, tz: tzinfo | None) -> str:
     if not reservation:
         return NONE
-    return f"{reservation.get('owner', '?')} from {when(reservation.get('start'), now, tz)}"
+    return f"{reservation.get('owner', '?')} {when(reservation.get('start'), now, tz)}"
+
+
+def model_text(name: Any) -> str:
+    """The model without the vendor every GPU here shares: `A100-SXM4-80GB`."""
+    if not name:
+        return NONE
+    text = str(name)
+    return text.removeprefix("NVIDIA ") or text
 
 
 def _by_place(gpu: Mapping[str, Any]) -> tuple[str, int, str]:
@@ -116,7 +126,16 @@ def _by_place(gpu: Mapping[str, Any]) -> tuple[str, int, str]:
     )
 
 
-STATUS_COLUMNS = ("HOST", "GPU", "MODEL", "UTIL", "MEMORY", "PROCESSES", "RESERVED", "NEXT")
+# The columns that may be cut (with their floors) give way when a row is wider than the terminal.
+STATUS_COLUMNS = (
+    Column("GPU"),
+    Column("MODEL", 6),
+    Column("UTIL", justify="right"),
+    Column("MEMORY", justify="right"),
+    Column("PROCESSES", 12),
+    Column("RESERVED", 10),
+    Column("NEXT", 10),
+)
 
 
 def status_rows(
@@ -125,19 +144,16 @@ def status_rows(
     """One row per GPU of `GET /gpus`: unreported figures are a dash, never 0."""
     rows = []
     for gpu in sorted(payload.get("gpus") or (), key=_by_place):
-        reachable = gpu.get("reachable")
-        host = str(gpu.get("host", "?"))
-        if reachable is False:
-            host += " (unreachable)"
-        index = gpu.get("index")
+        processes = processes_text(gpu.get("processes"))
+        if gpu.get("reachable") is False:
+            processes = "host unreachable" + ("" if processes == NONE else f": {processes}")
         rows.append(
             [
-                host,
-                NONE if index is None else str(index),
-                str(gpu.get("name") or NONE),
+                gpu_place(gpu),
+                model_text(gpu.get("name")),
                 _figure(gpu.get("utilization_gpu_percent"), "%"),
                 memory_text(gpu.get("memory_used_mib"), gpu.get("memory_total_mib")),
-                processes_text(gpu.get("processes")),
+                processes,
                 current_text(gpu.get("reservation"), now, tz),
                 next_text(gpu.get("next_reservation"), now, tz),
             ]
@@ -145,7 +161,31 @@ def status_rows(
     return rows
 
 
-RESERVATION_COLUMNS = ("ID", "OWNER", "GPUS", "START", "END", "STATUS", "TITLE")
+RESERVATION_COLUMNS = (
+    Column("ID", justify="right"),
+    Column("OWNER"),
+    Column("GPUS", 10),
+    Column("START"),
+    Column("END"),
+    Column("STATUS"),
+    Column("TITLE", 8),
+)
+
+
+def reservation_state(reservation: Mapping[str, Any], now: datetime) -> str:
+    """As the web UI says it: upcoming, running, ended or cancelled (the API's `active` is
+    a booking that has not ended, started or not)."""
+    status = str(reservation.get("status") or NONE)
+    if status != "active":
+        return status
+    try:
+        start = datetime.fromisoformat(str(reservation.get("start")))
+        end = datetime.fromisoformat(str(reservation.get("end")))
+    except ValueError:
+        return status
+    if end <= now:
+        return "ended"
+    return "running" if start <= now else "upcoming"
 
 
 def reservation_rows(
@@ -158,14 +198,22 @@ def reservation_rows(
             ", ".join(gpu_place(g) for g in r.get("gpus") or ()) or NONE,
             when(r.get("start"), now, tz),
             when(r.get("end"), now, tz),
-            str(r.get("status") or NONE),
+            reservation_state(r, now),
             str(r.get("title") or ""),
         ]
         for r in items
     ]
 
 
-JOB_COLUMNS = ("ID", "OWNER", "NAME", "STATUS", "TASKS", "CREATED", "NOTE")
+JOB_COLUMNS = (
+    Column("ID", justify="right"),
+    Column("OWNER"),
+    Column("NAME", 8),
+    Column("STATUS"),
+    Column("TASKS", 12),
+    Column("CREATED"),
+    Column("NOTE", 10),
+)
 
 
 def task_text(task: Mapping[str, Any]) -> str:
@@ -181,19 +229,21 @@ def task_text(task: Mapping[str, Any]) -> str:
 
 def job_rows(
     items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
-) -> list[list[str]]:
-    rows = []
+) -> list[list[Cell]]:
+    """One row per job, its tasks one line each."""
+    rows: list[list[Cell]] = []
     for job in items:
         status = str(job.get("status") or NONE)
         if job.get("queued") and status != "queued":
             status += " (queue)"
+        tasks = tuple(task_text(t) for t in job.get("tasks") or ())
         rows.append(
             [
                 str(job.get("id", "?")),
                 str(job.get("owner", "?")),
                 str(job.get("name") or ""),
                 status,
-                "\n".join(task_text(t) for t in job.get("tasks") or ()) or NONE,
+                tasks or NONE,
                 when(job.get("created_at"), now, tz),
                 str(job.get("waiting_reason") or job.get("stop_reason") or ""),
             ]
@@ -202,20 +252,24 @@ def job_rows(
 
 
 VIOLATION_COLUMNS = (
-    "ID",
-    "STATUS",
-    "GPU",
-    "OFFENDER",
-    "PROCESSES",
-    "RESERVED BY",
-    "OPENED",
-    "RESOLVED",
+    Column("ID"),
+    Column("STATUS"),
+    Column("GPU"),
+    Column("OFFENDER", 8),
+    Column("PROCESSES", 12),
+    Column("RESERVED BY", 8),
+    Column("OPENED"),
+    Column("RESOLVED", 10),
 )
 
 
 def violation_rows(
     items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
 ) -> list[list[str]]:
+    """One row per incident, its id as short as it can be while unique among them (any
+    command takes it)."""
+    items = list(items)
+    short = short_ids(str(incident.get("id", "?")) for incident in items)
     rows = []
     for incident in items:
         resolved = NONE
@@ -225,15 +279,9 @@ def violation_rows(
                 resolved += f" ({incident['resolve_reason']})"
         rows.append(
             [
-                str(incident.get("id", "?")),
+                short[str(incident.get("id", "?"))],
                 str(incident.get("status") or NONE),
-                gpu_place(
-                    {
-                        "host": incident.get("host"),
-                        "index": incident.get("gpu_index"),
-                        "uuid": incident.get("gpu_uuid"),
-                    }
-                ),
+                incident_gpu(incident),
                 str(incident.get("offender") or NONE),
                 processes_text(incident.get("processes")),
                 str(incident.get("owner") or NONE),
@@ -244,36 +292,51 @@ def violation_rows(
     return rows
 
 
-def make_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str = "") -> Table:
-    """Cells as plain text: names and titles from the API are never read as rich markup."""
-    table = Table(title=title or None, title_justify="left", header_style="bold")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(printable(cell)) for cell in row))
-    return table
+def incident_gpu(incident: Mapping[str, Any]) -> str:
+    return gpu_place(
+        {
+            "host": incident.get("host"),
+            "index": incident.get("gpu_index"),
+            "uuid": incident.get("gpu_uuid"),
+        }
+    )
 
 
-def status_table(payload: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> Table:
-    return make_table(STATUS_COLUMNS, status_rows(payload, now, tz))
+def make_table(
+    columns: Sequence[Column], rows: Iterable[Sequence[Cell]], title: str = "", width: int = WIDE
+) -> RenderableType:
+    """Cells as plain text (names and titles from the API are never read as rich markup), one
+    line per row within `width`, under `title` if there is one."""
+    table = fitted_table(columns, rows, width)
+    return titled(title, table, width) if title else table
+
+
+def status_table(
+    payload: Mapping[str, Any], now: datetime, tz: tzinfo | None = None, width: int = WIDE
+) -> Table:
+    return fitted_table(STATUS_COLUMNS, status_rows(payload, now, tz), width)
 
 
 def reservations_table(
-    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None, title: str = ""
-) -> Table:
-    return make_table(RESERVATION_COLUMNS, reservation_rows(items, now, tz), title)
+    items: Iterable[Mapping[str, Any]],
+    now: datetime,
+    tz: tzinfo | None = None,
+    title: str = "",
+    width: int = WIDE,
+) -> RenderableType:
+    return make_table(RESERVATION_COLUMNS, reservation_rows(items, now, tz), title, width)
 
 
 def jobs_table(
-    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None, width: int = WIDE
 ) -> Table:
-    return make_table(JOB_COLUMNS, job_rows(items, now, tz))
+    return fitted_table(JOB_COLUMNS, job_rows(items, now, tz), width)
 
 
 def violations_table(
-    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None
+    items: Iterable[Mapping[str, Any]], now: datetime, tz: tzinfo | None = None, width: int = WIDE
 ) -> Table:
-    return make_table(VIOLATION_COLUMNS, violation_rows(items, now, tz))
+    return fitted_table(VIOLATION_COLUMNS, violation_rows(items, now, tz), width)
 
 
 def describe_reservation(r: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> str:

@@ -7,24 +7,27 @@ import argparse
 import csv
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, time
 from typing import Any
 
-from rich.table import Table
+from rich.console import RenderableType
 
 from services.client.args import Subcommands, json_flag
+from services.client.columns import Cell, Column
 from services.client.output import console, print_json
-from services.client.render import NONE, printable
+from services.client.render import NONE, WIDE, make_table
 from services.client.session import stored_api
 
 GROUPINGS = ("user", "group", "host", "gpu_model")
+# Over two lines, so that a table of every column fits 100 columns.
 _HEADINGS = {
-    "reserved_gpu_hours": "reserved GPU-h",
-    "used_gpu_hours": "used GPU-h",
-    "idle_gpu_hours": "idle GPU-h",
+    "reserved_gpu_hours": "reserved\nGPU-h",
+    "used_gpu_hours": "used\nGPU-h",
+    "idle_gpu_hours": "idle\nGPU-h",
     "idle_share": "idle",
-    "unreserved_gpu_hours": "unreserved GPU-h",
-    "violations_caused": "violations caused",
-    "violations_suffered": "suffered",
+    "unreserved_gpu_hours": "unreserved\nGPU-h",
+    "violations_caused": "violations\ncaused",
+    "violations_suffered": "violations\nsuffered",
     "jobs": "jobs",
 }
 
@@ -36,21 +39,42 @@ def _cell(column: str, value: Any) -> str:
         return f"{value * 100:.0f}%"
     if isinstance(value, float):
         return f"{value:,.1f}"
-    return printable(str(value))
+    return str(value)
 
 
-def report_table(report: Mapping[str, Any]) -> Table:
-    """The rows, then the total in bold (pure)."""
+def _moment(value: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def period_text(start: str, end: str) -> str:
+    """The report's period in UTC, as the dates it was asked with: `2026-11-01 to 2026-12-01
+    (UTC)`, with the times when either is not at midnight."""
+    moments = [_moment(start), _moment(end)]
+    if None in moments:
+        return f"{start} to {end}"
+    utc = [m.astimezone(UTC) for m in moments if m is not None]
+    if all(m.time() == time(0) for m in utc):
+        return f"{utc[0]:%Y-%m-%d} to {utc[1]:%Y-%m-%d} (UTC)"
+    return f"{utc[0]:%Y-%m-%d %H:%M} to {utc[1]:%Y-%m-%d %H:%M} UTC"
+
+
+def report_table(report: Mapping[str, Any], width: int = WIDE) -> RenderableType:
+    """The rows, then the total (pure)."""
     columns = [c for c in report["columns"] if c != "key"]
-    table = Table(title=f"GPU usage by {report['by']}, {report['start']} to {report['end']}")
-    table.add_column(report["by"])
-    for column in columns:
-        table.add_column(_HEADINGS.get(column, column), justify="right")
-    for row in report["rows"]:
-        table.add_row(printable(str(row["key"])), *(_cell(c, row[c]) for c in columns))
-    totals = report["totals"]
-    table.add_row("total", *(_cell(c, totals[c]) for c in columns), style="bold")
-    return table
+    heads = [
+        Column(str(report["by"]).replace("_", " "), 8),
+        *(Column(_HEADINGS.get(c, c), justify="right") for c in columns),
+    ]
+    rows: list[list[Cell]] = [
+        [str(row["key"]), *(_cell(c, row[c]) for c in columns)] for row in report["rows"]
+    ]
+    rows.append(["total", *(_cell(c, report["totals"][c]) for c in columns)])
+    title = f"GPU usage by {str(report['by']).replace('_', ' ')}, "
+    return make_table(heads, rows, title + period_text(report["start"], report["end"]), width)
 
 
 def write_csv(report: Mapping[str, Any], out: Any) -> None:
@@ -71,9 +95,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif args.csv:
         write_csv(answer, sys.stdout)
     elif not answer["rows"]:
-        print(f"no usage from {answer['start']} to {answer['end']}")
+        print(f"no usage from {period_text(answer['start'], answer['end'])}")
     else:
-        console().print(report_table(answer))
+        out = console()
+        out.print(report_table(answer, out.width))
     return 0
 
 

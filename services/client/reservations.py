@@ -15,6 +15,7 @@ from services.client.args import (
     duration_arg,
     expand_gpus,
     json_flag,
+    list_word,
     positive_int,
     time_arg,
     whole_minutes,
@@ -51,7 +52,8 @@ def cmd_reservations(args: argparse.Namespace) -> int:
     if not items:
         print(f"no reservations{whose} {span}")
         return 0
-    console().print(reservations_table(items, now, title=f"reservations{whose} {span}"))
+    out = console()
+    out.print(reservations_table(items, now, title=f"reservations{whose} {span}", width=out.width))
     page_note(answer, "reservations")
     return 0
 
@@ -184,6 +186,7 @@ def add_parsers(commands: Subcommands, common: Sequence[argparse.ArgumentParser]
     listing = commands.add_parser(
         "reservations", parents=common, help="reservations in a time range"
     )
+    list_word(listing)
     whose = listing.add_mutually_exclusive_group()
     whose.add_argument("--mine", action="store_true", help="only yours (the default)")
     whose.add_argument("--all-users", action="store_true", help="everyone's")

@@ -20,7 +20,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not answer.get("gpus"):
         print(f"no GPUs known{f' on {args.host}' if args.host else ''} yet")
         return 0
-    console().print(status_table(answer, utc_now()))
+    out = console()
+    out.print(status_table(answer, utc_now(), width=out.width))
     return 0
 
 

@@ -126,14 +126,13 @@ def test_status_rows_show_figures_processes_and_who_holds_the_gpu() -> None:
     [row] = status_rows(payload, NOW, CET)
 
     assert row == [
-        "dgx1",
-        "0",
-        "NVIDIA A100",
+        "dgx1:0",
+        "A100",  # every GPU here is an NVIDIA one
         "87%",
         "40.0/80.0 GiB",
         "alice:python train.py(4242), ?(99)",
-        "alice until 14:30",  # today, local time: the time only
-        "bob from 2026-03-11 09:00",  # another day: the date too
+        "alice till 14:30",  # today, local time: the time only
+        "bob Wed 09:00",  # another day of the week: its name too
     ]
 
 
@@ -154,16 +153,16 @@ def test_figures_not_reported_are_a_dash_never_zero() -> None:
 
     first, second = status_rows(payload, NOW, CET)
 
-    assert first[3] == NONE == "\u2013"
-    assert first[4] == f"{NONE}/80.0 GiB"
-    assert second[2:5] == [NONE, NONE, NONE]
-    assert second[5:] == [NONE, NONE, NONE]  # no processes, no reservations
+    assert first[2] == NONE == "\u2013"
+    assert first[3] == f"{NONE}/80.0 GiB"
+    assert second[1:4] == [NONE, NONE, NONE]
+    assert second[4:] == [NONE, NONE, NONE]  # no processes, no reservations
     assert "0%" not in text_of(status_table(payload, NOW, CET))
 
 
 def test_zero_is_shown_as_zero() -> None:
     [row] = status_rows({"gpus": [gpu(utilization_gpu_percent=0, memory_used_mib=0)]}, NOW, CET)
-    assert row[3] == "0%" and row[4] == "0.0/80.0 GiB"
+    assert row[2] == "0%" and row[3] == "0.0/80.0 GiB"
 
 
 def test_unreachable_hosts_are_marked_and_rows_are_in_host_and_index_order() -> None:
@@ -175,17 +174,17 @@ def test_unreachable_hosts_are_marked_and_rows_are_in_host_and_index_order() -> 
         ]
     }
     rows = status_rows(payload, NOW, CET)
-    assert [(r[0], r[1]) for r in rows] == [
-        ("dgx1", "3"),
-        ("dgx2 (unreachable)", "0"),
-        ("dgx2", "1"),
+    assert [(r[0], r[4]) for r in rows] == [
+        ("dgx1:3", NONE),
+        ("dgx2:0", "host unreachable"),
+        ("dgx2:1", NONE),
     ]
 
 
 def test_the_status_table_has_its_columns_and_never_reads_markup() -> None:
     payload = {"gpus": [gpu(processes=[{"pid": 1, "user": "[bold]eve[/bold]"}])]}
     table = status_table(payload, NOW, CET)
-    assert [column.header for column in table.columns] == list(STATUS_COLUMNS)
+    assert [column.header for column in table.columns] == [c.header for c in STATUS_COLUMNS]
     assert "[bold]eve[/bold](1)" in text_of(table)
 
 
@@ -234,8 +233,8 @@ def test_reservation_rows() -> None:
         "alice",
         "dgx1:0, dgx1:1, MIG-x",
         "13:00",
-        "2026-03-12 13:00",
-        "active",
+        "Thu 13:00",
+        "upcoming",  # the API's `active`: it starts in an hour
         "rn50 [sweep]",
     ]
     assert "rn50 [sweep]" in text_of(reservations_table(items, NOW, CET, title="mine"))
@@ -261,17 +260,17 @@ def test_job_rows() -> None:
         "name": "q",
         "status": "queued",
         "queued": True,
-        "waiting_reason": "GPU dgx1/3 is busy",
+        "waiting_reason": "GPU dgx1:3 is busy",
         "tasks": [{"index": 0, "host": None, "gpus": [], "gpu_count": 2, "status": "pending"}],
         "created_at": "2026-03-09T10:30:00+00:00",
     }
     first, second = job_rows([job, waiting], NOW, CET)
     assert first[:4] == ["3", "bob", "resnet", "failed"]
-    assert first[4] == "0: dgx1, 2 GPUs, succeeded\n1: dgx2, 1 GPU, failed (exit 3)"
+    assert first[4] == ("0: dgx1, 2 GPUs, succeeded", "1: dgx2, 1 GPU, failed (exit 3)")
     assert first[5] == "11:30"
-    assert second[4] == "0: any host, 2 GPUs, pending"
-    assert second[5] == "2026-03-09 11:30"
-    assert second[6] == "GPU dgx1/3 is busy"
+    assert second[4] == ("0: any host, 2 GPUs, pending",)
+    assert second[5] == "Mon 11:30"
+    assert second[6] == "GPU dgx1:3 is busy"
 
 
 def test_violation_rows() -> None:
@@ -331,7 +330,11 @@ def test_times() -> None:
 
 def test_when_gives_the_date_only_for_another_day() -> None:
     assert when("2026-03-10T22:59:00+00:00", NOW, CET) == "23:59"
-    assert when("2026-03-10T23:00:00+00:00", NOW, CET) == "2026-03-11 00:00"
+    assert when("2026-03-10T23:00:00+00:00", NOW, CET) == "Wed 00:00"
+    assert when("2026-03-15T23:00:00+00:00", NOW, CET) == "Mon 00:00"  # six days on
+    assert when("2026-03-17T23:00:00+00:00", NOW, CET) == "Mar 18 00:00"
+    assert when("2026-03-03T10:00:00+00:00", NOW, CET) == "Mar 03 11:00"  # a week ago
+    assert when("2027-01-04T08:00:00+00:00", NOW, CET) == "2027-01-04 09:00"  # another year
     assert when(None, NOW, CET) == NONE
 
 
