@@ -49,12 +49,18 @@ def busy_gpu(host: str, index: int) -> dict[str, Any]:
             {"pid": 123456, "user": "alice", "command": "/usr/bin/python3 /home/a/train.py --lr 1"},
             {"pid": 7, "user": "bob", "command": "python eval.py"},
         ],
-        "reservation": {"owner": "alice", "start": "2026-11-27T10:00:00+00:00",
-                        "end": "2026-11-27T20:00:00+00:00"},
-        "next_reservation": {"owner": "researcher7", "start": "2026-11-29T09:00:00+00:00",
-                             "end": "2026-11-29T10:00:00+00:00"},
+        "reservation": {
+            "owner": "alice",
+            "start": "2026-11-27T10:00:00+00:00",
+            "end": "2026-11-27T20:00:00+00:00",
+        },
+        "next_reservation": {
+            "owner": "researcher7",
+            "start": "2026-11-29T09:00:00+00:00",
+            "end": "2026-11-29T10:00:00+00:00",
+        },
         "reachable": True,
-    }  # fmt: skip
+    }
 
 
 def test_the_status_table_is_one_line_per_gpu_at_100_columns() -> None:
@@ -139,9 +145,15 @@ def test_a_reservation_is_upcoming_until_it_starts(
 
 
 def test_a_long_title_does_not_wrap_the_reservations_table() -> None:
-    item = {"id": 12, "owner": "alice", "status": "active", "title": "a sweep " * 20,
-            "start": "2026-11-28T09:00:00+00:00", "end": "2026-11-28T10:00:00+00:00",
-            "gpus": [{"host": "sim-001", "index": i, "uuid": f"u{i}"} for i in range(8)]}  # fmt: skip
+    item = {
+        "id": 12,
+        "owner": "alice",
+        "status": "active",
+        "title": "a sweep " * 20,
+        "start": "2026-11-28T09:00:00+00:00",
+        "end": "2026-11-28T10:00:00+00:00",
+        "gpus": [{"host": "sim-001", "index": i, "uuid": f"u{i}"} for i in range(8)],
+    }
     lines = lines_of(reservations_table([item], NOW, UTC, "x" * 150, width=WIDTH))
     assert len(lines) == 3 and max(len(line) for line in lines) <= WIDTH
     assert "upcoming" in lines[2]
@@ -183,13 +195,36 @@ def test_the_report_title_says_the_period_in_dates() -> None:
     assert period_text("2026-10-28T18:05:09.123+00:00", "2026-11-27T18:05:09.123+00:00") == (
         "2026-10-28 18:05 to 2026-11-27 18:05 UTC"
     )
-    columns = ["key", "reserved_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "idle_share",
-               "unreserved_gpu_hours", "violations_caused", "violations_suffered", "jobs"]  # fmt: skip
-    row = {"key": "a-rather-long-username", "reserved_gpu_hours": 1234.5, "used_gpu_hours": 1000.0,
-           "idle_gpu_hours": 234.5, "idle_share": 0.19, "unreserved_gpu_hours": 12.0,
-           "violations_caused": 3, "violations_suffered": 1, "jobs": 42}  # fmt: skip
-    report = {"by": "user", "columns": columns, "rows": [row], "totals": {**row, "key": None},
-              "start": "2026-11-01T00:00:00+00:00", "end": "2026-12-01T00:00:00+00:00"}  # fmt: skip
+    columns = [
+        "key",
+        "reserved_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "idle_share",
+        "unreserved_gpu_hours",
+        "violations_caused",
+        "violations_suffered",
+        "jobs",
+    ]
+    row = {
+        "key": "a-rather-long-username",
+        "reserved_gpu_hours": 1234.5,
+        "used_gpu_hours": 1000.0,
+        "idle_gpu_hours": 234.5,
+        "idle_share": 0.19,
+        "unreserved_gpu_hours": 12.0,
+        "violations_caused": 3,
+        "violations_suffered": 1,
+        "jobs": 42,
+    }
+    report = {
+        "by": "user",
+        "columns": columns,
+        "rows": [row],
+        "totals": {**row, "key": None},
+        "start": "2026-11-01T00:00:00+00:00",
+        "end": "2026-12-01T00:00:00+00:00",
+    }
 
     lines = lines_of(report_table(report, WIDTH))
 
@@ -204,16 +239,34 @@ def test_notification_kinds_are_said_in_words() -> None:
 
 
 def test_an_incident_in_words_with_its_timeline() -> None:
-    incident = {"id": "0b4c1f9e-aaaa", "status": "open", "host": "sim-001", "gpu_index": 1,
-                "gpu_uuid": "GPU-x", "offender": "mallory", "owner": "alice",
-                "reservation_id": 12, "reservation_start": "2026-11-27T17:00:00+00:00",
-                "reservation_end": "2026-11-27T19:00:00+00:00",
-                "opened_at": "2026-11-27T17:30:00+00:00", "last_seen_at": "2026-11-27T17:59:00+00:00",
-                "resolved_at": None, "processes": [{"pid": 9, "command": "python x.py"}],
-                "steps": ["terminal", "email"],
-                "timeline": [{"at": "2026-11-27T17:30:00+00:00", "kind": "opened"},
-                             {"at": "2026-11-27T17:31:00+00:00", "kind": "action", "step_index": 0,
-                              "handler": "terminal", "target": "mallory", "ok": True}]}  # fmt: skip
+    incident = {
+        "id": "0b4c1f9e-aaaa",
+        "status": "open",
+        "host": "sim-001",
+        "gpu_index": 1,
+        "gpu_uuid": "GPU-x",
+        "offender": "mallory",
+        "owner": "alice",
+        "reservation_id": 12,
+        "reservation_start": "2026-11-27T17:00:00+00:00",
+        "reservation_end": "2026-11-27T19:00:00+00:00",
+        "opened_at": "2026-11-27T17:30:00+00:00",
+        "last_seen_at": "2026-11-27T17:59:00+00:00",
+        "resolved_at": None,
+        "processes": [{"pid": 9, "command": "python x.py"}],
+        "steps": ["terminal", "email"],
+        "timeline": [
+            {"at": "2026-11-27T17:30:00+00:00", "kind": "opened"},
+            {
+                "at": "2026-11-27T17:31:00+00:00",
+                "kind": "action",
+                "step_index": 0,
+                "handler": "terminal",
+                "target": "mallory",
+                "ok": True,
+            },
+        ],
+    }
     lines = incident_lines(incident, NOW)
     assert lines[0] == "violation 0b4c1f9e-aaaa: open on sim-001:1"
     assert "  reserved by alice (reservation 12, 17:00 to 19:00)" in lines
