@@ -161,6 +161,13 @@ async def test_reservations_list_calls_tomorrows_booking_upcoming(cli: Cli) -> N
     [row] = [line for line in lines if line.split()[:1] == [str(booked)]]
     assert "upcoming" in row and "active" not in row
 
+    await cli.login("alice")
+    host = cli.system.fleet.hosts[0]
+    start = tomorrow.isoformat()
+    refused = await cli("reserve", f"{host}:3", "--start", start, "--duration", "30m")
+    assert refused.code == 1
+    assert f"GPU {host}:3 is reserved by bob" in refused.err  # as everywhere: host:index
+
 
 async def test_hosts_alone_lists_them(cli: Cli) -> None:
     await cli.login("admin")

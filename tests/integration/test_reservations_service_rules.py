@@ -54,7 +54,7 @@ async def test_deny_by_default_then_rules_with_windows(service: Service) -> None
         timezone="Europe/Warsaw",
     )
     await book(service, "alice", [G0], 0, 1)
-    with pytest.raises(NotAllowed, match="dgx2 GPU 0"):
+    with pytest.raises(NotAllowed, match="GPU dgx2:0"):
         await book(service, "alice", [uuid_of("dgx2", 0)], 0, 1)
     with pytest.raises(InvalidRequest, match="timezone"):
         await service.call(

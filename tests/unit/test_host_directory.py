@@ -140,5 +140,5 @@ def test_a_gpu_of_a_removed_host_is_refused_with_the_reason() -> None:
         ("invalid", "GPU-c"),
         ("invalid", "GPU-a"),
     ]
-    assert "gone GPU 0 is not offered: gone was removed" in refusals[0].message
+    assert "GPU gone:0 is not offered: gone was removed" in refusals[0].message
     assert removed_host_refusals(gpus, lambda _host: True) == []

@@ -89,7 +89,7 @@ def test_deny_by_default_one_refusal_per_gpu_in_host_index_order() -> None:
     assert codes(refusals) == ["not_allowed", "not_allowed"]
     first = refusals[0]
     assert first.message == (
-        "alice may not use dgx1 GPU 2 from 2026-11-23 18:00 to 20:00 UTC: "
+        "alice may not use GPU dgx1:2 from 2026-11-23 18:00 to 20:00 UTC: "
         "no access rule covers that time"
     )
     assert first.details == {

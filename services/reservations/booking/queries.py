@@ -298,7 +298,7 @@ class Queries:
                 {
                     "code": "conflict",
                     "message": (
-                        f"{gpu.host} GPU {gpu.index} is reserved by {row.owner} "
+                        f"GPU {gpu.host}:{gpu.index} is reserved by {row.owner} "
                         f"{period_text(Interval(from_ms(row.start_ms), from_ms(row.end_ms)))}"
                     ),
                     "gpu": gpu.uuid,

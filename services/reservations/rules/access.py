@@ -312,7 +312,7 @@ def _not_allowed(member: Member, gpu: Gpu, gaps: list[Interval]) -> Refusal:
     return Refusal(
         code="not_allowed",
         message=(
-            f"{member.username} may not use {gpu.host} GPU {gpu.index} {when}: "
+            f"{member.username} may not use GPU {gpu.host}:{gpu.index} {when}: "
             "no access rule covers that time"
         ),
         details={

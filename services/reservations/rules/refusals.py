@@ -59,7 +59,7 @@ def _when(moment: datetime) -> str:
 
 def _gpu_name(uuid: str, gpus: Mapping[str, Gpu]) -> str:
     gpu = gpus.get(uuid)
-    return f"{gpu.host} GPU {gpu.index}" if gpu else f"GPU {uuid}"
+    return f"GPU {gpu.host}:{gpu.index}" if gpu else f"GPU {uuid}"
 
 
 def text_refusals(title: str | None, description: str | None) -> list[Refusal]:
@@ -157,7 +157,7 @@ def removed_host_refusals(gpus: Iterable[Gpu], offered: Callable[[str], bool]) -
     return [
         Refusal(
             "invalid",
-            f"{gpu.host} GPU {gpu.index} is not offered: {gpu.host} was removed from the "
+            f"GPU {gpu.host}:{gpu.index} is not offered: {gpu.host} was removed from the "
             "hosts Warden watches (an admin can add it again)",
             {"field": "gpus", "gpu": gpu.uuid, "host": gpu.host, "index": gpu.index},
         )
