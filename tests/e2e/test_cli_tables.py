@@ -101,6 +101,7 @@ async def test_violations_show_short_ids_that_commands_take(cli: Cli) -> None:
     [incident] = await system.until(listed, "carol's incident on alice's GPU")
     lines = fits(await cli("violations"))
     assert len(lines) == 2  # the header, the incident
+    assert fits(await cli("violations", "list")) == lines
     short = incident["id"][:8]
     assert lines[1].split()[:3] == [short, "open", f"{host}:2"]
 
@@ -141,7 +142,7 @@ async def test_jobs_tasks_on_their_own_lines_and_waits_name_gpus_host_index(cli:
     reason = await system.until(waiting, "the job's wait reason")
     assert f"GPU {host}:3 is reserved by bob" in reason
 
-    lines = fits(await cli("jobs", "--mine"))
+    lines = fits(await cli("jobs", "list", "--mine"))
     assert "\\n" not in "\n".join(lines)
     [first] = [i for i, line in enumerate(lines) if "two-tasks" in line]
     assert f"0: {host}, 1 GPU" in lines[first]
