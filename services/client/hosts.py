@@ -19,12 +19,12 @@ from typing import Any
 from urllib.parse import quote
 
 from rich.table import Table
-from rich.text import Text
 
 from services.client.api import Api, ClientError
 from services.client.args import UsageError, json_flag
+from services.client.columns import Column, fitted_table
 from services.client.output import console, print_json
-from services.client.render import NONE, printable
+from services.client.render import NONE, WIDE, printable
 from services.client.session import stored_api
 
 PATH = "/inventory/hosts"
@@ -41,28 +41,34 @@ def _path(name: str) -> str:
 # --- output ------------------------------------------------------------------------------------
 
 
-def hosts_table(hosts: list[Mapping[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False)
-    for column in ("HOST", "ADDRESS", "USER", "PROBE", "LABELS", "HOST KEY", "SOURCE"):
-        table.add_column(column, no_wrap=True)
+HOST_COLUMNS = (
+    Column("HOST"),
+    Column("ADDRESS", 12),
+    Column("USER", 8),
+    Column("PROBE"),
+    Column("LABELS", 8),
+    Column("HOST KEY"),
+    Column("SOURCE"),
+)
+
+
+def hosts_table(hosts: list[Mapping[str, Any]], width: int = WIDE) -> Table:
+    rows = []
     for host in hosts:
         where = f"{host['address']}:{host['port']}" if host["probe"] == "ssh" else "local (NVML)"
         key = "accepted" if host.get("host_key") else "known_hosts"
-        table.add_row(
-            *(
-                Text(printable(str(cell)))
-                for cell in (
-                    host["name"],
-                    where,
-                    host["user"] or NONE,
-                    host["probe"],
-                    ",".join(host["labels"]) or NONE,
-                    key if host["probe"] == "ssh" else NONE,
-                    host["source"],
-                )
-            )
+        rows.append(
+            [
+                str(host["name"]),
+                where,
+                str(host["user"] or NONE),
+                str(host["probe"]),
+                ",".join(host["labels"]) or NONE,
+                key if host["probe"] == "ssh" else NONE,
+                str(host["source"]),
+            ]
         )
-    return table
+    return fitted_table(HOST_COLUMNS, rows, width)
 
 
 def check_lines(name: str, check: Mapping[str, Any]) -> list[str]:
@@ -152,7 +158,8 @@ def cmd_list(args: argparse.Namespace, api: Api) -> int:
     if not hosts:
         print("no hosts yet: add one with `warden hosts add NAME --address ADDR --user USER`")
         return 0
-    console().print(hosts_table(hosts))
+    out = console()
+    out.print(hosts_table(hosts, out.width))
     return 0
 
 

@@ -5,11 +5,23 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, tzinfo
+from typing import Any
 
 from services.client.args import Subcommands, json_flag
-from services.client.output import print_json
+from services.client.output import print_json, utc_now
+from services.client.render import printable, when
 from services.client.session import stored_api
+
+
+def notice_line(notice: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> str:
+    """An idle notice in words, its times in local time (pure)."""
+    return printable(
+        f"#{notice['id']} {notice['title']}: idle since {when(notice['idle_since'], now, tz)}, "
+        f"released at {when(notice['release_at'], now, tz)} unless you run "
+        f"`warden idle --keep {notice['id']}`"
+    )
 
 
 def cmd_idle(args: argparse.Namespace) -> int:
@@ -27,9 +39,8 @@ def cmd_idle(args: argparse.Namespace) -> int:
         if args.json:
             print_json(answer)
         elif action == "keep":
-            print(
-                f"reservation {reservation} kept: not asked again until {answer['snoozed_until']}"
-            )
+            until = when(answer["snoozed_until"], utc_now())
+            print(f"reservation {reservation} kept: not asked again until {until}")
         else:
             print(f"reservation {reservation} released: its GPUs are free for others now")
         return 0
@@ -51,11 +62,9 @@ def cmd_idle(args: argparse.Namespace) -> int:
         return 0
     if not notices:
         print("no idle reservation waits for your answer")
+    now = utc_now()
     for notice in notices:
-        print(
-            f"#{notice['id']} {notice['title']}: idle since {notice['idle_since']}, released at "
-            f"{notice['release_at']} unless you run `warden idle --keep {notice['id']}`"
-        )
+        print(notice_line(notice, now))
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 from urllib.parse import quote
 
@@ -45,7 +45,9 @@ def incident_id(api: Api, ref: str) -> str:
     return match_prefix(ref, visible_ids(api), "violation")
 
 
-def incident_lines(incident: Mapping[str, Any], now: datetime) -> list[str]:
+def incident_lines(
+    incident: Mapping[str, Any], now: datetime, tz: tzinfo | None = None
+) -> list[str]:
     """One incident in words, then its timeline, oldest first (pure)."""
     lines = [
         f"violation {incident.get('id')}: {incident.get('status')} on {incident_gpu(incident)}",
@@ -55,20 +57,20 @@ def incident_lines(incident: Mapping[str, Any], now: datetime) -> list[str]:
     if incident.get("owner"):
         lines.append(
             f"  reserved by {incident['owner']} (reservation {incident.get('reservation_id')}, "
-            f"{when(incident.get('reservation_start'), now)} to "
-            f"{when(incident.get('reservation_end'), now)})"
+            f"{when(incident.get('reservation_start'), now, tz)} to "
+            f"{when(incident.get('reservation_end'), now, tz)})"
         )
     lines.append(
-        f"  opened {when(incident.get('opened_at'), now)}, "
-        f"last seen {when(incident.get('last_seen_at'), now)}"
+        f"  opened {when(incident.get('opened_at'), now, tz)}, "
+        f"last seen {when(incident.get('last_seen_at'), now, tz)}"
     )
     if incident.get("resolved_at"):
         reason = f" ({incident['resolve_reason']})" if incident.get("resolve_reason") else ""
-        lines.append(f"  resolved {when(incident['resolved_at'], now)}{reason}")
+        lines.append(f"  resolved {when(incident['resolved_at'], now, tz)}{reason}")
     lines.append(f"  steps: {', '.join(incident.get('steps') or ()) or NONE}")
     lines.append("timeline:")
     for entry in incident.get("timeline") or ():
-        lines.append(f"  {when(entry.get('at'), now)}  {_entry_text(entry)}")
+        lines.append(f"  {when(entry.get('at'), now, tz)}  {_entry_text(entry)}")
     return [printable(line) for line in lines]
 
 

@@ -14,6 +14,8 @@ from rich.console import Console, RenderableType
 from services.client.api import ClientError
 from services.client.args import UsageError
 from services.client.columns import fit_widths
+from services.client.hosts import hosts_table
+from services.client.idle import notice_line
 from services.client.ids import SHORT, match_prefix, short_ids
 from services.client.notifications import kind_label
 from services.client.render import (
@@ -267,7 +269,34 @@ def test_an_incident_in_words_with_its_timeline() -> None:
             },
         ],
     }
-    lines = incident_lines(incident, NOW)
+    lines = incident_lines(incident, NOW, UTC)
     assert lines[0] == "violation 0b4c1f9e-aaaa: open on sim-001:1"
     assert "  reserved by alice (reservation 12, 17:00 to 19:00)" in lines
     assert lines[-1] == "  17:31  action step 0 terminal to mallory: ok"
+
+
+def test_the_hosts_table_fits_100_columns() -> None:
+    hosts = [
+        {
+            "name": f"gpu-node-{i:02}.cluster.example.org",
+            "address": f"gpu-node-{i:02}.infiniband.cluster.example.org",
+            "port": 2222,
+            "user": "warden-monitor",
+            "probe": "ssh",
+            "labels": ["a100", "infiniband", "team-vision", "team-nlp"],
+            "host_key": None,
+            "source": "inventory",
+        }
+        for i in range(3)
+    ]
+    lines = lines_of(hosts_table(hosts, WIDTH))
+    assert len(lines) == 4 and max(len(line) for line in lines) <= WIDTH
+    assert lines[1].startswith("gpu-node-00.cluster.example.org  gpu-node-00")
+
+
+def test_an_idle_notice_says_its_times_in_local_time() -> None:
+    notice = {"id": 12, "title": "rn50", "idle_since": "2026-11-27T16:30:00.123456+00:00",
+              "release_at": "2026-11-27T18:30:00.123456+00:00"}  # fmt: skip
+    assert notice_line(notice, NOW, UTC) == (
+        "#12 rn50: idle since 16:30, released at 18:30 unless you run `warden idle --keep 12`"
+    )
