@@ -60,8 +60,12 @@ run: install frontend ## write a config if there is none, migrate, start every s
 demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week; prints the logins
 	$(BIN)/warden demo
 
-test: install frontend ## the whole suite: Python, then the web UI's unit and browser tests
-	$(BIN)/pytest -q
+# The Python tests run in PYTEST_WORKERS processes (pytest-xdist); every test has its own
+# vhost, database, ports and sshd, so they do not meet. PYTEST_WORKERS=0 runs them in one.
+PYTEST_WORKERS ?= 2
+
+test: install frontend ## the whole suite: Python (in PYTEST_WORKERS processes, 2 by default), then the web UI's unit and browser tests
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
 	$(MAKE) --no-print-directory test-ui
 
 test-ui: install frontend ## the web UI: Vitest unit tests, then end-to-end in Debian's Chromium

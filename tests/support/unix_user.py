@@ -84,12 +84,7 @@ def throwaway_user() -> Iterator[UnixUser]:
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         pytest.skip("useradd/userdel not installed")
     name = f"wt{uuid.uuid4().hex[:10]}"
-    subprocess.run(
-        ["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", name],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    _account_command(["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", name])
     entry = pwd.getpwnam(name)
     user = UnixUser(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
     try:
@@ -109,4 +104,19 @@ def throwaway_user() -> Iterator[UnixUser]:
             time.sleep(0.1)
         shutil.rmtree(SCREEN_DIR / f"S-{name}", ignore_errors=True)
         shutil.rmtree(f"/tmp/tmux-{user.uid}", ignore_errors=True)
-        subprocess.run(["userdel", "--remove", name], capture_output=True, timeout=30)
+        _account_command(["userdel", "--remove", name], check=False)
+
+
+# useradd and userdel exit 10 when another process holds /etc/passwd's lock: tests in two
+# pytest-xdist workers make and remove users at the same time, so they wait their turn.
+_PASSWD_BUSY = 10
+
+
+def _account_command(argv: list[str], *, check: bool = True) -> None:
+    for _attempt in range(50):
+        done = subprocess.run(argv, capture_output=True, timeout=30)
+        if done.returncode != _PASSWD_BUSY:
+            break
+        time.sleep(0.1)
+    if check and done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
