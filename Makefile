@@ -75,8 +75,10 @@ run: ## install the runtime, build the UI, write a config if there is none, migr
 
 # The wheels (into dist/): gpu-warden, the server (with the web UI built into it), and
 # gpu-warden-client, the CLI alone for researchers (bin/build-client). Versions from git.
-wheels: install frontend ## build the server's and the client's wheels into dist/
-	$(BIN)/python -m build --wheel --outdir dist .
+# The server's wheel is built from its sdist (the UI goes in through MANIFEST.in), so that no
+# leftover of an earlier in-tree build (build/) gets in.
+wheels: install frontend ## build the server's and the client's wheels (and the server's sdist) into dist/
+	$(BIN)/python -m build --outdir dist .
 	$(BIN)/python bin/build-client --outdir dist
 
 demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week; prints the logins

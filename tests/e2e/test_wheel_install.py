@@ -66,7 +66,9 @@ class Wheels:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
     out = tmp_path_factory.mktemp("dist")
-    run(sys.executable, "-m", "build", "--wheel", "--outdir", out, ROOT)
+    # The sdist, then the wheel from it (unpacked elsewhere): what the sdist lacks, the wheel
+    # lacks too, and no leftover of an earlier in-tree build (build/) gets in.
+    run(sys.executable, "-m", "build", "--outdir", out, ROOT)
     run(sys.executable, ROOT / "bin/build-client", "--outdir", out)
     (server,) = out.glob("gpu_warden-*.whl")
     (client,) = out.glob("gpu_warden_client-*.whl")
