@@ -9,6 +9,8 @@
 #   UI_PREBUILT   1: take frontend/dist from the build context (`make frontend` built it) instead
 #                 of building the UI in NODE_IMAGE, which then needs no Node.js
 #   PIP_OFFLINE   1: install only from the wheels in docker/wheels/ (`pip wheel` filled it)
+#   WARDEN_VERSION  the version the image reports (`warden version`): the build context has no
+#                 .git for setuptools-scm to read it from; e.g. the wheel's, or `git describe`
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG NODE_IMAGE=node:20-bookworm-slim
 
@@ -29,13 +31,16 @@ RUN if [ "$UI_PREBUILT" = 1 ]; then \
 # --- build: install the package and its dependencies into a virtual environment -------------
 FROM ${PYTHON_IMAGE} AS build
 ARG PIP_OFFLINE=0
+ARG WARDEN_VERSION=0+unknown
 
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+# The runtime dependencies only (pyproject.toml's dependencies; no dev tools).
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore \
+    SETUPTOOLS_SCM_PRETEND_VERSION_FOR_GPU_WARDEN=${WARDEN_VERSION}
 WORKDIR /src
 COPY docker/wheels ./wheels
 RUN python3 -m venv /opt/warden \
     && if [ "$PIP_OFFLINE" != 1 ]; then /opt/warden/bin/pip install --upgrade pip; fi
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY services ./services
 RUN if [ "$PIP_OFFLINE" = 1 ]; then \
         /opt/warden/bin/pip install --no-index --find-links ./wheels .; \

@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-runtime
 LINT_PATHS := services tests bench examples
 
 # `make run CONFIG=path/to/warden.toml` uses that config file instead of the default one.
@@ -17,22 +18,28 @@ UI_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
 	frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
 UI_BUILD := frontend/dist/index.html
 
-.PHONY: help install api-types frontend run demo test test-unit test-ui test-deploy lint docs docs-reference screenshots bench bench-quick clean distclean
+.PHONY: help install api-types frontend run wheels demo test test-unit test-ui test-deploy lint docs docs-reference screenshots bench bench-quick clean distclean
 
 help: ## list the targets
 	@echo "Warden make targets:"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk 'BEGIN {FS = ":.*## "} {printf "  %-12s %s\n", $$1, $$2}'
 
-install: $(STAMP) ## create .venv and install Warden with its dev tools
+install: $(STAMP) ## create .venv and install Warden with its dev tools (tests, linters, docs)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstalls only when pyproject.toml changes (the install is editable, code changes need none).
+# `make run` needs the runtime alone (RUN_STAMP); the dev tools' install has it too.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@ $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
 	@touch $@
 
 $(NPM_STAMP): frontend/package-lock.json
@@ -48,14 +55,31 @@ api-types: install $(NPM_STAMP) ## regenerate the web UI's API types from the ga
 
 frontend: $(UI_BUILD) ## build the web UI into frontend/dist (npm ci, type-check, vite build)
 
+# A quiet start: what installing, building the UI and migrating print goes to RUN_LOG (its tail
+# is shown when a step fails), so that Warden's own lines follow, with the set-up banner last.
 # `warden init` reads no terminal here (</dev/null): with no admin yet, the gateway prints a
 # one-time set-up link instead of `make run` stopping at a password prompt.
-run: install frontend ## write a config if there is none, migrate, start every service (http://127.0.0.1:8080; with no admin yet it prints a one-time set-up link)
-	$(BIN)/warden init $(CONFIG_ARG) </dev/null
-	$(BIN)/warden db upgrade $(CONFIG_ARG)
-	@echo "The warden command of this checkout: bin/warden (e.g. \`bin/warden user list\`),"
-	@echo "or \`source .venv/bin/activate\` first and then plain \`warden\`."
-	$(BIN)/warden run all $(CONFIG_ARG)
+RUN_LOG := .data/make-run.log
+LOGGED = >>$(RUN_LOG) 2>&1 || { tail -n 40 $(RUN_LOG) >&2; \
+	echo "make run: that step failed; all it printed is in $(RUN_LOG)" >&2; exit 1; }
+
+run: ## install the runtime, build the UI, write a config if there is none, migrate, start every service (http://127.0.0.1:8080; with no admin yet it prints a one-time set-up link)
+	@mkdir -p $(dir $(RUN_LOG)) && date >$(RUN_LOG)
+	@echo "make run: installing, building the web UI and migrating (what they print: $(RUN_LOG))"
+	@$(MAKE) --no-print-directory $(RUN_STAMP) $(UI_BUILD) $(LOGGED)
+	@$(BIN)/warden init $(CONFIG_ARG) </dev/null $(LOGGED)
+	@$(BIN)/warden db upgrade $(CONFIG_ARG) $(LOGGED)
+	@echo "make run: starting Warden. The warden command of this checkout: bin/warden"
+	@echo "          (e.g. \`bin/warden user list\`), or plain \`warden\` after \`source .venv/bin/activate\`."
+	@$(BIN)/warden run all $(CONFIG_ARG)
+
+# The wheels (into dist/): gpu-warden, the server (with the web UI built into it), and
+# gpu-warden-client, the CLI alone for researchers (bin/build-client). Versions from git.
+# The server's wheel is built from its sdist (the UI goes in through MANIFEST.in), so that no
+# leftover of an earlier in-tree build (build/) gets in.
+wheels: install frontend ## build the server's and the client's wheels (and the server's sdist) into dist/
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python bin/build-client --outdir dist
 
 demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week; prints the logins
 	$(BIN)/warden demo

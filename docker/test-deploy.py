@@ -231,6 +231,7 @@ def prepare() -> list[str]:
                 str(wheels),
                 ".",
                 "setuptools",
+                "setuptools-scm",  # the build's version (given by WARDEN_VERSION in the image)
                 "wheel",
             ],
             cwd=ROOT,

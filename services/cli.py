@@ -9,22 +9,21 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from services import SERVICE_NAMES, __version__
-from services.cli_accounts import cmd_setup_link, cmd_user, first_admin
-from services.shared import event_loop
-from services.shared.config import (
-    Settings,
-    default_config_path,
-    load_settings,
-    render_config_template,
-)
+from services import SERVICE_NAMES, SERVICES_WITH_DATABASE, __version__
 from services.shared.errors import WardenError
-from services.shared.logging import configure_logging
-from services.shared.storage import db
+
+if TYPE_CHECKING:
+    from services.shared.config import Settings
+
+# The server's modules (configuration, databases, the services, the simulator) are imported by
+# the commands that use them, never here: a client command (`warden status`) or `warden --help`
+# starts without them (bench/cli_start.py measures it).
 
 log = logging.getLogger("warden.cli")
+
+SIM_HELP = "serve a simulated GPU fleet over SSH (demo, tests, benchmarks)"
 
 
 def _seconds(text: str) -> float:
@@ -42,7 +41,7 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument(
         "--config",
         default=argparse.SUPPRESS,
-        help=f"config file (default: $WARDEN_CONFIG or {default_config_path()})",
+        help="config file (default: $WARDEN_CONFIG or ~/.config/warden/warden.toml)",
     )
     common.add_argument(
         "--dev",
@@ -57,7 +56,9 @@ def _common() -> argparse.ArgumentParser:
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(sim: bool = True) -> argparse.ArgumentParser:
+    """`warden`'s parser. `sim=False`: `sim` without its options, whose module takes long to
+    import (`main` leaves them out of any command line without `sim`)."""
     common = _common()
     parser = argparse.ArgumentParser(
         prog="warden", description="GPU cluster manager for ML teams.", parents=[common]
@@ -72,9 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo_parser(commands, common)
     _add_user_parser(commands, common)
 
-    from services.sim.cli import add_parser as add_sim_parser
-
-    add_sim_parser(commands, [common])
+    _add_sim_parser(commands, common, full=sim)
 
     from services.client.commands import add_client_commands
 
@@ -88,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("version", parents=[common], help="print the version")
     return parser
+
+
+def _add_sim_parser(commands: Commands, common: argparse.ArgumentParser, *, full: bool) -> None:
+    if full:
+        from services.sim.cli import add_parser
+
+        add_parser(commands, [common])
+    else:  # listed, with the same help, by `warden --help`
+        commands.add_parser("sim", parents=[common], help=SIM_HELP, add_help=False)
 
 
 def _add_init_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
@@ -147,7 +155,7 @@ def _add_db_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
             "services",
             nargs="*",
             metavar="SERVICE",
-            help=f"any of {', '.join(db.SERVICES_WITH_DATABASE)} (default: all)",
+            help=f"any of {', '.join(SERVICES_WITH_DATABASE)} (default: all)",
         )
 
 
@@ -231,10 +239,15 @@ def _add_user_parser(commands: Commands, common: argparse.ArgumentParser) -> Non
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from services.shared.config import load_settings
+
     return load_settings(getattr(args, "config", None), dev=getattr(args, "dev", False))
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from services.cli_accounts import first_admin
+    from services.shared.config import default_config_path, load_settings, render_config_template
+
     if args.compose:
         from services.shared.deploy import init_compose
 
@@ -253,7 +266,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
 
     async def prepare() -> None:
-        await _upgrade_databases(settings, db.SERVICES_WITH_DATABASE)
+        await _upgrade_databases(settings, SERVICES_WITH_DATABASE)
         await first_admin(settings, args)
 
     asyncio.run(prepare())
@@ -268,6 +281,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
+    from services.shared.storage import db
+
     for name in names:
         engine = db.create_engine(settings.storage.database_url_for(name))
         try:
@@ -278,6 +293,8 @@ async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from services.shared import event_loop
+    from services.shared.logging import configure_logging
     from services.shared.runtime import CONNECT_WAIT_S, run_services
 
     settings = _settings(args)
@@ -302,14 +319,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    from services.shared.logging import configure_logging
+    from services.shared.storage import db
+
     settings = _settings(args)
     configure_logging(settings.log)
-    names = args.services or list(db.SERVICES_WITH_DATABASE)
-    unknown = sorted(set(names) - set(db.SERVICES_WITH_DATABASE))
+    names = args.services or list(SERVICES_WITH_DATABASE)
+    unknown = sorted(set(names) - set(SERVICES_WITH_DATABASE))
     if unknown:
         raise WardenError(
             f"no database for {', '.join(unknown)} "
-            f"(services with one: {', '.join(db.SERVICES_WITH_DATABASE)})"
+            f"(services with one: {', '.join(SERVICES_WITH_DATABASE)})"
         )
 
     async def current() -> None:
@@ -345,6 +365,7 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
     from services.monitor.check import check_hosts, format_table
     from services.monitor.hosts.inventory import monitored_hosts
     from services.monitor.nvml import load_nvml
+    from services.shared.logging import configure_logging
     from services.shared.remote.ssh import SshOptions
 
     settings = _settings(args)
@@ -382,6 +403,7 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from services.reservations import seeding
+    from services.shared.config import load_settings
     from services.sim.demo import DEMO_PEOPLE, DemoAccess, run_demo
 
     if args.hosts < 1 or args.gpus_per_host < 0:
@@ -405,10 +427,23 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def cmd_user(args: argparse.Namespace) -> int:
+    from services.cli_accounts import cmd_user
+
+    return cmd_user(args)
+
+
+def cmd_setup_link(args: argparse.Namespace) -> int:
+    from services.cli_accounts import cmd_setup_link
+
+    return cmd_setup_link(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from services.client.commands import CLIENT_COMMANDS
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(sim="sim" in argv).parse_args(argv)
     commands = {
         "init": cmd_init,
         "run": cmd_run,

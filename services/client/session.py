@@ -118,7 +118,7 @@ def add_parsers(commands: Subcommands, common: Sequence[argparse.ArgumentParser]
         "--server",
         metavar="URL",
         help="e.g. http://warden.lab:8080 (default: $WARDEN_SERVER, "
-        "else the last one, else http://127.0.0.1:8080)",
+        "else the last one, else the local config's [gateway], else http://127.0.0.1:8080)",
     )
     login.add_argument("--user", metavar="NAME", help="your username (default: $USER)")
 

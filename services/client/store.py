@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.client.local_config import configured_server
+
 try:  # POSIX; elsewhere concurrent refreshes are simply not serialised
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -87,10 +89,11 @@ def normalize_server(url: str) -> str:
 def server_url(
     stored: Credentials | None, given: str | None = None, environ: Mapping[str, str] | None = None
 ) -> str:
-    """The server to talk to: `given` (--server), else $WARDEN_SERVER, else the stored one."""
+    """The server to talk to: `given` (--server), else $WARDEN_SERVER, else the stored one,
+    else the one this machine's Warden config names (`local_config.py`)."""
     environ = os.environ if environ is None else environ
     chosen = given or environ.get("WARDEN_SERVER") or (stored.server if stored else None)
-    return normalize_server(chosen or DEFAULT_SERVER)
+    return normalize_server(chosen or configured_server(environ) or DEFAULT_SERVER)
 
 
 class CredentialStore:

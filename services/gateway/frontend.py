@@ -14,13 +14,17 @@ from aiohttp import web
 
 from services.gateway.routing import API
 
-# `frontend/dist` beside the code (a source checkout; the Docker image copies it there too).
+# The build inside the package (an installed wheel: setup.py copies it there), else
+# `frontend/dist` beside the code (a source checkout).
+PACKAGED_DIST = Path(__file__).resolve().parent / "ui"
 DEFAULT_DIST = Path(__file__).resolve().parents[2] / "frontend" / "dist"
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 
 
-def dist_dir(configured: str) -> Path:
-    return Path(configured) if configured else DEFAULT_DIST
+def dist_dir(configured: str, packaged: Path = PACKAGED_DIST) -> Path:
+    if configured:
+        return Path(configured)
+    return packaged if (packaged / "index.html").is_file() else DEFAULT_DIST
 
 
 # No file of a build has a longer path (the OS would refuse it with ENAMETOOLONG).

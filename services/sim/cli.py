@@ -81,7 +81,7 @@ def add_parser(
         "sim",
         parents=parents,
         allow_abbrev=False,  # else `ctl start-process --gpu` reads as ambiguous here
-        help="serve a simulated GPU fleet over SSH (demo, tests, benchmarks)",
+        help="serve a simulated GPU fleet over SSH (demo, tests, benchmarks)",  # = cli.SIM_HELP
         description="Serve simulated GPU hosts over real SSH, one port per host, until "
         "Ctrl-C; `warden sim ctl ...` scripts the running fleet.",
     )

@@ -396,7 +396,10 @@ def test_a_broken_credentials_file_is_an_error() -> None:
         store.load()
 
 
-def test_the_server_url(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_server_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no local config: not the developer's
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("WARDEN_CONFIG", raising=False)
     stored = Credentials("http://stored:8080")
     assert server_url(None) == DEFAULT_SERVER
     assert server_url(stored) == "http://stored:8080"

@@ -165,7 +165,9 @@ class GatewaySettings:
         max=300,
     )
     frontend_dir: str = option(
-        "", "The built web UI served at /; empty: frontend/dist beside the code, when it exists."
+        "",
+        "The built web UI served at /; empty: the one in the installed package (a wheel), "
+        "else frontend/dist beside the code, when it exists.",
     )
     public_url: str = option(
         "",

@@ -19,12 +19,11 @@ from sqlalchemy import Column, DateTime, MetaData, String, Table, event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+# Services with tables of their own (the gateway keeps nothing durable); also read from here.
+from services import SERVICES_WITH_DATABASE
 from services.shared.errors import SchemaNotMigrated
 from services.shared.storage import sqlite_driver
 from services.shared.storage.store import sqlite_in_transaction
-
-# Services with tables of their own (the gateway keeps nothing durable).
-SERVICES_WITH_DATABASE = ("monitor", "reservations", "jobs", "violations")
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # services/
 
