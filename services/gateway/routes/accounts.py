@@ -8,6 +8,7 @@ shows a user only the access rules that apply to them, and never answers a passw
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from services.accounts.api import (
     UpdateUserArgs,
     UserSchema,
 )
+from services.gateway.context import REVOCATIONS
 from services.gateway.routes.reservations import IdPath
 from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
 from services.reservations import api
@@ -157,7 +159,12 @@ async def get_user(call: Call) -> Any:
 
 async def update_user(call: Call) -> Any:
     args = {"actor": call.user.username, "username": call.params["username"], **call.body}
-    return await _answer(call, accounts_api.UPDATE_USER, args)
+    answer = await _answer(call, accounts_api.UPDATE_USER, args)
+    if call.body.get("password") is not None:
+        # The service ended the user's sessions; this replica refuses their access tokens
+        # before answering (the others when the session.revoked event reaches them).
+        call.request.app[REVOCATIONS].revoke(call.params["username"], None, time.time())
+    return answer
 
 
 # --- groups -------------------------------------------------------------------------------------

@@ -199,6 +199,11 @@ class AuthSettings:
         "How long a login lasts without a new password (a refresh token), in seconds.",
         min=60,
     )
+    password_link_ttl_s: int = option(
+        7 * 24 * 3600,
+        "How long an invitation or password-reset link works, in seconds (it works once).",
+        min=60,
+    )
     ssh_signup: bool = option(
         False,
         "true: people may create their own `user` account by proving a Unix account on a host "
