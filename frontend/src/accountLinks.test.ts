@@ -25,10 +25,12 @@ describe('mustChoosePassword', () => {
 })
 
 describe('endsMySession', () => {
-  it('is a status change of my own account', () => {
-    expect(endsMySession('ann', { username: 'ann', changed: ['status'] })).toBe(true)
-    expect(endsMySession('ann', { username: 'ann', changed: ['email'] })).toBe(false)
-    expect(endsMySession('ann', { username: 'bob', changed: ['status'] })).toBe(false)
-    expect(endsMySession(undefined, { username: 'ann', changed: ['status'] })).toBe(false)
+  it('is a status change or the deletion of my own account', () => {
+    expect(endsMySession('ann', 'user.updated', { username: 'ann', changed: ['status'] })).toBe(true)
+    expect(endsMySession('ann', 'user.deleted', { username: 'ann' })).toBe(true)
+    expect(endsMySession('ann', 'user.updated', { username: 'ann', changed: ['email'] })).toBe(false)
+    expect(endsMySession('ann', 'user.updated', { username: 'bob', changed: ['status'] })).toBe(false)
+    expect(endsMySession('ann', 'user.deleted', { username: 'bob' })).toBe(false)
+    expect(endsMySession(undefined, 'user.updated', { username: 'ann', changed: ['status'] })).toBe(false)
   })
 })

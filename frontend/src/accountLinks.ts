@@ -22,7 +22,9 @@ export function mustChoosePassword(user: { change_at_sign_in?: boolean } | null)
   return user?.change_at_sign_in === true
 }
 
-/** Whether an account event means the signed-in user's sessions may have ended. */
-export function endsMySession(me: string | undefined, data: { username?: unknown; changed?: unknown }): boolean {
-  return !!me && data.username === me && Array.isArray(data.changed) && data.changed.includes('status')
+/** Whether an account event means the signed-in user's sessions may have ended: their account
+ * was deleted, or deactivated (its status changed). */
+export function endsMySession(me: string | undefined, type: string, data: { username?: unknown; changed?: unknown }): boolean {
+  if (!me || data.username !== me) return false
+  return type === 'user.deleted' || (Array.isArray(data.changed) && data.changed.includes('status'))
 }
