@@ -200,9 +200,7 @@ class AuthSettings:
         min=60,
     )
     password_link_ttl_s: int = option(
-        7 * 24 * 3600,
-        "How long an invitation or password-reset link works, in seconds (it works once).",
-        min=60,
+        7 * 86400, "How long an invite or password-reset link works (once), in seconds.", min=60
     )
     ssh_signup: bool = option(
         False,
@@ -211,8 +209,7 @@ class AuthSettings:
         "~/.ssh/authorized_keys and sign up on the web UI or POST /api/v1/signup.",
     )
     ssh_signup_groups: tuple[str, ...] = option(
-        (),
-        "Groups an account made by SSH signup joins, besides every default group.",
+        (), "Groups an account made by SSH signup joins, besides every default group."
     )
     ldap: LdapSettings = field(
         default_factory=LdapSettings, metadata=about("Sign-in with directory accounts.")
