@@ -3,7 +3,8 @@
 // admin deactivates them and their open tab is signed out.
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { Browser, Page } from 'playwright-core'
-import { launch, screenshot, signedIn } from './browser.mjs'
+import { PASSWORD, launch, screenshot, signedIn } from './browser.mjs'
+import { apiCall, tokenOf } from './system'
 
 const system = inject('system')
 const base = system.url
@@ -94,5 +95,23 @@ describe('an invited colleague', () => {
     await signInAs(colleague, 'colleague', 'colleague-second')
     await colleague.getByRole('alert').filter({ hasText: 'deactivated' }).waitFor()
     await screenshot(colleague, 'accounts-deactivated')
+  })
+
+  it('is asked for their own password first when an admin chose it', async () => {
+    await apiCall(base, await tokenOf(base, 'admin'), 'POST', '/users', { username: 'handmade', email: 'handmade@lab.example', password: PASSWORD })
+    const context = await browser.newContext({ baseURL: base, viewport: { width: 1280, height: 900 } })
+    const page = await context.newPage()
+    await signInAs(page, 'handmade', PASSWORD)
+    await page.waitForURL((url) => url.pathname === '/account')
+    await page.getByTestId('choose-password').waitFor()
+    await page.goto('/reservations')
+    await page.waitForURL((url) => url.pathname === '/account') // nothing else until then
+    await page.getByLabel('New password', { exact: true }).fill('handmade-own')
+    await page.getByLabel('New password again').fill('handmade-own')
+    await page.getByRole('button', { name: 'Change password' }).click()
+    await page.getByRole('status').filter({ hasText: 'Password changed' }).waitFor()
+    await page.goto('/reservations')
+    await page.waitForURL((url) => url.pathname === '/reservations')
+    await context.close()
   })
 })

@@ -42,13 +42,17 @@ async def signed_in(system: ApiSystem, username: str, password: str) -> ApiClien
 
 
 async def made_user(system: ApiSystem, password: str = PASSWORD) -> str:
-    """A new account an admin made with a password of their choosing."""
+    """A new account whose owner chose their password with an invitation link."""
     admin = await system.as_user("admin")
     username = f"member{next(_names)}"
-    made = await admin.post(
-        "/users", {"username": username, "email": f"{username}@lab.example", "password": password}
+    invited = await admin.post(
+        "/users/invites", {"username": username, "email": f"{username}@lab.example"}
     )
-    assert made.status == 201, made.body
+    assert invited.status == 201, invited.body
+    chosen = await system.anonymous().post(
+        f"/password-links/{invited.body['token']}", {"password": password}
+    )
+    assert chosen.status == 201, chosen.body
     return username
 
 
@@ -90,18 +94,32 @@ async def test_an_invited_person_chooses_their_password_once(system: ApiSystem) 
     assert (await ines.get("/me")).body["user"]["username"] == "ines"
 
 
-async def test_a_password_an_admin_chose_is_to_be_changed_at_sign_in(system: ApiSystem) -> None:
-    username = await made_user(system)
-    login = await system.anonymous().post("/session", {"username": username, "password": PASSWORD})
+async def test_a_password_an_admin_chose_is_to_be_changed_before_anything_else(
+    system: ApiSystem,
+) -> None:
+    admin = await system.as_user("admin")
+    made = await admin.post(
+        "/users", {"username": "chosen", "email": "chosen@lab.example", "password": PASSWORD}
+    )
+    assert made.status == 201, made.body
+    assert made.body["change_at_sign_in"] is True
+    login = await system.anonymous().post("/session", {"username": "chosen", "password": PASSWORD})
     assert login.body["user"]["change_at_sign_in"] is True
     member = ApiClient(system.base, system.session, login.body["access_token"])
-    changed = await member.patch(f"/users/{username}", {"password": "my-own-choice"})
+    # Only who they are and their password, until they choose one.
+    assert (await member.get("/me")).status == 200
+    assert (await member.get("/users/chosen")).status == 200
+    first = await member.get("/reservations")
+    refused(first, 403, "forbidden")
+    assert "choose your own" in first.body["message"]
+    changed = await member.patch("/users/chosen", {"password": "my-own-choice"})
     assert changed.status == 200, changed.body
     assert changed.body["change_at_sign_in"] is False
+    member = await signed_in(system, "chosen", "my-own-choice")
+    assert (await member.get("/reservations")).status == 200
     # An admin choosing it again asks again.
-    admin = await system.as_user("admin")
-    chosen = await admin.patch(f"/users/{username}", {"password": "admin-choice"})
-    assert chosen.body["change_at_sign_in"] is True
+    again = await admin.patch("/users/chosen", {"password": "admin-choice"})
+    assert again.body["change_at_sign_in"] is True
 
 
 async def test_a_changed_password_refuses_the_old_access_token_at_once(system: ApiSystem) -> None:
