@@ -1028,7 +1028,7 @@ export interface paths {
         put?: never;
         /**
          * Create an account (it joins every default group too)
-         * @description The username is the person's UNIX username on the GPU hosts. 409 `already_exists` when it is taken, 404 for an unknown group.
+         * @description The username is the person's UNIX username on the GPU hosts. 409 `already_exists` when it is taken, 404 for an unknown group. The person is to choose their own password at sign-in (`change_at_sign_in`): until then every route but `GET /me`, `GET`/`PATCH /users/{username}` and the stream answers 403. `POST /users/invites` lets them choose it from the start.
          */
         post: operations["create_user"];
         delete?: never;
@@ -1077,7 +1077,7 @@ export interface paths {
         head?: never;
         /**
          * Change your e-mail or password; admins also change roles (`is_admin`)
-         * @description A new password signs the user out everywhere (their refresh tokens stop working). The last admin cannot be demoted.
+         * @description A new password signs the user out everywhere (their refresh tokens stop working, their access tokens at once); one an admin sets for someone else is to be changed at their next sign-in. The last admin cannot be demoted; 409 for a directory (LDAP) account's password.
          */
         patch: operations["update_user"];
         trace?: never;

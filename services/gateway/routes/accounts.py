@@ -253,7 +253,10 @@ ROUTES = (
         response=UserSchema,
         status=201,
         description="The username is the person's UNIX username on the GPU hosts. 409 "
-        "`already_exists` when it is taken, 404 for an unknown group.",
+        "`already_exists` when it is taken, 404 for an unknown group. The person is to choose "
+        "their own password at sign-in (`change_at_sign_in`): until then every route but "
+        "`GET /me`, `GET`/`PATCH /users/{username}` and the stream answers 403. "
+        "`POST /users/invites` lets them choose it from the start.",
     ),
     Route(
         "GET",
@@ -276,7 +279,9 @@ ROUTES = (
         body=UserUpdateBody,
         response=UserSchema,
         description="A new password signs the user out everywhere (their refresh tokens stop "
-        "working). The last admin cannot be demoted.",
+        "working, their access tokens at once); one an admin sets for someone else is to be "
+        "changed at their next sign-in. The last admin cannot be demoted; 409 for a directory "
+        "(LDAP) account's password.",
     ),
     Route(
         "GET",
