@@ -1913,7 +1913,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account";
         };
         LastStep: {
             /** @description why it failed, when it did */
@@ -1931,6 +1931,8 @@ export interface components {
             [key: string]: unknown;
         };
         LinkAnswer: {
+            /** @description the link by e-mail: sent, failed (e.g. e-mail is not set up), limited, or unknown (no answer yet; it may still go out) */
+            emailed: string;
             /** Format: date-time */
             expires_at: string;
             /** @description the address to give the person */
@@ -2387,7 +2389,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account";
         };
         TimelineEntry: {
             /** Format: date-time */

@@ -8,6 +8,7 @@ before it answers (the other replicas when the `session.revoked` event reaches t
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 from urllib.parse import quote
@@ -26,10 +27,13 @@ from services.gateway.routes.accounts import UsernamePath
 from services.gateway.routes.session import TokensSchema, signed_in
 from services.gateway.routing import Access, Call, Route
 from services.gateway.setup_link import link_host
-from services.shared.errors import InvalidRequest
+from services.notifications import api as notifications_api
+from services.shared.errors import InvalidRequest, WardenError
 
 _Str = fields.String
 TAG = "users"
+MAIL_WAIT_S = 5.0  # how long an invitation waits to say whether its e-mail went out
+log = logging.getLogger("warden.gateway")
 
 
 class InviteBody(Schema):
@@ -41,6 +45,13 @@ class InviteBody(Schema):
 
 class LinkAnswerSchema(PasswordLinkSchema):
     link = _Str(required=True, metadata={"description": "the address to give the person"})
+    emailed = _Str(
+        required=True,
+        metadata={
+            "description": "the link by e-mail: sent, failed (e.g. e-mail is not set up), "
+            "limited, or unknown (no answer yet; it may still go out)"
+        },
+    )
 
 
 class TokenPath(Schema):
@@ -77,6 +88,30 @@ def link_of(call: Call, token: str) -> str:
     return f"{base.rstrip('/')}/password/{quote(token, safe='')}"
 
 
+async def _mailed(call: Call, answer: dict[str, Any], url: str) -> str:
+    """The link sent to its person through the notification path (kind `account`): what
+    became of the e-mail. Waited for a few seconds only: the link is made either way."""
+    invite = answer["purpose"] == "invite"
+    args = {
+        "user": answer["username"],
+        "kind": "account",
+        "title": "Your Warden account" if invite else "A new Warden password",
+        "text": (
+            f"You are invited to Warden as {answer['username']}: choose your password"
+            if invite
+            else f"Choose a new password for your Warden account {answer['username']}"
+        )
+        + f" with this link. It works once, until {answer['expires_at']}.",
+        "links": [{"label": "Choose your password", "url": url}],
+    }
+    try:
+        sent = await call.rpc(notifications_api.NOTIFY, args, timeout=MAIL_WAIT_S)
+    except (TimeoutError, WardenError) as err:
+        log.info("the password link of %s not e-mailed yet: %s", answer["username"], err)
+        return "unknown"
+    return str(sent["channels"].get("email", "failed"))
+
+
 def _signed_out(call: Call, username: str) -> None:
     """This replica refuses the user's access tokens from now on, before answering."""
     call.request.app[REVOCATIONS].revoke(username, None, time.time())
@@ -89,7 +124,8 @@ async def invite(call: Call) -> dict[str, Any]:
         "link_ttl_s": call.settings.auth.password_link_ttl_s,
     }
     answer = await call.rpc(api.INVITE_USER, args)
-    return {**answer, "link": link_of(call, answer["token"])}
+    url = link_of(call, answer["token"])
+    return {**answer, "link": url, "emailed": await _mailed(call, answer, url)}
 
 
 async def reset(call: Call) -> dict[str, Any]:
@@ -99,7 +135,8 @@ async def reset(call: Call) -> dict[str, Any]:
         "link_ttl_s": call.settings.auth.password_link_ttl_s,
     }
     answer = await call.rpc(api.RESET_PASSWORD, args)
-    return {**answer, "link": link_of(call, answer["token"])}
+    url = link_of(call, answer["token"])
+    return {**answer, "link": url, "emailed": await _mailed(call, answer, url)}
 
 
 async def link_state(call: Call) -> Any:
