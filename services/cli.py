@@ -229,13 +229,37 @@ def _add_user_parser(commands: Commands, common: argparse.ArgumentParser) -> Non
         help="also join this group (repeatable; every user joins the default groups)",
     )
     actions.add_parser("list", parents=[common], help="every account with its roles and groups")
+    invite = actions.add_parser(
+        "invite",
+        parents=[common],
+        help="create an account and print a one-time link to choose its password",
+    )
+    invite.add_argument(
+        "username", metavar="USERNAME", help="the user's UNIX username on the hosts"
+    )
+    invite.add_argument("--email", required=True, help="where Warden writes to them")
+    invite.add_argument("--admin", action="store_true", help="may manage Warden")
+    invite.add_argument(
+        "--group",
+        dest="groups",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="also join this group (repeatable)",
+    )
     for action, text in (
-        ("passwd", "set a new password ($WARDEN_PASSWORD, else asked on a terminal)"),
+        ("passwd", "set a new password, to be changed at sign-in ($WARDEN_PASSWORD, else asked)"),
+        ("reset", "print a new one-time link for the user to choose a password"),
         ("promote", "make an admin"),
         ("demote", "make a plain user again (never the last admin)"),
+        ("deactivate", "sign the user out everywhere and refuse sign-in (history kept)"),
+        ("activate", "let a deactivated user sign in again"),
+        ("delete", "delete the account (reservations keep the name); needs --confirm USERNAME"),
     ):
         sub = actions.add_parser(action, parents=[common], help=text)
         sub.add_argument("username", metavar="USERNAME")
+        if action == "delete":
+            sub.add_argument("--confirm", metavar="USERNAME", default="", help="the username again")
 
 
 def _settings(args: argparse.Namespace) -> Settings:

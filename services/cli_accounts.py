@@ -8,8 +8,9 @@ import asyncio
 import getpass
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from services.shared.config import Settings, load_settings
@@ -170,9 +171,15 @@ async def _user_passwd(store: Store, args: argparse.Namespace) -> None:
     async with store.read() as conn:
         await accounts.get_user(conn, args.username)  # NotFound before asking anything
     password = _required_password(args.username)
+    from services.accounts import sessions
+    from services.reservations.store import now_ms
+
     async with store.write() as conn:
-        await accounts.update_user(conn, args.username, password=password, actor=CLI_ACTOR)
-    print(f"changed the password of {args.username}")
+        await accounts.update_user(
+            conn, args.username, password=password, actor=CLI_ACTOR, change_at_sign_in=True
+        )
+        await sessions.revoke_user(conn, args.username, now_ms())  # signed out everywhere
+    print(f"changed the password of {args.username} (they choose their own at sign-in)")
 
 
 async def _user_set_admin(store: Store, args: argparse.Namespace) -> None:
@@ -188,15 +195,100 @@ async def _user_set_admin(store: Store, args: argparse.Namespace) -> None:
     print(f"{args.username} is {'now' if admin else 'no longer'} an admin")
 
 
+def _link(settings: Settings, answer: dict[str, Any]) -> str:
+    from urllib.parse import quote
+
+    from services.gateway.setup_link import link_host
+
+    gateway = settings.gateway
+    base = gateway.public_url or f"http://{link_host(gateway.host)}:{gateway.port}"
+    return f"{base.rstrip('/')}/password/{quote(answer['token'], safe='')}"
+
+
+async def _user_invite(store: Store, args: argparse.Namespace) -> str:
+    from services.accounts import password_links
+    from services.accounts import users as accounts
+    from services.reservations.store import now_ms
+
+    ttl_ms = _settings(args).auth.password_link_ttl_s * 1000
+    async with store.write() as conn:
+        await accounts.create_user(
+            conn,
+            username=args.username,
+            email=args.email,
+            password=None,
+            is_admin=args.admin,
+            groups=args.groups,
+            actor=CLI_ACTOR,
+        )
+        link = await password_links.issue(
+            conn, args.username, "invite", actor=CLI_ACTOR, ttl_ms=ttl_ms, now=now_ms()
+        )
+    return (
+        f"invited {args.username}: give them this link (it works once, until "
+        f"{link['expires_at']}):\n{_link(_settings(args), link)}"
+    )
+
+
+async def _user_reset(store: Store, args: argparse.Namespace) -> str:
+    from services.accounts import password_links
+    from services.reservations.store import now_ms
+
+    ttl_ms = _settings(args).auth.password_link_ttl_s * 1000
+    async with store.write() as conn:
+        link = await password_links.issue(
+            conn, args.username, "reset", actor=CLI_ACTOR, ttl_ms=ttl_ms, now=now_ms()
+        )
+    return (
+        f"a new password link for {args.username} (it works once, until {link['expires_at']}):"
+        f"\n{_link(_settings(args), link)}"
+    )
+
+
+async def _user_end(store: Store, args: argparse.Namespace) -> str:
+    from services.accounts import lifecycle
+    from services.accounts.api import Actor
+    from services.reservations.store import now_ms
+
+    actor, action = Actor(CLI_ACTOR, True), args.user_command
+    if action == "delete" and args.confirm != args.username:
+        raise InvalidRequest(f"a delete is not undone: confirm with --confirm {args.username}")
+    async with store.write() as conn:
+        if action == "delete":
+            await lifecycle.delete_user(conn, actor, args.username, now_ms())
+        else:
+            active = action == "activate"
+            await lifecycle.set_active(conn, actor, args.username, active=active, now=now_ms())
+    return f"{args.username} {action}d" + (
+        " (signed out everywhere; free their bookings on the Users page)"
+        if action == "deactivate"
+        else ""
+    )
+
+
+async def _printed(
+    action: Callable[[Store, argparse.Namespace], Awaitable[str]],
+    store: Store,
+    args: argparse.Namespace,
+) -> None:
+    print(await action(store, args))
+
+
 def cmd_user(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    action = {
+    actions: dict[str, Callable[[Store, argparse.Namespace], Awaitable[None]]] = {
         "add": _user_add,
         "list": _user_list,
         "passwd": _user_passwd,
         "promote": _user_set_admin,
         "demote": _user_set_admin,
-    }[args.user_command]
+        "invite": partial(_printed, _user_invite),
+        "reset": partial(_printed, _user_reset),
+        "deactivate": partial(_printed, _user_end),
+        "activate": partial(_printed, _user_end),
+        "delete": partial(_printed, _user_end),
+    }
+    action = actions[args.user_command]
 
     async def act() -> None:
         async with _reservations_store(settings) as store:

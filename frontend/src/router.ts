@@ -1,11 +1,13 @@
 // The pages and who may open them. Each page is its own chunk, loaded when first visited.
 import { createRouter, createWebHistory, type RouteRecordRaw } from 'vue-router'
 import { session } from './session'
+import { mustChoosePassword } from './accountLinks'
 
 const routes: RouteRecordRaw[] = [
   { path: '/login', name: 'login', component: () => import('./pages/LoginPage.vue'), meta: { public: true, title: 'Sign in' } },
   { path: '/signup', name: 'signup', component: () => import('./pages/SignupPage.vue'), meta: { public: true, title: 'Sign up' } },
   { path: '/idle/:token', name: 'idle-link', component: () => import('./pages/idle/IdleLinkPage.vue'), meta: { public: true, title: 'Idle reservation' } },
+  { path: '/password/:token', name: 'password-link', component: () => import('./pages/PasswordLinkPage.vue'), meta: { public: true, title: 'Choose a password' } },
   { path: '/setup', name: 'setup', component: () => import('./pages/SetupPage.vue'), meta: { public: true, title: 'Set up' } },
   { path: '/', name: 'dashboard', component: () => import('./pages/dashboard/DashboardPage.vue'), meta: { title: 'Dashboard' } },
   { path: '/reservations', name: 'calendar', component: () => import('./pages/reservations/CalendarPage.vue'), meta: { title: 'Calendar' } },
@@ -34,6 +36,8 @@ export const router = createRouter({ history: createWebHistory(), routes })
 router.beforeEach((to) => {
   if (!to.meta.public && !session.signedIn) return { name: 'login', query: { next: to.fullPath } }
   if (to.meta.admin && !session.isAdmin) return { name: 'dashboard' }
+  // An admin chose the password: the person chooses their own before anything else.
+  if (session.signedIn && mustChoosePassword(session.user) && !to.meta.public && to.name !== 'account') return { name: 'account' }
   if (to.name === 'login' && session.signedIn) return { name: 'dashboard' }
 })
 

@@ -36,6 +36,7 @@ export const EVENT_TYPES = [
   'access.changed',
   'user.created',
   'user.updated',
+  'user.deleted',
   'job.created',
   'job.updated',
   'job.deleted',

@@ -115,6 +115,34 @@ class UpdateUserArgs(UserArgs):
     is_admin = fields.Boolean(load_default=None, allow_none=True)
 
 
+class InviteUserArgs(ActorArgs):
+    username = _Str(required=True)
+    email = _Str(required=True)
+    is_admin = fields.Boolean(load_default=False)
+    groups = fields.List(_Str(), load_default=list)
+    link_ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class ResetPasswordArgs(UserArgs):
+    link_ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class PasswordLinkArgs(Schema):
+    token = _Str(required=True, validate=validate.Length(min=1, max=256))
+
+
+class UsePasswordLinkArgs(PasswordLinkArgs):
+    password = _Str(required=True)
+    ttl_s = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+
+
+class DeactivateUserArgs(UserArgs):
+    free_bookings = fields.Boolean(
+        load_default=False,
+        metadata={"description": "true: also cancel their reservations that have not started"},
+    )
+
+
 class GroupArgs(ActorArgs):
     name = _Str(required=True)
 
@@ -145,6 +173,36 @@ class UserSchema(Answer):
     source = fields.String(
         metadata={"description": "local (its own password) or ldap (signs in through [auth.ldap])"}
     )
+    status = fields.String(
+        metadata={"description": "active, invited (no password chosen yet) or deactivated"}
+    )
+    change_at_sign_in = fields.Boolean(
+        metadata={"description": "an admin chose the password: its owner is asked for a new one"}
+    )
+
+
+class PasswordLinkSchema(Answer):
+    """A one-time link's secret, shown once, and what it is for."""
+
+    username = _Str(required=True)
+    purpose = _Str(required=True, metadata={"description": "invite or reset"})
+    token = _Str(required=True)
+    expires_at = _Time(required=True)
+
+
+class LinkStateSchema(Answer):
+    """What a link is for, without using it."""
+
+    username = _Str(required=True)
+    purpose = _Str(required=True, metadata={"description": "invite or reset"})
+    expires_at = _Time(required=True)
+
+
+class DeactivatedSchema(Answer):
+    user = fields.Nested(UserSchema, required=True)
+    cancelled = fields.List(
+        fields.Integer(), required=True, metadata={"description": "reservations freed, by id"}
+    )
 
 
 class AccountSchema(Answer):
@@ -156,6 +214,8 @@ class AccountSchema(Answer):
     groups = fields.List(_Str(), metadata={"description": "admins only"})
     created_at = _Time(metadata={"description": "admins only"})
     source = _Str(metadata={"description": "admins only: local or ldap"})
+    status = _Str(metadata={"description": "admins only: active, invited or deactivated"})
+    change_at_sign_in = fields.Boolean(metadata={"description": "admins only"})
 
 
 class GroupSchema(Answer):
@@ -351,9 +411,60 @@ CREATE_USER = _method(
 )
 UPDATE_USER = _method(
     "update_user",
-    "Change one's e-mail or password; admins also roles (never the last admin)",
+    "Change one's e-mail or password; admins also roles (never the last admin); StateConflict "
+    "for a directory account's password",
     UpdateUserArgs,
     answer=UserSchema,
+    raises=(*_ACTING, NotFound, StateConflict),
+)
+# Accounts people run themselves (`password_links.py`, `lifecycle.py`)
+INVITE_USER = _method(
+    "invite_user",
+    "Create an account without a password (admins) and a one-time link to choose it",
+    InviteUserArgs,
+    answer=PasswordLinkSchema,
+    raises=(*_ACTING, AlreadyExists, NotFound),
+)
+RESET_PASSWORD = _method(
+    "reset_password",
+    "A new one-time link for a user to choose a password (admins); StateConflict for a "
+    "directory account",
+    ResetPasswordArgs,
+    answer=PasswordLinkSchema,
+    raises=(*_ACTING, NotFound, StateConflict),
+)
+PASSWORD_LINK = _method(
+    "password_link",
+    "Whose a one-time link is and what for, without using it; Forbidden when not valid",
+    PasswordLinkArgs,
+    answer=LinkStateSchema,
+    raises=(Forbidden, InvalidRequest),
+)
+USE_PASSWORD_LINK = _method(
+    "use_password_link",
+    "Choose a password with a one-time link and open a session (as login answers)",
+    UsePasswordLinkArgs,
+    raises=(Forbidden, InvalidRequest),
+)
+DEACTIVATE_USER = _method(
+    "deactivate_user",
+    "Deactivate an account (admins): signed out everywhere, history kept; `free_bookings` "
+    "also cancels its reservations that have not started",
+    DeactivateUserArgs,
+    answer=DeactivatedSchema,
+    raises=(*_ACTING, NotFound),
+)
+ACTIVATE_USER = _method(
+    "activate_user",
+    "Let a deactivated account sign in again (admins)",
+    UserArgs,
+    answer=UserSchema,
+    raises=(*_ACTING, NotFound),
+)
+DELETE_USER = _method(
+    "delete_user",
+    "Delete an account (admins): signed out everywhere; reservations keep its name",
+    UserArgs,
     raises=(*_ACTING, NotFound),
 )
 LIST_GROUPS = _method(
@@ -421,6 +532,13 @@ METHODS = (
     LIST_USERS,
     CREATE_USER,
     UPDATE_USER,
+    INVITE_USER,
+    RESET_PASSWORD,
+    PASSWORD_LINK,
+    USE_PASSWORD_LINK,
+    DEACTIVATE_USER,
+    ACTIVATE_USER,
+    DELETE_USER,
     LIST_GROUPS,
     CREATE_GROUP,
     UPDATE_GROUP,

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.accounts import ldap_accounts, sessions
+from services.accounts import ldap_accounts, lifecycle, password_links, sessions
 from services.accounts import setup_tokens as setup
 from services.accounts import users as accounts
 from services.accounts.api import Actor
@@ -55,6 +55,10 @@ class Bookings(Protocol):
     ) -> Rechecked:
         """After a group change: cancel the future reservations no longer allowed, restore
         those allowed again."""
+        ...
+
+    async def cancel(self, actor: Actor, reservation_id: int, reason: str = "") -> Any:
+        """Cancel one reservation (in its own transaction)."""
         ...
 
 
@@ -226,7 +230,9 @@ class AccountCalls:
         actor = await self._actor(fields.pop("actor"))
         accounts.require_admin(actor)
         async with self.store.write() as conn:
-            created = await accounts.create_user(conn, **fields, actor=actor.username)
+            created = await accounts.create_user(
+                conn, **fields, actor=actor.username, change_at_sign_in=True
+            )
         self.bookings.on_commit()
         return created
 
@@ -240,7 +246,13 @@ class AccountCalls:
             demoting = fields["is_admin"] is False and await accounts.is_admin(conn, username)
             if demoting and await accounts.count_admins(conn) <= 1:
                 raise InvalidRequest(f"{username} is the last admin", {"field": "is_admin"})
-            updated = await accounts.update_user(conn, username, **fields, actor=actor.username)
+            updated = await accounts.update_user(
+                conn,
+                username,
+                **fields,
+                actor=actor.username,
+                change_at_sign_in=actor.username != username,  # an admin chose it
+            )
             if fields["password"] is not None:
                 await sessions.revoke_user(conn, username, now_ms())
         self.bookings.on_commit()
@@ -308,3 +320,82 @@ class AccountCalls:
             "cancelled": changed.cancelled if changed else [],
             "restored": changed.restored if changed else [],
         }
+
+    # --- accounts people run themselves ---------------------------------------------------------
+
+    async def invite_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        fields = dict(args)
+        actor = await self._actor(fields.pop("actor"))
+        accounts.require_admin(actor)
+        ttl_ms = fields.pop("link_ttl_s") * 1000
+        async with self.store.write() as conn:
+            await accounts.create_user(conn, **fields, password=None, actor=actor.username)
+            username, by = fields["username"], actor.username
+            link = await password_links.issue(
+                conn, username, "invite", actor=by, ttl_ms=ttl_ms, now=now_ms()
+            )
+        self.bookings.on_commit()  # user.created
+        return {"username": fields["username"], **link}
+
+    async def reset_password(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self._actor(args["actor"])
+        accounts.require_admin(actor)
+        username, ttl_ms = args["username"], args["link_ttl_s"] * 1000
+        async with self.store.write() as conn:
+            link = await password_links.issue(
+                conn, username, "reset", actor=actor.username, ttl_ms=ttl_ms, now=now_ms()
+            )
+        log.info("password link for %s", username, extra={"fields": {"actor": actor.username}})
+        return {"username": username, **link}
+
+    async def password_link(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with self.store.read() as conn:
+            return await password_links.peek(conn, args["token"], now_ms())
+
+    async def use_password_link(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The new password, and sessions opened before it end (a reset: someone may hold one)."""
+        async with self.store.write() as conn:
+            now = now_ms()
+            user = await password_links.use(conn, args["token"], args["password"], now)
+            await sessions.revoke_user(conn, user["username"], now)
+            token = await sessions.open_session(conn, user["username"], args["ttl_s"] * 1000, now)
+        self.bookings.on_commit()
+        return {"user": user, **token}
+
+    async def deactivate_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self._actor(args["actor"])
+        accounts.require_admin(actor)
+        username = args["username"]
+        async with self.store.write() as conn:
+            now = now_ms()
+            user = await lifecycle.set_active(conn, actor, username, active=False, now=now)
+            future = await lifecycle.future_bookings(conn, username, now)
+        self.bookings.on_commit()
+        cancelled: list[int] = []
+        for reservation_id in future if args["free_bookings"] else []:
+            # Each in its own transaction: one that started meanwhile is refused and kept.
+            try:
+                await self.bookings.cancel(actor, reservation_id, f"{username} was deactivated")
+            except (InvalidRequest, StateConflict, Forbidden) as err:
+                log.info("reservation %s of %s kept: %s", reservation_id, username, err)
+                continue
+            cancelled.append(reservation_id)
+        return {"user": user, "cancelled": cancelled}
+
+    async def activate_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self._actor(args["actor"])
+        accounts.require_admin(actor)
+        async with self.store.write() as conn:
+            user = await lifecycle.set_active(
+                conn, actor, args["username"], active=True, now=now_ms()
+            )
+        self.bookings.on_commit()
+        return user
+
+    async def delete_user(self, args: dict[str, Any]) -> dict[str, Any]:
+        actor = await self._actor(args["actor"])
+        accounts.require_admin(actor)
+        async with self.store.write() as conn:
+            await lifecycle.delete_user(conn, actor, args["username"], now_ms())
+        self.bookings.on_commit()
+        return {"username": args["username"], "deleted": True}

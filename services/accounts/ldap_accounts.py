@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.accounts import fields
 from services.accounts import users as accounts
 from services.accounts.ldap_directory import DirectoryUser, Grant
 from services.reservations.store import now_ms
@@ -44,13 +45,13 @@ async def _ensure_groups(conn: AsyncConnection, names: frozenset[str]) -> None:
 
 
 def _checked(user: DirectoryUser) -> None:
-    problem = accounts.username_problem(user.username)
+    problem = fields.username_problem(user.username)
     if problem:
         raise Forbidden(
             f"the directory's username {user.username!r} cannot be a Warden username: {problem}",
             {"username": problem},
         )
-    problem = accounts.email_problem(user.email)
+    problem = fields.email_problem(user.email)
     if problem:
         raise Forbidden(
             f"the directory holds no usable e-mail address for {user.username} "
@@ -89,6 +90,8 @@ async def signed_in(
         )
         return await accounts.get_user(conn, user.username), frozenset()
     current = await accounts.get_user(conn, user.username)
+    if current["status"] == "deactivated":
+        raise Forbidden(accounts.DEACTIVATED, {"username": user.username})
     is_admin = grant.is_admin
     if is_admin is False and "admin" in current["roles"] and await accounts.count_admins(conn) <= 1:
         log.warning("LDAP: %s left the admin groups but is the last admin: kept", user.username)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,7 +25,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.accounts.api import Actor
-from services.accounts.passwords import hash_password, password_problem, verify_password
+from services.accounts.fields import (
+    check_user_fields,
+    description_problem,
+    group_name_problem,
+    refuse_if,
+)
+from services.accounts.passwords import hash_password, verify_password
 from services.reservations.outbox import add_event
 from services.reservations.store import iso_ms, now_ms
 from services.reservations.tables import group_members, users
@@ -37,91 +42,21 @@ from services.shared.errors import (
     Forbidden,
     InvalidRequest,
     NotFound,
+    StateConflict,
 )
+
+__all__ = ["check_user_fields"]  # used through this module by the CLI and the set-up
 
 log = logging.getLogger("warden.reservations")
 
 _Row = Row[*tuple[Any, ...]]  # a row of any columns
 
-_USERNAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-MAX_EMAIL_LENGTH = 254
-MAX_DESCRIPTION_LENGTH = 500
 _CHUNK = 500  # names per IN (...) list
 WRONG_LOGIN = "wrong username or password"
+DIRECTORY_PASSWORD = "a directory (LDAP) account's password is changed in the directory"
 LDAP_SOURCE = "!ldap"  # the password hash of a directory account: no password matches it
-
-
-# --- validation (pure) ------------------------------------------------------------------------
-
-
-def username_problem(username: object) -> str | None:
-    """Why `username` cannot be a UNIX username on the hosts, or None."""
-    if not isinstance(username, str) or not _USERNAME.fullmatch(username):
-        return (
-            "must be 1-32 characters: lowercase letters, digits, '_' or '-', starting with "
-            "a letter or '_' (the user's UNIX username on the GPU hosts)"
-        )
-    return None
-
-
-def email_problem(email: object) -> str | None:
-    """Why `email` is not an address to write to, or None (`name@localhost` is accepted)."""
-    if not isinstance(email, str) or not email:
-        return "must be an e-mail address"
-    if len(email) > MAX_EMAIL_LENGTH:
-        return f"must be at most {MAX_EMAIL_LENGTH} characters"
-    if any(ch.isspace() or not ch.isprintable() for ch in email):
-        return "must not contain spaces or control characters"
-    local, at, domain = email.partition("@")
-    if not at or "@" in domain or not local or not domain:
-        return "must be one name, one '@' and a domain (name@example.org)"
-    if "." not in domain.strip(".") and domain != "localhost":
-        return "must have a dot in its domain (name@example.org)"
-    return None
-
-
-def group_name_problem(name: object) -> str | None:
-    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
-        return (
-            "must be 1-64 characters: letters, digits, '_', '.' or '-', starting with a "
-            "letter or a digit"
-        )
-    return None
-
-
-def _description_problem(description: object) -> str | None:
-    if not isinstance(description, str):
-        return "must be text"
-    if len(description) > MAX_DESCRIPTION_LENGTH:
-        return f"must be at most {MAX_DESCRIPTION_LENGTH} characters"
-    return None
-
-
-def check_user_fields(
-    *, username: object = None, email: object = None, password: object = None
-) -> None:
-    """InvalidRequest naming every bad field among those given (None: not checked)."""
-    _refuse_if(
-        {
-            "username": None if username is None else username_problem(username),
-            "email": None if email is None else email_problem(email),
-            "password": None if password is None else _password_problem(password),
-        },
-        "user",
-    )
-
-
-def _password_problem(password: object) -> str | None:
-    return password_problem(password) if isinstance(password, str) else "must be text"
-
-
-def _refuse_if(problems: Mapping[str, str | None], what: str) -> None:
-    """InvalidRequest naming every field with a problem (details: field -> reason)."""
-    found = {field: reason for field, reason in problems.items() if reason}
-    if found:
-        reasons = "; ".join(f"{field} {reason}" for field, reason in found.items())
-        raise InvalidRequest(f"invalid {what}: {reasons}", found)
+INVITED = "!invited"  # the hash of an account whose owner has not chosen a password yet
+DEACTIVATED = "this account is deactivated: ask an admin"
 
 
 # --- users ------------------------------------------------------------------------------------
@@ -129,6 +64,12 @@ def _refuse_if(problems: Mapping[str, str | None], what: str) -> None:
 
 def _roles(is_admin: bool) -> list[str]:
     return ["user", "admin"] if is_admin else ["user"]
+
+
+def _status(row: _Row) -> str:
+    if row.deactivated_at_ms is not None:
+        return "deactivated"
+    return "invited" if row.invited else "active"
 
 
 def _public(row: _Row, group_names: Iterable[str]) -> dict[str, Any]:
@@ -140,6 +81,8 @@ def _public(row: _Row, group_names: Iterable[str]) -> dict[str, Any]:
         "groups": sorted(group_names),
         "created_at": iso_ms(row.created_at_ms),
         "source": "ldap" if row.from_ldap else "local",  # see ldap_accounts.py
+        "status": _status(row),
+        "change_at_sign_in": bool(row.change_at_sign_in),
     }
 
 
@@ -154,6 +97,9 @@ _USER_COLUMNS = (
     users.c.is_admin,
     users.c.created_at_ms,
     (users.c.password_hash == LDAP_SOURCE).label("from_ldap"),
+    (users.c.password_hash == INVITED).label("invited"),
+    users.c.change_at_sign_in,
+    users.c.deactivated_at_ms,
 )
 
 
@@ -210,17 +156,23 @@ async def create_user(
     *,
     username: str,
     email: str,
-    password: str,
+    password: str | None,
     is_admin: bool = False,
     groups: Iterable[str] = (),
     actor: str,
+    change_at_sign_in: bool = False,
 ) -> dict[str, Any]:
-    """A new account in every default group and in `groups`; emits `user.created`."""
+    """A new account in every default group and in `groups`; emits `user.created`.
+
+    Without a password it is invited: nobody signs in as it until a password link is used.
+    """
     check_user_fields(username=username, email=email, password=password)
     group_ids = await _group_ids_for_new_user(conn, groups)
     if await _user_row(conn, username) is not None:
         raise AlreadyExists(f"user {username!r} exists already", {"username": username})
-    password_hash = await asyncio.to_thread(hash_password, password)
+    password_hash = INVITED
+    if password is not None:
+        password_hash = await asyncio.to_thread(hash_password, password)
     now = now_ms()
     try:
         result = await conn.execute(
@@ -229,6 +181,7 @@ async def create_user(
                 email=email,
                 password_hash=password_hash,
                 is_admin=is_admin,
+                change_at_sign_in=change_at_sign_in and password is not None,
                 created_at_ms=now,
                 updated_at_ms=now,
             )
@@ -276,7 +229,12 @@ async def _refuse_last_admin(conn: AsyncConnection, username: str) -> None:
         )
 
 
-_CHANGED_FIELD = {"email": "email", "password_hash": "password", "is_admin": "roles"}
+_CHANGED_FIELD = {
+    "email": "email",
+    "password_hash": "password",
+    "is_admin": "roles",
+    "change_at_sign_in": "password",
+}
 
 
 async def update_user(
@@ -287,14 +245,18 @@ async def update_user(
     password: str | None = None,
     is_admin: bool | None = None,
     actor: str,
+    change_at_sign_in: bool = False,
 ) -> dict[str, Any]:
     """Change what is given; emits `user.updated` naming what changed (nothing: no event).
 
-    A new password counts as a change even when it equals the old one (it gets a new salt).
+    A new password counts as a change even when it equals the old one (it gets a new salt);
+    `change_at_sign_in` (an admin chose it) asks its owner for their own at sign-in.
     Demoting the last admin is refused: nobody could manage Warden any more.
     """
     check_user_fields(email=email, password=password)
     row = await _require_user(conn, username)
+    if password is not None and row.from_ldap:
+        raise StateConflict(DIRECTORY_PASSWORD, {"username": username})
     values: dict[str, Any] = {}
     if email is not None and email != row.email:
         values["email"] = email
@@ -304,9 +266,10 @@ async def update_user(
         values["is_admin"] = is_admin
     if password is not None:
         values["password_hash"] = await asyncio.to_thread(hash_password, password)
+        values["change_at_sign_in"] = change_at_sign_in
     if not values:
         return await _public_by_id(conn, row)
-    changed = sorted(_CHANGED_FIELD[column] for column in values)
+    changed = sorted({_CHANGED_FIELD[column] for column in values})
     await conn.execute(
         update(users).where(users.c.id == row.id).values(**values, updated_at_ms=now_ms())
     )
@@ -325,11 +288,14 @@ async def member_groups(conn: AsyncConnection, username: str) -> frozenset[str] 
 
 
 async def actor(conn: AsyncConnection, username: str) -> Actor:
-    """Who acts (the username the gateway authenticated); Forbidden for an unknown user."""
-    admin = await is_admin(conn, username)
-    if admin is None:
+    """Who acts (the username the gateway authenticated); Forbidden for an unknown or
+    deactivated user."""
+    row = await _user_row(conn, username)
+    if row is None:
         raise Forbidden(f"unknown user {username!r}", {"actor": username})
-    return Actor(username, admin)
+    if row.deactivated_at_ms is not None:
+        raise Forbidden(DEACTIVATED, {"actor": username})
+    return Actor(username, bool(row.is_admin))
 
 
 def require_admin(actor: Actor) -> None:
@@ -399,6 +365,8 @@ async def authenticate(conn: AsyncConnection, username: str, password: str) -> d
     candidate = password if isinstance(password, str) else ""
     if not await asyncio.to_thread(verify_password, stored, candidate) or row is None:
         raise AuthenticationFailed(WRONG_LOGIN)
+    if row.deactivated_at_ms is not None:  # told only to who knows the password
+        raise Forbidden(DEACTIVATED, {"username": username})
     return await _public_by_id(conn, row)
 
 
@@ -466,8 +434,8 @@ async def create_group(
     conn: AsyncConnection, *, name: str, description: str = "", is_default: bool = False
 ) -> dict[str, Any]:
     """A new, empty group; a default group is joined by users created from now on."""
-    _refuse_if(
-        {"name": group_name_problem(name), "description": _description_problem(description)},
+    refuse_if(
+        {"name": group_name_problem(name), "description": description_problem(description)},
         "group",
     )
     if await _group_row(conn, name) is not None:
@@ -494,8 +462,8 @@ async def update_group(
     is_default: bool | None = None,
 ) -> dict[str, Any]:
     """Change what is given. Making a group default does not add the existing users to it."""
-    _refuse_if(
-        {"description": None if description is None else _description_problem(description)},
+    refuse_if(
+        {"description": None if description is None else description_problem(description)},
         "group",
     )
     row = await _require_group(conn, name)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from services.client import (
+    account,
     calendar_feed,
     idle,
     jobs,
@@ -31,6 +32,7 @@ from services.client.store import CredentialsError
 # In the order `warden --help` lists their commands.
 _RESOURCES = (
     session,
+    account,
     status,
     reservations,
     calendar_feed,

@@ -63,6 +63,8 @@ def cmd_login(args: argparse.Namespace) -> int:
     name = user.get("username", username)
     print(f"signed in to {server} as {name}" + (f" ({roles})" if roles else ""))
     print(f"credentials stored in {store.path}")
+    if user.get("change_at_sign_in"):
+        print("an admin chose this password: choose your own with `warden passwd`")
     return 0
 
 

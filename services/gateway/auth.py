@@ -7,6 +7,7 @@ tokens are opaque and live in the reservations service (rotation, family revocat
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +24,11 @@ ALGORITHM = "HS256"
 ISSUER = "warden"
 
 
+def to_ms(seconds: float) -> float:
+    """Unix time cut to the millisecond (never rounded up past a later event)."""
+    return math.floor(seconds * 1000) / 1000
+
+
 @dataclass(frozen=True)
 class Caller:
     username: str
@@ -32,6 +38,9 @@ class Caller:
     expires_at: float = field(default=0.0, compare=False)
     issued_at: float = field(default=0.0, compare=False)
     session: str = field(default="", compare=False)
+    # An admin chose the password: until its owner chooses one, only that is allowed
+    # (`password_routes`).
+    must_change_password: bool = field(default=False, compare=False)
 
     @property
     def roles(self) -> list[str]:
@@ -50,10 +59,11 @@ class TokenIssuer:
             "iss": ISSUER,
             "sub": user["username"],
             "adm": "admin" in user.get("roles", ()),
-            "iat": round(now, 3),  # to the millisecond: a revocation at T covers tokens before T
+            "iat": to_ms(now),  # a revocation at T covers tokens of the milliseconds before T
             "exp": int(now) + self.ttl_s,
             "jti": uuid.uuid4().hex,
             "sid": session,
+            "chg": user.get("change_at_sign_in") is True,
         }
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
 
@@ -88,6 +98,7 @@ class TokenIssuer:
             float(expires),
             float(issued) if isinstance(issued, int | float) else 0.0,
             session if isinstance(session, str) else "",
+            claims.get("chg") is True,
         )
 
 
@@ -104,6 +115,9 @@ class Revocations:
         self._users: dict[str, float] = {}  # username -> tokens issued before this are out
 
     def revoke(self, username: str, session: str | None, at: float) -> None:
+        # To the millisecond, as tokens' `iat`: a token issued right after a revocation (a new
+        # password, then a new sign-in) is not refused for falling in the same millisecond.
+        at = to_ms(at)
         self._forget_old()
         if session:
             self._sessions[session] = at + self.ttl_s
@@ -128,3 +142,16 @@ class Revocations:
             del self._sessions[session]
         for user in [u for u, at in self._users.items() if at + self.ttl_s < now]:
             del self._users[user]
+
+
+# What a caller whose password an admin chose may still do: read who they are, choose their
+# password, follow the live stream, sign out (public routes are open to anyone).
+PASSWORD_ROUTES = frozenset(
+    {
+        ("GET", "/me"),
+        ("GET", "/users/{username}"),
+        ("PATCH", "/users/{username}"),
+        ("GET", "/stream"),
+    }
+)
+MUST_CHANGE = "an admin chose your password: choose your own first (My account, `warden passwd`)"

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 from marshmallow import Schema, ValidationError, fields, validate
 
-from services.gateway.auth import Caller, Revocations, TokenIssuer
+from services.gateway.auth import MUST_CHANGE, PASSWORD_ROUTES, Caller, Revocations, TokenIssuer
 from services.gateway.inputs import text_problems
 from services.shared import fastjson
 from services.shared.bus import Bus
@@ -273,6 +273,7 @@ def wrap(
     body_schema = route.body() if route.body else None
     needs_user = route.access is not Access.PUBLIC
     streams = route.raw and route.produces == "text/event-stream"
+    password_route = (route.method, route.path) in PASSWORD_ROUTES
 
     async def handle(request: web.Request) -> web.StreamResponse:
         caller = authenticator.caller(request, allow_query=streams)
@@ -280,6 +281,8 @@ def wrap(
             raise AuthenticationRequired("sign in first: POST /api/v1/session")
         if route.access is Access.ADMIN and not (caller and caller.is_admin):
             raise Forbidden("only admins may do this")
+        if caller and caller.must_change_password and needs_user and not password_route:
+            raise Forbidden(MUST_CHANGE, {"password": "change required"})
         params = _validate(params_schema, dict(request.match_info), "path") if params_schema else {}
         query = load_query(request) if load_query else {}
         body: dict[str, Any] = {}

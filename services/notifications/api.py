@@ -40,6 +40,7 @@ NOTIFICATION_KINDS = (
     "reservation_violated",  # someone is using a GPU I reserved
     "job_finished",
     "job_failed",
+    "account",  # my account: an invitation or a new password link (its one-time link)
 )
 
 

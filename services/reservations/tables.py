@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 from services.shared.storage.db import applied_events_table
@@ -48,6 +49,10 @@ users = Table(
     Column("is_admin", Boolean, nullable=False, default=False),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
+    # An admin chose the password: the user is asked for their own at sign-in.
+    Column("change_at_sign_in", Boolean, nullable=False, default=False, server_default=false()),
+    # Deactivated accounts keep their history but cannot sign in (null: active).
+    Column("deactivated_at_ms", BigInteger, nullable=True),
 )
 
 groups = Table(
@@ -209,6 +214,19 @@ setup_tokens = Table(
     metadata,
     Column("token_hash", String(64), primary_key=True),
     Column("created_at_ms", BigInteger, nullable=False),
+)
+
+# One-time password links (an invitation, or a reset an admin asked for), by hash: at most one
+# per user (a new one replaces it); using one sets the password and deletes it.
+password_links = Table(
+    "reservations_password_links",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("username", String(32), nullable=False, unique=True),
+    Column("purpose", String(16), nullable=False),  # invite | reset
+    Column("created_by", String(32), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("expires_at_ms", BigInteger, nullable=False),
 )
 
 # The secret of each user's calendar feed (`/calendar/{token}.ics`), by hash: at most one per

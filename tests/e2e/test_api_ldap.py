@@ -197,3 +197,27 @@ async def test_an_unreachable_directory_is_a_503_saying_so(system: ApiSystem, sl
     finally:
         slapd.start()
     assert (await sign_in(system, "carol", password_of("carol"))).status == 201
+
+
+async def test_a_directory_account_has_no_warden_password_and_can_be_deactivated(
+    system: ApiSystem,
+) -> None:
+    first = await sign_in(system, "carol", password_of("carol"))
+    assert first.status == 201, first.body
+    carol = system.anonymous()
+    carol.token = first.body["access_token"]
+    admin = await system.as_user("admin")
+    for refused in (
+        await carol.patch("/users/carol", {"password": "a-warden-password"}),
+        await admin.patch("/users/carol", {"password": "a-warden-password"}),
+        await admin.post("/users/carol/reset"),
+    ):
+        assert refused.status == 409, refused.body
+        assert "directory" in refused.body["message"]
+    deactivated = await admin.post("/users/carol/deactivate", {})
+    assert deactivated.status == 200, deactivated.body
+    again = await sign_in(system, "carol", password_of("carol"))
+    assert again.status == 403, again.body
+    assert "deactivated" in again.body["message"]
+    assert (await admin.post("/users/carol/activate")).status == 200
+    assert (await sign_in(system, "carol", password_of("carol"))).status == 201

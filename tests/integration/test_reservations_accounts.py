@@ -97,6 +97,8 @@ async def test_create_user_joins_the_default_group_and_emits_one_event(store: St
         "groups": ["users"],  # the default group created by the migration
         "created_at": user["created_at"],
         "source": "local",
+        "status": "active",
+        "change_at_sign_in": False,
     }
     assert datetime.fromisoformat(user["created_at"]).utcoffset() is not None
     assert await events(store) == [

@@ -192,10 +192,35 @@ def test_passwd_sets_a_new_password(migrated: Warden, monkeypatch: pytest.Monkey
     migrated.ok("user", "add", "alice", "--email", "a@x.org")
     monkeypatch.setenv("WARDEN_PASSWORD", "the second one")
 
-    assert migrated.ok("user", "passwd", "alice") == "changed the password of alice\n"
+    assert migrated.ok("user", "passwd", "alice") == (
+        "changed the password of alice (they choose their own at sign-in)\n"
+    )
 
     assert _authenticates(migrated.config, "alice", "the second one")
     assert not _authenticates(migrated.config, "alice", "the first one")
+
+
+def test_invite_prints_a_link_and_reset_a_new_one(migrated: Warden) -> None:
+    out = migrated.ok("user", "invite", "ines", "--email", "ines@x.org")
+    assert out.startswith("invited ines: give them this link")
+    first = out.strip().splitlines()[-1]
+    assert "/password/" in first
+    assert "invited" in migrated.ok("user", "list") or "ines" in migrated.ok("user", "list")
+    again = migrated.ok("user", "reset", "ines").strip().splitlines()[-1]
+    assert "/password/" in again and again != first
+
+
+def test_deactivate_activate_and_delete(migrated: Warden, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARDEN_PASSWORD", "the first one")
+    migrated.ok("user", "add", "alice", "--email", "a@x.org")
+    assert migrated.ok("user", "deactivate", "alice").startswith("alice deactivated")
+    assert not _authenticates(migrated.config, "alice", "the first one")
+    assert migrated.ok("user", "activate", "alice") == "alice activated\n"
+    assert _authenticates(migrated.config, "alice", "the first one")
+    code, _, err = migrated("user", "delete", "alice")
+    assert code == 1 and "--confirm alice" in err
+    assert migrated.ok("user", "delete", "alice", "--confirm", "alice") == "alice deleted\n"
+    assert "alice" not in migrated.ok("user", "list")
 
 
 def test_passwd_of_an_unknown_user_fails_before_asking(
@@ -370,7 +395,7 @@ def _authenticates(config: Path, username: str, password: str) -> bool:
     from services.accounts import users as accounts
     from services.reservations.store import Store
     from services.shared.config import load_settings
-    from services.shared.errors import AuthenticationFailed
+    from services.shared.errors import AuthenticationFailed, Forbidden
     from services.shared.storage import db
 
     settings = load_settings(config)
@@ -381,7 +406,7 @@ def _authenticates(config: Path, username: str, password: str) -> bool:
             async with Store(engine).read() as conn:
                 await accounts.authenticate(conn, username, password)
             return True
-        except AuthenticationFailed:
+        except (AuthenticationFailed, Forbidden):  # Forbidden: deactivated
             return False
         finally:
             await engine.dispose()

@@ -173,6 +173,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "user.created": dict(_USER),
     "user.updated": {**_USER, "changed": ["roles"]},
+    "user.deleted": dict(_USER),
     "session.revoked": {"username": "alice", "session": "8f2c", "at": NOW},
     "violation.escalated": {**_VIOLATION, "step": "email_owner", "step_index": 1},
     "violation.resolved": {**_VIOLATION, "resolved_at": NOW, "reason": "process ended"},

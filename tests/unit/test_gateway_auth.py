@@ -34,6 +34,29 @@ def test_a_token_names_the_user_and_whether_they_are_an_admin() -> None:
     assert issuer.verify(user).roles == ["user"]
 
 
+def test_a_token_says_when_an_admin_chose_the_password() -> None:
+    issuer = TokenIssuer(SECRET, 900, Clock())
+    chosen = issuer.access_token({"username": "ann", "roles": ["user"], "change_at_sign_in": True})
+    own = issuer.access_token({"username": "ann", "roles": ["user"], "change_at_sign_in": False})
+    assert issuer.verify(chosen).must_change_password is True
+    assert issuer.verify(own).must_change_password is False
+    assert issuer.verify(issuer.access_token({"username": "ann"})).must_change_password is False
+
+
+def test_a_token_issued_just_after_a_revocation_is_kept() -> None:
+    # Revoked at T, then signed in again 0.2 ms later (a new password, then a new token).
+    clock = Clock(1_800_000_000.0002)
+    issuer = TokenIssuer(SECRET, 900, clock)
+    revocations = Revocations(900, clock)
+    revocations.revoke("ann", None, clock.now)
+    clock.now += 0.0002
+    fresh = issuer.verify(issuer.access_token({"username": "ann"}))
+    assert not revocations.revoked(fresh)
+    clock.now -= 0.5
+    old = issuer.verify(issuer.access_token({"username": "ann"}))
+    assert revocations.revoked(old)
+
+
 def test_an_expired_token_is_refused_with_a_hint_to_refresh() -> None:
     clock = Clock()
     issuer = TokenIssuer(SECRET, 900, clock)

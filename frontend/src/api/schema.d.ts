@@ -631,6 +631,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/password-links/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Whose a one-time link is and what for (without using it)
+         * @description 403 when the link was used, replaced or has expired.
+         */
+        get: operations["link_state"];
+        put?: never;
+        /**
+         * Choose a password with a one-time link, and sign in
+         * @description The link is spent and every earlier session of the account ends. 403 when the link was used, replaced or has expired; 422 for a password too short.
+         */
+        post: operations["choose_password"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/reports/usage": {
         parameters: {
             query?: never;
@@ -1004,9 +1028,29 @@ export interface paths {
         put?: never;
         /**
          * Create an account (it joins every default group too)
-         * @description The username is the person's UNIX username on the GPU hosts. 409 `already_exists` when it is taken, 404 for an unknown group.
+         * @description The username is the person's UNIX username on the GPU hosts. 409 `already_exists` when it is taken, 404 for an unknown group. The person is to choose their own password at sign-in (`change_at_sign_in`): until then every route but `GET /me`, `GET`/`PATCH /users/{username}` and the stream answers 403. `POST /users/invites` lets them choose it from the start.
          */
         post: operations["create_user"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/invites": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Invite someone: an account without a password and a one-time link to choose it
+         * @description The username is the person's UNIX username on the GPU hosts. The link works once and expires after [auth] password_link_ttl_s; nobody signs in as the account until it is used. 409 `already_exists` when the name is taken.
+         */
+        post: operations["invite"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1024,14 +1068,75 @@ export interface paths {
         get: operations["get_user"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete an account (confirm with ?confirm=<username>)
+         * @description Signed out everywhere; their reservations, jobs and incidents keep the name. Not your own account, nor the last active admin (422). Deactivating keeps the account instead.
+         */
+        delete: operations["delete"];
         options?: never;
         head?: never;
         /**
          * Change your e-mail or password; admins also change roles (`is_admin`)
-         * @description A new password signs the user out everywhere (their refresh tokens stop working). The last admin cannot be demoted.
+         * @description A new password signs the user out everywhere (their refresh tokens stop working, their access tokens at once); one an admin sets for someone else is to be changed at their next sign-in. The last admin cannot be demoted; 409 for a directory (LDAP) account's password.
          */
         patch: operations["update_user"];
+        trace?: never;
+    };
+    "/api/v1/users/{username}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Let a deactivated account sign in again */
+        post: operations["activate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{username}/deactivate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Deactivate an account: signed out everywhere, no sign-in, history kept
+         * @description Their reservations stay unless `free_bookings` is true: then those that have not started are cancelled (`cancelled` lists them). Not your own account, nor the last active admin (422).
+         */
+        post: operations["deactivate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{username}/reset": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new one-time link for a user to choose a new password
+         * @description Their earlier link stops working; their password works until the link is used, which signs them out everywhere. 409 for a directory (LDAP) account: its password is changed in the directory.
+         */
+        post: operations["reset"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/violations": {
@@ -1079,6 +1184,8 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         Account: {
+            /** @description admins only */
+            change_at_sign_in?: boolean;
             /**
              * Format: date-time
              * @description admins only
@@ -1091,6 +1198,8 @@ export interface components {
             roles: string[];
             /** @description admins only: local or ldap */
             source?: string;
+            /** @description admins only: active, invited or deactivated */
+            status?: string;
             username: string;
         } & {
             [key: string]: unknown;
@@ -1163,6 +1272,9 @@ export interface components {
             /** @description the user Warden logs in as; required when probe is "ssh" */
             user?: string;
         };
+        ChooseBody: {
+            password: string;
+        };
         CreateBody: {
             /** @default  */
             description: string;
@@ -1209,6 +1321,24 @@ export interface components {
             warnings: components["schemas"]["BookingWarning"][];
         } & {
             [key: string]: unknown;
+        };
+        DeactivateBody: {
+            /**
+             * @description true: also cancel their reservations that have not started
+             * @default false
+             */
+            free_bookings: boolean;
+        };
+        Deactivated: {
+            /** @description reservations freed, by id */
+            cancelled: number[];
+            user: components["schemas"]["User"];
+        } & {
+            [key: string]: unknown;
+        };
+        Deleted: {
+            deleted: boolean;
+            username: string;
         };
         Error: {
             details: {
@@ -1570,6 +1700,13 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        InviteBody: {
+            email: string;
+            groups?: string[];
+            /** @default false */
+            is_admin: boolean;
+            username: string;
+        };
         Job: {
             /** Format: date-time */
             created_at: string;
@@ -1776,7 +1913,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account";
         };
         LastStep: {
             /** @description why it failed, when it did */
@@ -1790,6 +1927,29 @@ export interface components {
             step: string;
             /** Format: date-time */
             taken_at: string;
+        } & {
+            [key: string]: unknown;
+        };
+        LinkAnswer: {
+            /** @description the link by e-mail: sent, failed (e.g. e-mail is not set up), limited, or unknown (no answer yet; it may still go out) */
+            emailed: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description the address to give the person */
+            link: string;
+            /** @description invite or reset */
+            purpose: string;
+            token: string;
+            username: string;
+        } & {
+            [key: string]: unknown;
+        };
+        LinkState: {
+            /** Format: date-time */
+            expires_at: string;
+            /** @description invite or reset */
+            purpose: string;
+            username: string;
         } & {
             [key: string]: unknown;
         };
@@ -2229,7 +2389,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account";
         };
         TimelineEntry: {
             /** Format: date-time */
@@ -2309,6 +2469,8 @@ export interface components {
             [key: string]: unknown;
         };
         User: {
+            /** @description an admin chose the password: its owner is asked for a new one */
+            change_at_sign_in?: boolean;
             /** Format: date-time */
             created_at: string;
             email: string;
@@ -2316,6 +2478,8 @@ export interface components {
             roles: string[];
             /** @description local (its own password) or ldap (signs in through [auth.ldap]) */
             source?: string;
+            /** @description active, invited (no password chosen yet) or deactivated */
+            status?: string;
             username: string;
         } & {
             [key: string]: unknown;
@@ -3788,6 +3952,72 @@ export interface operations {
             };
         };
     };
+    link_state: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LinkState"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    choose_password: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChooseBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Tokens"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     usage_report: {
         parameters: {
             query?: {
@@ -4698,6 +4928,39 @@ export interface operations {
             };
         };
     };
+    invite: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InviteBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LinkAnswer"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     get_user: {
         parameters: {
             query?: never;
@@ -4716,6 +4979,40 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    delete: {
+        parameters: {
+            query: {
+                /** @description the username again: a delete is not undone */
+                confirm: string;
+            };
+            header?: never;
+            path: {
+                username: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deleted"];
                 };
             };
             /** @description an error (see `error` for the code) */
@@ -4751,6 +5048,103 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    activate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                username: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deactivate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                username: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeactivateBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deactivated"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    reset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                username: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LinkAnswer"];
                 };
             };
             /** @description an error (see `error` for the code) */

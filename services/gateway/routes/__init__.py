@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.gateway.routes import (
+    account_links,
     accounts,
     calendar_feed,
     hosts,
@@ -26,6 +27,7 @@ ROUTES: tuple[Route, ...] = (
     *setup.ROUTES,
     *signup.ROUTES,
     *accounts.ROUTES,
+    *account_links.ROUTES,
     *hosts.ROUTES,
     *inventory.ROUTES,
     *reservations.ROUTES,

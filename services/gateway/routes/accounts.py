@@ -8,6 +8,7 @@ shows a user only the access rules that apply to them, and never answers a passw
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from services.accounts.api import (
     UpdateUserArgs,
     UserSchema,
 )
+from services.gateway.context import REVOCATIONS
 from services.gateway.routes.reservations import IdPath
 from services.gateway.routing import Access, Call, Page, Route, page_of, page_schema
 from services.reservations import api
@@ -157,7 +159,12 @@ async def get_user(call: Call) -> Any:
 
 async def update_user(call: Call) -> Any:
     args = {"actor": call.user.username, "username": call.params["username"], **call.body}
-    return await _answer(call, accounts_api.UPDATE_USER, args)
+    answer = await _answer(call, accounts_api.UPDATE_USER, args)
+    if call.body.get("password") is not None:
+        # The service ended the user's sessions; this replica refuses their access tokens
+        # before answering (the others when the session.revoked event reaches them).
+        call.request.app[REVOCATIONS].revoke(call.params["username"], None, time.time())
+    return answer
 
 
 # --- groups -------------------------------------------------------------------------------------
@@ -246,7 +253,10 @@ ROUTES = (
         response=UserSchema,
         status=201,
         description="The username is the person's UNIX username on the GPU hosts. 409 "
-        "`already_exists` when it is taken, 404 for an unknown group.",
+        "`already_exists` when it is taken, 404 for an unknown group. The person is to choose "
+        "their own password at sign-in (`change_at_sign_in`): until then every route but "
+        "`GET /me`, `GET`/`PATCH /users/{username}` and the stream answers 403. "
+        "`POST /users/invites` lets them choose it from the start.",
     ),
     Route(
         "GET",
@@ -269,7 +279,9 @@ ROUTES = (
         body=UserUpdateBody,
         response=UserSchema,
         description="A new password signs the user out everywhere (their refresh tokens stop "
-        "working). The last admin cannot be demoted.",
+        "working, their access tokens at once); one an admin sets for someone else is to be "
+        "changed at their next sign-in. The last admin cannot be demoted; 409 for a directory "
+        "(LDAP) account's password.",
     ),
     Route(
         "GET",

@@ -201,6 +201,9 @@ class AuthSettings:
         "How long a login lasts without a new password (a refresh token), in seconds.",
         min=60,
     )
+    password_link_ttl_s: int = option(
+        7 * 86400, "How long an invite or password-reset link works (once), in seconds.", min=60
+    )
     ssh_signup: bool = option(
         False,
         "true: people may create their own `user` account by proving a Unix account on a host "
@@ -208,8 +211,7 @@ class AuthSettings:
         "~/.ssh/authorized_keys and sign up on the web UI or POST /api/v1/signup.",
     )
     ssh_signup_groups: tuple[str, ...] = option(
-        (),
-        "Groups an account made by SSH signup joins, besides every default group.",
+        (), "Groups an account made by SSH signup joins, besides every default group."
     )
     ldap: LdapSettings = field(
         default_factory=LdapSettings, metadata=about("Sign-in with directory accounts.")

@@ -173,7 +173,14 @@ EVENTS: tuple[EventType, ...] = (
         1,
         "reservations",
         UserUpdated,
-        "An account's e-mail, password, roles or groups changed.",
+        "An account's e-mail, password, roles, groups or status (deactivated, active) changed.",
+    ),
+    EventType(
+        "user.deleted",
+        1,
+        "reservations",
+        UserData,
+        "An account was deleted (its reservations keep its name).",
     ),
     EventType(
         "session.revoked",
