@@ -311,6 +311,16 @@ export function statusClass(status: string): 'ok' | 'warn' | 'danger' | 'muted' 
   return 'muted'
 }
 
+/** How often a running task's log is read, and the longest wait while reads fail. */
+export const LOG_REFRESH_MS = 2000
+export const LOG_REFRESH_MAX_MS = 60_000
+
+/** The wait before the next read of a log: back to 2 s after a read that worked, doubled
+ * (up to a minute) after one that failed, so a host that is down is not asked every 2 s. */
+export function nextLogDelay(delayMs: number, failed: boolean): number {
+  return failed ? Math.min(LOG_REFRESH_MAX_MS, Math.max(LOG_REFRESH_MS, delayMs) * 2) : LOG_REFRESH_MS
+}
+
 export function isActive(status: string): boolean {
   return ACTIVE.has(status)
 }
