@@ -30,9 +30,18 @@ async function overflowOf(page: Page, path: string) {
   await page.locator('main h1').first().waitFor()
   await page.waitForLoadState('networkidle')
   return page.evaluate(() => {
-    const wide = [...document.querySelectorAll<HTMLElement>('main *')]
-      .filter((el) => el.getBoundingClientRect().right > innerWidth + 1 && !el.closest('.table-card, [data-scrolls]'))
-      .filter((el) => el.getClientRects().length > 0)
+    // inside a box that scrolls sideways of its own, or a closed <details>: not the page's width
+    const scrolls = (el: HTMLElement) => {
+      for (let up = el.parentElement; up && up !== document.body; up = up.parentElement) {
+        if (['auto', 'scroll'].includes(getComputedStyle(up).overflowX)) return true
+      }
+      return false
+    }
+    const wide = [...document.querySelectorAll<HTMLElement>('body *')]
+      .filter((el) => el.getBoundingClientRect().right > innerWidth + 1 && el.getClientRects().length > 0)
+      // (an absolutely placed one may escape such a box: listed, to say what widened the page)
+      .filter((el) => getComputedStyle(el).position === 'absolute' || !scrolls(el))
+      .filter((el) => !el.parentElement?.closest('details:not([open])'))
       .slice(0, 3)
       .map((el) => `${el.tagName.toLowerCase()}.${[...el.classList].join('.')} ${Math.round(el.getBoundingClientRect().right)}`)
     return { page: location.pathname, overflow: document.documentElement.scrollWidth - innerWidth, wide }
@@ -50,7 +59,8 @@ describe.each([
       found.push(await overflowOf(page, path))
       await screenshot(page, `widths-${name}-${path.replaceAll('/', '_') || 'root'}`)
     }
-    expect(found).toEqual(found.map((f) => ({ page: f.page, overflow: 0, wide: [] })))
+    // the pages wider than the screen, with what sticks out of each
+    expect(found.filter((f) => f.overflow > 0)).toEqual([])
     await page.context().close()
   })
 })
