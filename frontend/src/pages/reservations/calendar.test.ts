@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import {
   openingScrollTop,
   pastPercent,
-  addDays, atMinutes, blockPlacement, blockedSpans, dateKey, dragRange, gpuLabel, hhmm, minutesInDay,
+  addDays, atMinutes, blockPlacement, blockedSpans, dateKey, dragRange, gpuLabel, minutesInDay,
   parseDateKey, parseGpuQuery, startOfWeek, weekDays, yToMinutes,
 } from './calendar'
 
@@ -102,10 +102,8 @@ describe('block placement', () => {
 })
 
 describe('labels and query', () => {
-  it('names GPUs and times', () => {
+  it('names GPUs', () => {
     expect(gpuLabel({ host: 'sim-001', index: 0 })).toBe('sim-001 GPU 0')
-    expect(hhmm(570)).toBe('09:30')
-    expect(hhmm(0)).toBe('00:00')
   })
   it('reads the gpus query', () => {
     expect(parseGpuQuery('a,b, ,a')).toEqual(['a', 'b'])

@@ -153,11 +153,6 @@ export function gpuLabel(gpu: { host: string; index: number | null | undefined }
   return gpu.index == null ? `${gpu.host} GPU` : `${gpu.host} GPU ${gpu.index}`
 }
 
-/** "08:30". */
-export function hhmm(minutes: number): string {
-  const m = Math.round(minutes)
-  return `${pad(Math.floor(m / 60))}:${pad(m % 60)}`
-}
 
 /** The `gpus` query value as a list of uuids (comma-separated, blanks dropped, no repeats). */
 export function parseGpuQuery(value: unknown): string[] {
