@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { dateTime, duration, mib, minutesOfDay, percent, timeOfDay, toLocalInput, when } from './format'
+import { dateTime, duration, mib, minutesOfDay, percent, plural, timeOfDay, toLocalInput, when } from './format'
 
 describe('format', () => {
   it('shows a missing figure as a dash, never 0', () => {
@@ -33,5 +33,11 @@ describe('one way of writing times, the browser locale\'s, everywhere', () => {
     expect(when(t.toISOString(), now)).toBe(expected)
     expect(dateTime(t)).toContain(expected)
     expect(dateTime(t)).not.toMatch(/:\d\d:\d\d/) // no seconds
+  })
+})
+
+describe('counts', () => {
+  it('says "1 host" and "2 hosts"', () => {
+    expect(`1 ${plural(1, 'host')}, 2 ${plural(2, 'host')}, 0 ${plural(0, 'GPU')}`).toBe('1 host, 2 hosts, 0 GPUs')
   })
 })

@@ -53,6 +53,11 @@ export function when(iso: string | null | undefined, now: Date = new Date()): st
   return `${t.toLocaleDateString(undefined, { day: 'numeric', month: 'short' })} ${time}`
 }
 
+/** "host" for 1, "hosts" for any other count: `${n} ${plural(n, 'host')}`. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return n === 1 ? one : many
+}
+
 /** "45 s", "12 min", "3 h 05 min", "2 d 4 h". */
 export function duration(seconds: number): string {
   const s = Math.max(0, Math.round(seconds))

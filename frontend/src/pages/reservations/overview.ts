@@ -229,10 +229,25 @@ export function reservedSpans(
       last.end = end
       continue
     }
+    // A run without an id may cover back-to-back bookings of one owner: one span each.
+    const several = id == null ? overlapping(known, gpu.uuid, start, end) : []
+    if (several.length > 1) {
+      for (const k of several) {
+        const from = new Date(Math.max(k.start.getTime(), start.getTime()))
+        const to = new Date(Math.min(k.end.getTime(), end.getTime()))
+        out.push({ state, start: from, end: to, owner: run.owner ?? k.owner, reservationId: k.id, title: k.title })
+      }
+      continue
+    }
     const k = findKnown(known, gpu.uuid, id, start, end)
     out.push({ state, start, end, owner: run.owner ?? k?.owner ?? null, reservationId: id ?? k?.id ?? null, title: k?.title ?? null })
   }
   return out
+}
+
+/** The known reservations on a GPU that overlap [start, end), earliest first. */
+function overlapping(index: KnownIndex, uuid: string, start: Date, end: Date): Known[] {
+  return (index.get(uuid) ?? []).filter((k) => k.start < end && start < k.end).sort((a, b) => a.start.getTime() - b.start.getTime())
 }
 
 /** "mine: Training 21 Nov 09:00–11:00" for the hidden list. */
