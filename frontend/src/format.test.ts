@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { duration, mib, percent, toLocalInput, when } from './format'
+import { dateTime, duration, mib, minutesOfDay, percent, plural, timeOfDay, toLocalInput, when } from './format'
 
 describe('format', () => {
   it('shows a missing figure as a dash, never 0', () => {
@@ -20,5 +20,24 @@ describe('format', () => {
     const now = new Date(2026, 10, 21, 15, 0)
     expect(when(new Date(2026, 10, 21, 9, 30).toISOString(), now)).toMatch(/09.30/)
     expect(toLocalInput(new Date(2026, 0, 2, 3, 4))).toBe('2026-01-02T03:04')
+  })
+})
+
+describe('one way of writing times, the browser locale\'s, everywhere', () => {
+  it('writes 09:30 alike on the calendar\'s axis, in a list and in a whole date', () => {
+    const now = new Date()
+    const t = new Date(now.getFullYear(), now.getMonth(), now.getDate(), 9, 30)
+    const expected = t.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
+    expect(minutesOfDay(570)).toBe(expected)
+    expect(timeOfDay(t)).toBe(expected)
+    expect(when(t.toISOString(), now)).toBe(expected)
+    expect(dateTime(t)).toContain(expected)
+    expect(dateTime(t)).not.toMatch(/:\d\d:\d\d/) // no seconds
+  })
+})
+
+describe('counts', () => {
+  it('says "1 host" and "2 hosts"', () => {
+    expect(`1 ${plural(1, 'host')}, 2 ${plural(2, 'host')}, 0 ${plural(0, 'GPU')}`).toBe('1 host, 2 hosts, 0 GPUs')
   })
 })

@@ -19,15 +19,43 @@ export function celsius(value: number | null | undefined): string {
   return value == null ? DASH : `${Math.round(value)} °C`
 }
 
+// Every time on every page is written one way: this browser's locale (its 12- or 24-hour
+// clock, its order of day and month), in the browser's own time zone.
+const TIME: Intl.DateTimeFormatOptions = { hour: '2-digit', minute: '2-digit' }
+
+/** "14:05" (or "02:05 PM"): a time of day as the browser's locale writes it. */
+export function timeOfDay(t: Date, seconds = false): string {
+  return t.toLocaleTimeString(undefined, seconds ? { ...TIME, second: '2-digit' } : TIME)
+}
+
+/** A time of day given as minutes after midnight (the calendar's axis and drags). */
+export function minutesOfDay(minutes: number): string {
+  const m = Math.round(minutes)
+  return timeOfDay(new Date(2000, 0, 1, Math.floor(m / 60), m % 60))
+}
+
+/** "Fri 27 Nov 2026, 14:05": a whole date and time, without seconds. */
+export function dateTime(t: Date | string, withYear = true): string {
+  const d = typeof t === 'string' ? new Date(t) : t
+  return d.toLocaleString(undefined, {
+    weekday: 'short', day: 'numeric', month: 'short', ...(withYear ? { year: 'numeric' } : {}), ...TIME,
+  })
+}
+
 /** "14:05", or "Tue 14:05" when not today, or "3 Dec 14:05" when not this week. */
 export function when(iso: string | null | undefined, now: Date = new Date()): string {
   if (!iso) return DASH
   const t = new Date(iso)
-  const time = t.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
+  const time = timeOfDay(t)
   if (t.toDateString() === now.toDateString()) return time
   const days = Math.abs(t.getTime() - now.getTime()) / 86_400_000
   if (days < 6) return `${t.toLocaleDateString(undefined, { weekday: 'short' })} ${time}`
   return `${t.toLocaleDateString(undefined, { day: 'numeric', month: 'short' })} ${time}`
+}
+
+/** "host" for 1, "hosts" for any other count: `${n} ${plural(n, 'host')}`. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return n === 1 ? one : many
 }
 
 /** "45 s", "12 min", "3 h 05 min", "2 d 4 h". */

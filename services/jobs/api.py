@@ -21,6 +21,8 @@ from services.shared.errors import (
     NotFound,
     ReservationConflict,
     StateConflict,
+    WardenError,
+    register_error,
 )
 from services.shared.remote.ssh import HostUnreachable
 from services.shared.rpc import Answer, methods_of
@@ -38,6 +40,14 @@ LOG_DEFAULT_BYTES = 64 * 1024
 # Starting a job logs in to its hosts over SSH (one round trip each, in parallel), and reading
 # a log is one more: longer than an ordinary RPC may take.
 SSH_RPC_TIMEOUT_S = 60.0
+
+
+@register_error
+class GpusShared(WardenError):
+    """Two tasks of a job name the same GPU and the job does not say `shared_gpus` (422);
+    `details.gpus` maps each such GPU to the tasks that name it."""
+
+    code = "gpus_shared"
 
 
 # --- a job definition ---------------------------------------------------------------------------
@@ -109,6 +119,13 @@ class DefinitionSchema(Schema):
     stop_at = fields.AwareDateTime(load_default=None, allow_none=True)
     reservation_id = fields.Integer(load_default=None, allow_none=True, strict=True)
     queued = fields.Boolean(load_default=False)
+    shared_gpus = fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "true: tasks of this job may run on the same GPU; false (default): "
+            "a GPU named by two tasks is refused (422 `gpus_shared`)"
+        },
+    )
     max_runtime_s = fields.Float(
         load_default=None, allow_none=True, validate=validate.Range(min=1, max=366 * 86400)
     )
@@ -234,6 +251,7 @@ class JobSchema(Answer):
     env = fields.Dict(keys=_Str(), values=_Str(), metadata={"description": "owner and admins"})
     enqueued_at = _Time(allow_none=True)
     stop_reason = _Str(allow_none=True)
+    shared_gpus = fields.Boolean(metadata={"description": "its tasks may share a GPU"})
 
 
 class JobDeletedSchema(Answer):
@@ -294,6 +312,7 @@ class JobPageSchema(Answer):
 # --- methods ------------------------------------------------------------------------------------
 
 _ON_A_JOB = (InvalidRequest, NotFound, Forbidden)
+_DEFINING = (*_ON_A_JOB, GpusShared)  # what checks a definition
 _RUNNING = (*_ON_A_JOB, StateConflict, ReservationConflict, NotAllowed, HostUnreachable)
 
 
@@ -305,14 +324,14 @@ CREATE_JOB = _method(
     "Define a job (admins: for someone else with `owner`)",
     CreateArgs,
     answer=JobSchema,
-    raises=(*_ON_A_JOB, ReservationConflict, NotAllowed),
+    raises=(*_DEFINING, ReservationConflict, NotAllowed),
 )
 UPDATE_JOB = _method(
     "update_job",
     "Replace a job's definition while it does not run",
     UpdateArgs,
     answer=JobSchema,
-    raises=(*_ON_A_JOB, StateConflict, ReservationConflict, NotAllowed),
+    raises=(*_DEFINING, StateConflict, ReservationConflict, NotAllowed),
 )
 DELETE_JOB = _method(
     "delete_job",
@@ -363,7 +382,7 @@ ENQUEUE_JOB = _method(
     "Put a job in the queue: it starts when its GPUs are free",
     JobArgs,
     answer=JobSchema,
-    raises=(*_ON_A_JOB, StateConflict),
+    raises=(*_DEFINING, StateConflict),
 )
 DEQUEUE_JOB = _method(
     "dequeue_job",
@@ -386,7 +405,7 @@ PREVIEW_JOB = _method(
     PreviewArgs,
     answer=JobPreviewTaskSchema,
     many=True,
-    raises=_ON_A_JOB,
+    raises=_DEFINING,
 )
 
 USAGE_REPORT = _method(

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.jobs import api, repository
+from services.jobs.api import GpusShared
 from services.jobs.domain import Job, RenderedTask
-from services.jobs.render import job_problems
+from services.jobs.render import job_problems, shared_gpus
 from services.jobs.scripts import session_name
 from services.jobs.spec import definition_of, to_job
 from services.jobs.start_checks import fixed_placement, refusal_error, run_until, use_refusals
@@ -154,6 +155,7 @@ class JobCalls:
         if problems:
             summary = "; ".join(f"{key}: {reason}" for key, reason in sorted(problems.items()))
             raise InvalidRequest(f"invalid job: {summary}", {"errors": problems})
+        _refuse_shared(job, self.working.gpus)
         return job
 
     def _reservation_problems(self, job: Job, reservation_id: int) -> dict[str, str]:
@@ -315,6 +317,26 @@ class JobCalls:
                     {"id": job_id, "status": state.status},
                 )
         return state.answer()
+
+
+def _refuse_shared(job: Job, known: Mapping[str, tuple[str, int | None]]) -> None:
+    """GpusShared when two tasks name one GPU and the job does not say they may."""
+    shared = shared_gpus(job)
+    if not shared:
+        return
+
+    def named(gpu: str) -> str:
+        host, index = known.get(gpu, ("", None))
+        return f"{host} GPU {index}" if host and index is not None else gpu
+
+    clashes = "; ".join(
+        f"tasks {', '.join(map(str, tasks))} all use {named(gpu)}" for gpu, tasks in shared.items()
+    )
+    raise GpusShared(
+        f"tasks would share a GPU ({clashes}): give each task GPUs of its own, or set "
+        "shared_gpus if they are meant to share",
+        {"gpus": {named(gpu): tasks for gpu, tasks in shared.items()}},
+    )
 
 
 def _refuse_active(state: JobState, what: str) -> None:

@@ -81,6 +81,8 @@ class Job:
     env: Mapping[str, str] = field(default_factory=dict)  # static: on every task
     template: Template | None = None
     description: str = ""
+    # The owner says its tasks may share a GPU (else a GPU named by two tasks is refused).
+    shared_gpus: bool = False
 
 
 @dataclass(frozen=True)

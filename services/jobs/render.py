@@ -95,6 +95,18 @@ def job_problems(job: Job) -> dict[str, str]:
     return problems
 
 
+def shared_gpus(job: Job) -> dict[str, list[int]]:
+    """Each GPU (uuid, or `host:index` while unresolved) named by more than one task of the
+    job, with those tasks' indexes; empty when the job says its tasks may share GPUs."""
+    if job.shared_gpus:
+        return {}
+    users: dict[str, list[int]] = {}
+    for task in job.tasks:
+        for gpu in dict.fromkeys(task.gpus):
+            users.setdefault(gpu, []).append(task.index)
+    return {gpu: tasks for gpu, tasks in users.items() if len(tasks) > 1}
+
+
 def _task_problems(where: str, position: int, task: Task, problems: dict[str, str]) -> None:  # noqa: C901 - one check per field of a task, each naming its path
     def problem(path: str, reason: str) -> None:
         problems.setdefault(f"{where}.{path}", reason)

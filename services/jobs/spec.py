@@ -35,6 +35,7 @@ def to_job(
         params=tuple(_param(p) for p in definition.get("params", ())),
         env=dict(definition.get("env") or {}),
         template=None if template is None else Template(template["kind"], template["options"]),
+        shared_gpus=bool(definition.get("shared_gpus", False)),
         tasks=tuple(
             Task(
                 index=i,
@@ -61,6 +62,7 @@ def definition_of(job: Job) -> dict[str, Any]:
         if job.template is None
         else {"kind": job.template.kind, "options": dict(job.template.options)},
         "tasks": [task_dict(task) for task in job.tasks],
+        "shared_gpus": job.shared_gpus,
     }
 
 

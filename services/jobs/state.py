@@ -140,6 +140,7 @@ class JobState:
             else {"kind": template.kind, "options": dict(template.options)},
             enqueued_at=_iso(self.enqueued_at),
             stop_reason=self.stop_reason,
+            shared_gpus=self.job.shared_gpus,
         )
         for shown, spec, run in zip(data["tasks"], self.job.tasks, self.tasks, strict=True):
             shown.update(task_dict(spec))

@@ -33,6 +33,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_json": 400,
     "validation_failed": 422,
     "contract_violation": 422,
+    # Tasks of one job would share a GPU the job did not say they may (services/jobs).
+    "gpus_shared": 422,
     "not_found": 404,
     "authentication_failed": 401,
     "authentication_required": 401,

@@ -429,3 +429,30 @@ async def test_the_openapi_document_shows_the_job_definition(system: ApiSystem) 
     assert "owner" not in schemas["JobDefinitionBody"]["properties"]
     task_ref = body["tasks"]["items"]["$ref"].rsplit("/", 1)[-1]
     assert {"command", "gpus", "gpu_count", "host"} <= set(schemas[task_ref]["properties"])
+
+
+async def test_tasks_sharing_a_gpu_are_refused_unless_the_job_says_so(system: ApiSystem) -> None:
+    alice = await system.as_user("alice")
+    gpu = await system.gpu(1, 0)
+    host = gpu["host"]
+    # a torchrun of two nodes on one host, both tasks on its GPU 0 (once by index, once by uuid)
+    two = {
+        "name": "ddp",
+        "template": {"kind": "torchrun", "options": {}},
+        "tasks": [
+            {"host": host, "gpus": [0], "command": "train.py"},
+            {"host": host, "gpus": [gpu["uuid"]], "command": "train.py"},
+        ],
+    }
+    for answer in (await alice.post("/jobs", two), await alice.post("/jobs/preview", two)):
+        is_error(answer, 422, "gpus_shared")
+        assert f"{host} GPU 0" in answer.body["message"], answer.body
+        assert answer.body["details"]["gpus"] == {f"{host} GPU 0": [0, 1]}
+
+    shared = await create(alice, {**two, "shared_gpus": True})
+    assert shared["shared_gpus"] is True
+    assert [t["gpus"] for t in shared["tasks"]] == [[gpu["uuid"]], [gpu["uuid"]]]
+    own = {**two, "tasks": [two["tasks"][0], {**two["tasks"][1], "gpus": [1]}]}
+    assert (await create(alice, own))["shared_gpus"] is False
+    # taking the permission back is checked like a new definition
+    is_error(await alice.put(f"/jobs/{shared['id']}", two), 422, "gpus_shared")

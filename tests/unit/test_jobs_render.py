@@ -23,6 +23,7 @@ from services.jobs.render import (
     render_job,
     render_params,
     render_task,
+    shared_gpus,
 )
 
 # The owner's command: prints the argv words it got as JSON.
@@ -404,3 +405,16 @@ def test_every_problem_is_reported_at_once() -> None:
         "tasks[1].env.BAD NAME",
         "tasks[1].params[0].value",
     }
+
+
+def test_shared_gpus_names_each_gpu_two_tasks_use_unless_the_job_allows_it() -> None:
+    tasks = (
+        Task(0, "h1", "x", gpus=("GPU-a", "GPU-b")),
+        Task(1, "h1", "x", gpus=("GPU-b",)),
+        Task(2, "h1", "x", gpus=("GPU-c",)),
+        Task(3, "h1", "x", gpus=("GPU-a",)),
+    )
+    job = Job(1, "alice", "ddp", tasks)
+    assert shared_gpus(job) == {"GPU-a": [0, 3], "GPU-b": [0, 1]}
+    assert shared_gpus(replace(job, shared_gpus=True)) == {}
+    assert shared_gpus(replace(job, tasks=tasks[2:3])) == {}

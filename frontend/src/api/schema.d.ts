@@ -323,7 +323,7 @@ export interface paths {
         put?: never;
         /**
          * Define a job
-         * @description A definition the service refuses answers 400 `invalid_request` with `details.errors` naming each problem (unknown host, GPU, role ...); a body that does not fit the schema answers 422 `validation_failed`.
+         * @description A definition the service refuses answers 400 `invalid_request` with `details.errors` naming each problem (unknown host, GPU, role ...); a body that does not fit the schema answers 422 `validation_failed`; tasks that would share a GPU answer 422 `gpus_shared` (`details.gpus`: each GPU and its tasks) unless the job says `shared_gpus`.
          */
         post: operations["create_job"];
         delete?: never;
@@ -1724,6 +1724,8 @@ export interface components {
             params?: components["schemas"]["JobParam"][];
             queued: boolean;
             reservation_id?: number | null;
+            /** @description its tasks may share a GPU */
+            shared_gpus?: boolean;
             /** Format: date-time */
             start_at?: string | null;
             /** @description pending, scheduled, queued, starting, running, stopping, succeeded, failed, stopped, lost */
@@ -1758,6 +1760,11 @@ export interface components {
             /** @default null */
             reservation_id: number | null;
             /**
+             * @description true: tasks of this job may run on the same GPU; false (default): a GPU named by two tasks is refused (422 `gpus_shared`)
+             * @default false
+             */
+            shared_gpus: boolean;
+            /**
              * Format: date-time
              * @default null
              */
@@ -1785,6 +1792,11 @@ export interface components {
             queued: boolean;
             /** @default null */
             reservation_id: number | null;
+            /**
+             * @description true: tasks of this job may run on the same GPU; false (default): a GPU named by two tasks is refused (422 `gpus_shared`)
+             * @default false
+             */
+            shared_gpus: boolean;
             /**
              * Format: date-time
              * @default null

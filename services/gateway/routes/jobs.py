@@ -188,7 +188,9 @@ ROUTES = (
         status=201,
         description="A definition the service refuses answers 400 `invalid_request` with "
         "`details.errors` naming each problem (unknown host, GPU, role ...); a body that does "
-        "not fit the schema answers 422 `validation_failed`.",
+        "not fit the schema answers 422 `validation_failed`; tasks that would share a GPU "
+        "answer 422 `gpus_shared` (`details.gpus`: each GPU and its tasks) unless the job says "
+        "`shared_gpus`.",
     ),
     Route(
         "POST",

@@ -73,3 +73,15 @@ describe('GpuRow', () => {
     expect(row.text()).toContain('bob')
   })
 })
+
+describe('a GPU nobody booked', () => {
+  it('says "Not reserved", not "Free", when it is 88 % busy (card and row)', () => {
+    const { view } = gpu()
+    const card = mount(GpuCard, { props: { gpu: view(), me: 'alice' }, global: { stubs } })
+    const row = mount({ components: { GpuRow }, template: '<table><tbody><GpuRow :gpu="g" /></tbody></table>', data: () => ({ g: view() }) }, { global: { stubs } })
+    for (const w of [card, row]) {
+      expect(w.text()).toContain('Not reserved')
+      expect(w.text()).not.toMatch(/\bFree\b/)
+    }
+  })
+})

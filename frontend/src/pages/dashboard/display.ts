@@ -1,5 +1,5 @@
 // How a GPU's state reads on the dashboard: short texts shared by the card and the row.
-import { DASH, mib, watts, when } from '../../format'
+import { DASH, mib, watts, when, timeOfDay } from '../../format'
 import type { GpuView, Proc } from './fleet'
 
 export function shortModel(name: string | null): string {
@@ -59,7 +59,7 @@ export function clock(iso: string | null | undefined, now: Date = new Date()): s
   if (!iso) return DASH
   const t = new Date(iso)
   if (t.toDateString() !== now.toDateString()) return when(iso, now)
-  return t.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' })
+  return timeOfDay(t, true)
 }
 
 export const GPU_STATUS_TEXT: Record<string, string> = {

@@ -72,6 +72,7 @@ describe('form <-> API body', () => {
     expect(body.name).toBe('resnet')
     expect(body.queued).toBe(true)
     expect(body.max_runtime_s).toBe(5400)
+    expect(body.shared_gpus).toBe(false)
     expect(body.template).toEqual({ kind: 'torchrun', options: { style: 'env' } })
     expect(body.params).toEqual([{ name: '--epochs', value: '90', separator: '=' }])
     expect(body.env).toEqual({ WANDB_MODE: 'offline' })
@@ -118,10 +119,19 @@ describe('templates fill the table', () => {
     expect(rows.every((r) => r.command === 'train.py --x' && r.cwd === '~/r' && r.role === 'worker')).toBe(true)
   })
 
+  it('torchrun on one host: each node gets GPUs of its own', () => {
+    const one = hosts.slice(0, 1)
+    const rows = fillTemplate('torchrun', [newRow()], one, { nodes: 2, gpusPerNode: 1, ps: 0 })
+    expect(rows.map((r) => [r.host, r.gpus])).toEqual([['sim-001', ['GPU-0-0']], ['sim-001', ['GPU-0-1']]])
+    const wide = fillTemplate('torchrun', [newRow()], one, { nodes: 2, gpusPerNode: 2, ps: 0 })
+    expect(wide.map((r) => r.gpus)).toEqual([['GPU-0-0', 'GPU-0-1'], ['GPU-0-2', 'GPU-0-3']])
+  })
+
   it('an empty command gets an example; hosts already chosen are kept', () => {
     const rows = fillTemplate('torchrun', [newRow({ host: 'sim-003' })], hosts, { nodes: 3, gpusPerNode: 1, ps: 0 })
     expect(rows[0].command).toBe('train.py')
     expect(rows.map((r) => r.host)).toEqual(['sim-003', 'sim-002', 'sim-003'])
+    expect(rows.map((r) => r.gpus)).toEqual([['GPU-2-0'], ['GPU-1-0'], ['GPU-2-1']])
   })
 
   it('TF_CONFIG: a chief, workers and parameter servers without GPUs', () => {

@@ -50,6 +50,7 @@ export interface JobForm {
   reservationId: number | null
   stopAt: string
   maxRuntimeMin: number | null
+  sharedGpus: boolean // its tasks may run on the same GPU
 }
 
 let nextKey = 1
@@ -73,6 +74,7 @@ export function emptyForm(): JobForm {
     reservationId: null,
     stopAt: '',
     maxRuntimeMin: null,
+    sharedGpus: false,
   }
 }
 
@@ -171,6 +173,7 @@ export function formToBody(form: JobForm): { body: JobBody; problems: string[] }
     reservation_id: form.schedule === 'reservation' ? form.reservationId : null,
     stop_at: form.stopAt ? new Date(form.stopAt).toISOString() : null,
     max_runtime_s: form.maxRuntimeMin ? form.maxRuntimeMin * 60 : null,
+    shared_gpus: form.sharedGpus,
   }
   if (form.owner.trim()) body.owner = form.owner.trim()
   if (!body.name) problems.push('the job needs a name')
@@ -226,6 +229,7 @@ export function jobToForm(job: Job): JobForm {
     reservationId: job.reservation_id ?? null,
     stopAt: localInput(job.stop_at),
     maxRuntimeMin: job.max_runtime_s ? Math.round(job.max_runtime_s / 60) : null,
+    sharedGpus: job.shared_gpus ?? false,
   }
 }
 
@@ -265,12 +269,18 @@ export function fillTemplate(
   const common = { command, cwd: first?.cwd ?? '', params: first?.params ?? '', env: first?.env ?? '' }
   const nodes = Math.max(1, Math.floor(opts.nodes))
   const hostAt = (i: number) => rows[i]?.host || hosts[i % Math.max(1, hosts.length)]?.name || ''
-  const gpusOf = (host: string, n: number) =>
-    (hosts.find((h) => h.name === host)?.gpus ?? [])
+  // Each node takes the next GPUs of its host: two nodes on one host never share a GPU.
+  const taken = new Map<string, number>()
+  const gpusOf = (host: string, n: number) => {
+    const from = taken.get(host) ?? 0
+    const count = Math.max(0, n)
+    taken.set(host, from + count)
+    return (hosts.find((h) => h.name === host)?.gpus ?? [])
       .slice()
       .sort((a, b) => a.index - b.index)
-      .slice(0, Math.max(0, n))
+      .slice(from, from + count)
       .map((g) => g.uuid)
+  }
   const out: TaskRow[] = []
   for (let i = 0; i < nodes; i++) {
     const host = hostAt(i)
@@ -299,6 +309,16 @@ export function statusClass(status: string): 'ok' | 'warn' | 'danger' | 'muted' 
   if (status === 'failed' || status === 'lost') return 'danger'
   if (status === 'starting' || status === 'stopping' || status === 'queued' || status === 'scheduled') return 'warn'
   return 'muted'
+}
+
+/** How often a running task's log is read, and the longest wait while reads fail. */
+export const LOG_REFRESH_MS = 2000
+export const LOG_REFRESH_MAX_MS = 60_000
+
+/** The wait before the next read of a log: back to 2 s after a read that worked, doubled
+ * (up to a minute) after one that failed, so a host that is down is not asked every 2 s. */
+export function nextLogDelay(delayMs: number, failed: boolean): number {
+  return failed ? Math.min(LOG_REFRESH_MAX_MS, Math.max(LOG_REFRESH_MS, delayMs) * 2) : LOG_REFRESH_MS
 }
 
 export function isActive(status: string): boolean {

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest'
 import {
-  addDays, atMinutes, blockPlacement, blockedSpans, dateKey, dragRange, gpuLabel, hhmm, minutesInDay,
+  openingScrollTop,
+  pastPercent,
+  addDays, atMinutes, blockPlacement, blockedSpans, dateKey, dragRange, gpuLabel, minutesInDay,
   parseDateKey, parseGpuQuery, startOfWeek, weekDays, yToMinutes,
 } from './calendar'
 
@@ -100,14 +102,31 @@ describe('block placement', () => {
 })
 
 describe('labels and query', () => {
-  it('names GPUs and times', () => {
+  it('names GPUs', () => {
     expect(gpuLabel({ host: 'sim-001', index: 0 })).toBe('sim-001 GPU 0')
-    expect(hhmm(570)).toBe('09:30')
-    expect(hhmm(0)).toBe('00:00')
   })
   it('reads the gpus query', () => {
     expect(parseGpuQuery('a,b, ,a')).toEqual(['a', 'b'])
     expect(parseGpuQuery(undefined)).toEqual([])
     expect(parseGpuQuery(['a,b', 'c'])).toEqual(['a', 'b', 'c'])
+  })
+})
+
+describe('the calendar opens on now and shades the past', () => {
+  const friday = new Date(2026, 10, 27, 19, 30) // a Friday, 19:30 local
+
+  it('shades whole past days, today up to now, and nothing ahead', () => {
+    expect(pastPercent(new Date(2026, 10, 26), friday)).toBe(100)
+    expect(pastPercent(new Date(2026, 10, 27), friday)).toBeCloseTo((19.5 / 24) * 100)
+    expect(pastPercent(new Date(2026, 10, 28), friday)).toBe(0)
+  })
+
+  it('puts the now-line a third of the way down the view, else 08:00', () => {
+    // 40 px an hour, a 300 px view: 12:00 is at 480 px, shown 100 px below the top
+    expect(openingScrollTop(true, new Date(2026, 10, 27, 12, 0), 40, 300)).toBe(380)
+    expect(openingScrollTop(false, friday, 40, 300)).toBe(320)
+    // early in the morning: the top of the day; late at night: its bottom
+    expect(openingScrollTop(true, new Date(2026, 10, 27, 1, 0), 40, 600)).toBe(0)
+    expect(openingScrollTop(true, new Date(2026, 10, 27, 23, 50), 40, 600)).toBe(960 - 600)
   })
 })

@@ -107,6 +107,23 @@ export function blockPlacement(
   }
 }
 
+/** How much of a day column is past at `now`, in percent of its height (shaded). */
+export function pastPercent(day: Date, now: Date): number {
+  if (addDays(day, 1).getTime() <= now.getTime()) return 100
+  if (day.getTime() > now.getTime()) return 0
+  return (minutesInDay(now, day) / DAY_MINUTES) * 100
+}
+
+/**
+ * Where the grid opens, in px from its top: with the now-line a third of the way down the
+ * `viewPx` tall view when today is shown, else at 08:00.
+ */
+export function openingScrollTop(showsToday: boolean, now: Date, hourPx: number, viewPx: number): number {
+  const columnPx = hourPx * 24
+  const target = showsToday ? ((now.getHours() * 60 + now.getMinutes()) / 60) * hourPx - viewPx / 3 : 8 * hourPx
+  return Math.round(Math.max(0, Math.min(columnPx - viewPx, target)))
+}
+
 /** Runs of slots with a state, e.g. the overview's, as [start, end) minute spans within `day`. */
 export function blockedSpans(
   runs: { first: number; count: number; state: string }[],
@@ -136,11 +153,6 @@ export function gpuLabel(gpu: { host: string; index: number | null | undefined }
   return gpu.index == null ? `${gpu.host} GPU` : `${gpu.host} GPU ${gpu.index}`
 }
 
-/** "08:30". */
-export function hhmm(minutes: number): string {
-  const m = Math.round(minutes)
-  return `${pad(Math.floor(m / 60))}:${pad(m % 60)}`
-}
 
 /** The `gpus` query value as a list of uuids (comma-separated, blanks dropped, no repeats). */
 export function parseGpuQuery(value: unknown): string[] {

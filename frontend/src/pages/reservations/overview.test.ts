@@ -34,6 +34,20 @@ describe('overview cells', () => {
     expect(runAt(gpu.runs, 24)).toBeNull()
     expect(runAt([], 0)).toBeNull()
   })
+  it('tells back-to-back bookings of one owner apart, each with its own title', () => {
+    const start = new Date(2026, 10, 23)
+    const at = (h: number) => new Date(2026, 10, 23, h).toISOString()
+    const known = indexReservations([
+      { id: 3, title: 'Warm-up', owner: 'bob', start: at(8), end: at(10), gpus: [{ uuid: 'GPU-2' }] },
+      { id: 4, title: 'Sweep', owner: 'bob', start: at(10), end: at(13), gpus: [{ uuid: 'GPU-2' }] },
+    ])
+    // the server sends one run of bob's for 08:00-13:00, without an id
+    const merged: GridGpu = { uuid: 'GPU-2', host: 'sim-001', index: 1, runs: [{ first: 8, count: 5, state: 'taken', owner: 'bob' }] }
+    const spans = reservedSpans(merged, start, 60, known)
+    expect(spans.map((s) => [s.title, s.start.getHours(), s.end.getHours()])).toEqual([['Warm-up', 8, 10], ['Sweep', 10, 13]])
+    expect(spanText(spans[1]!)).toMatch(/^bob: Sweep /)
+  })
+
   it('lists reserved spans with titles, not free or blocked ones', () => {
     const start = new Date(2026, 10, 23)
     const known = indexReservations([

@@ -1,5 +1,6 @@
 // Pure logic of the long-term overview grid: runs → cell states, the row layout, hit testing,
 // header ticks and the per-GPU list of reserved spans read by screen readers.
+import { dateTime, timeOfDay } from '../../format'
 import { addDays, gpuLabel, startOfDay } from './calendar'
 
 export interface Run {
@@ -228,16 +229,30 @@ export function reservedSpans(
       last.end = end
       continue
     }
+    // A run without an id may cover back-to-back bookings of one owner: one span each.
+    const several = id == null ? overlapping(known, gpu.uuid, start, end) : []
+    if (several.length > 1) {
+      for (const k of several) {
+        const from = new Date(Math.max(k.start.getTime(), start.getTime()))
+        const to = new Date(Math.min(k.end.getTime(), end.getTime()))
+        out.push({ state, start: from, end: to, owner: run.owner ?? k.owner, reservationId: k.id, title: k.title })
+      }
+      continue
+    }
     const k = findKnown(known, gpu.uuid, id, start, end)
     out.push({ state, start, end, owner: run.owner ?? k?.owner ?? null, reservationId: id ?? k?.id ?? null, title: k?.title ?? null })
   }
   return out
 }
 
+/** The known reservations on a GPU that overlap [start, end), earliest first. */
+function overlapping(index: KnownIndex, uuid: string, start: Date, end: Date): Known[] {
+  return (index.get(uuid) ?? []).filter((k) => k.start < end && start < k.end).sort((a, b) => a.start.getTime() - b.start.getTime())
+}
+
 /** "mine: Training 21 Nov 09:00–11:00" for the hidden list. */
 export function spanText(span: Span): string {
-  const fmt = (d: Date) =>
-    d.toLocaleString(undefined, { day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' })
+  const fmt = (d: Date) => dateTime(d, false)
   const who = span.state === 'mine' ? 'mine' : `${span.owner ?? 'others'}`
   const title = span.title ?? (span.reservationId != null ? `reservation ${span.reservationId}` : 'reserved')
   return `${who}: ${title} ${fmt(span.start)}–${fmt(span.end)}`
@@ -253,10 +268,8 @@ export function cellDescription(
 ): string {
   const state = cellState(run?.state)
   const end = new Date(time.getTime() + slotMinutes * 60_000)
-  const fmt = (d: Date) =>
-    d.toLocaleString(undefined, { weekday: 'short', day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' })
-  const endText = end.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' })
-  let text = `${gpuLabel(gpu)} · ${fmt(time)}–${endText} · ${STATE_LABEL[state]}`
+  const endText = timeOfDay(end)
+  let text = `${gpuLabel(gpu)} · ${dateTime(time, false)}–${endText} · ${STATE_LABEL[state]}`
   if ((state === 'mine' || state === 'others') && run) {
     const k = findKnown(known, gpu.uuid, run.reservation_id, time, end)
     if (k) text += ` · “${k.title}”`
