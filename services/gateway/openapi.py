@@ -13,7 +13,6 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema, fields
 
-from services import __version__
 from services.gateway.routing import API, Access, Route
 
 DESCRIPTION = """\
@@ -123,10 +122,15 @@ def _conditional(operation: dict[str, Any], status: str) -> None:
     }
 
 
+# The version of the API the document describes (its paths are /api/v1), not the package's:
+# that one changes with every commit (setuptools-scm), and the document must not.
+API_VERSION = "1.0"
+
+
 def build_spec(routes: Sequence[Route]) -> dict[str, Any]:
     spec = APISpec(
         title="Warden API",
-        version=__version__,
+        version=API_VERSION,
         openapi_version="3.0.3",
         info={"description": DESCRIPTION},
         servers=[{"url": "/"}],
