@@ -59,8 +59,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
         (OSError(), "OSError"),
         (
             asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, "SSH connection closed"),
-            "SSH connection closed",
+            "connection lost",
         ),
+        (asyncssh.ChannelOpenError(asyncssh.OPEN_RESOURCE_SHORTAGE, "busy"), "busy"),
         (ValueError("odd"), "odd"),
         (RuntimeError(), "RuntimeError"),
     ],

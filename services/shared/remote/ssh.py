@@ -83,11 +83,24 @@ def describe_ssh_error(err: BaseException, host: str = "") -> str:
         return "connection lost"
     if isinstance(err, asyncssh.DisconnectError):
         return f"disconnected: {err.reason}"
+    if isinstance(err, asyncssh.ChannelOpenError) and err.code == asyncssh.OPEN_CONNECT_FAILED:
+        return "connection lost"  # a command on a connection that closed meanwhile
     if isinstance(err, asyncssh.KeyImportError | FileNotFoundError):
         return f"cannot read the SSH key: {err}"
     if isinstance(err, OSError):
         return err.strerror or str(err) or type(err).__name__
     return str(err) or type(err).__name__
+
+
+def host_key_changed(host: str) -> str:
+    """Why a host whose key is not the one trusted for it is not logged in to."""
+    return (
+        f"host key changed: {host} presents a key other than the one trusted for it, so Warden "
+        "does not log in (someone may be in between: a man-in-the-middle). If the host was "
+        "reinstalled, compare the key `warden hosts check "
+        f"{host}` shows with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the host "
+        "before accepting it"
+    )
 
 
 def needs_a_person(err: BaseException) -> bool:
@@ -199,6 +212,10 @@ class SshHostShell(HostShell):
         trusted, *_ = known.match(self.host.address, "", self.host.port)
         return bool(trusted)
 
+    def _trusts_a_key(self) -> bool:
+        """Whether some key is trusted for this host (one it does not present: "changed")."""
+        return bool(self.host.host_key) or self._key_is_known(self.options.known_hosts_path())
+
     def _record_key(self, path: Path, connection: asyncssh.SSHClientConnection) -> None:
         key = connection.get_server_host_key()
         if key is None:
@@ -229,15 +246,12 @@ class SshHostShell(HostShell):
         except (OSError, asyncssh.Error, asyncssh.KeyImportError, TimeoutError) as err:
             # A broken or hung connection is dropped; the next poll connects again.
             await self.close()
-            reason = describe_ssh_error(err, self.name)
-            raise HostUnreachable(
-                f"{self.name}: {reason}",
-                {
-                    "host": self.name,
-                    "reason": reason,
-                    "needs_a_person": needs_a_person(err),
-                },
-            ) from err
+            details = {"host": self.name, "needs_a_person": needs_a_person(err)}
+            if isinstance(err, asyncssh.HostKeyNotVerifiable) and self._trusts_a_key():
+                details.update(reason=host_key_changed(self.name), host_key="changed")
+            else:
+                details["reason"] = describe_ssh_error(err, self.name)
+            raise HostUnreachable(f"{self.name}: {details['reason']}", details) from err
         return CommandResult(done.exit_status, _text(done.stdout), _text(done.stderr))
 
     async def close(self) -> None:
