@@ -686,7 +686,7 @@ export interface paths {
         put?: never;
         /**
          * Reserve GPUs
-         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
+         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it), 422 `validation_failed` (a GPU whose host was removed from the inventory is not offered). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
          */
         post: operations["create_reservation"];
         delete?: never;
@@ -3942,6 +3942,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CreatedReservation"];
+                };
+            };
+            /** @description not offered: a GPU whose host was removed from the inventory (`details.reasons` name each), or a field that does not fit */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description an error (see `error` for the code) */
