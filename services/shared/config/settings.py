@@ -247,6 +247,20 @@ class MonitorSettings:
         min=0,
         max=3600,
     )
+    max_handshakes: int = option(
+        32,
+        "SSH handshakes one monitor replica runs at once; the others wait their turn (past a "
+        "few, more only slow each one down until they time out).",
+        min=1,
+        max=4096,
+    )
+    handshakes_per_s: float = option(
+        300.0,
+        "First polls a monitor replica starts per second of the hosts it gains at once (at its "
+        "start, or taking over a replica's hosts); each opens an SSH connection.",
+        min=1,
+        max=100_000,
+    )
     local_nvml: str = option(
         "auto",
         "Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.",

@@ -13,6 +13,7 @@ out", ...). `public_key_line` is the key users put into their authorized_keys.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -167,10 +168,19 @@ def key_line(key: asyncssh.SSHKey) -> str:
 
 
 class SshHostShell(HostShell):
-    def __init__(self, host: HostConfig, options: SshOptions) -> None:
+    def __init__(
+        self,
+        host: HostConfig,
+        options: SshOptions,
+        *,
+        handshakes: asyncio.Semaphore | None = None,
+    ) -> None:
         self.name = host.name
         self.host = host
         self.options = options
+        # Shared by the shells of one process to cap the handshakes it runs at once: past a
+        # few, more only slow every one of them down (CPU), until they time out and start over.
+        self._handshakes = handshakes
         self._client_keys = [str(Path(host.key_file).expanduser())] if host.key_file else ()
         self._connection: asyncssh.SSHClientConnection | None = None
         self._connecting = asyncio.Lock()
@@ -232,7 +242,8 @@ class SshHostShell(HostShell):
             if self._connection is None:
                 remaining = deadline - time.monotonic()
                 async with asyncio.timeout(max(0.0, remaining)):
-                    self._connection = await self._connect()
+                    async with self._handshakes or contextlib.nullcontext():
+                        self._connection = await self._connect()
             return self._connection
 
     async def run(self, command: str, timeout: float) -> CommandResult:
