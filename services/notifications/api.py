@@ -40,6 +40,7 @@ NOTIFICATION_KINDS = (
     "reservation_violated",  # someone is using a GPU I reserved
     "job_finished",
     "job_failed",
+    "host_key_changed",  # (admins) a host presents another SSH key than the one trusted for it
 )
 
 

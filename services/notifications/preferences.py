@@ -21,6 +21,7 @@ URGENT = frozenset(
         "reservation_cancelled",
         "reservation_violated",
         "job_failed",
+        "host_key_changed",
     }
 )
 

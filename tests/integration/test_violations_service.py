@@ -26,6 +26,7 @@ from services.shared.bus.inproc import InProcessBus
 from services.shared.config import Settings, WebhookTarget, load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
+from services.shared.remote.ssh import host_key_changed
 from services.shared.runtime import ServiceContext
 from services.shared.storage import db
 from services.violations.actions.mail import MailSender
@@ -123,6 +124,10 @@ async def _nothing(_args: dict[str, Any]) -> list[Any]:
     return []
 
 
+async def _contacts(_args: dict[str, Any]) -> dict[str, Any]:
+    return {"users": {}, "admins": [{"username": "root", "email": None}]}
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -138,7 +143,9 @@ async def _running(url: str, tmp_path: Path, **violations: str) -> AsyncIterator
     await bus.start()
     # The reservations service as a fresh one answers: nothing booked yet (the tests book
     # through reservation events); violations checks no process before it has answered.
-    await bus.serve("reservations", {"calendar": _nothing, "list_gpus": _nothing})
+    await bus.serve(
+        "reservations", {"calendar": _nothing, "list_gpus": _nothing, "contacts": _contacts}
+    )
     running = Running(bus, settings_for(url, tmp_path, **violations))
     await record(bus, running.events, "violations")
     await running.start()
@@ -274,6 +281,22 @@ async def test_a_restart_reloads_open_incidents_without_notifying_again(
     steps = [e["step_index"] for e in service.of("violation.escalated")]
     assert steps == [0, 1]
     assert len(service.of("violation.opened")) == 1
+
+
+async def test_a_host_back_with_another_key_is_told_to_the_admins_once(service: Running) -> None:
+    since = datetime.now(UTC).isoformat()
+    for reason in ("connection lost", host_key_changed("dgx3"), host_key_changed("dgx3")):
+        data = {"host": "dgx3", "since": since, "reason": reason}
+        await service.bus.emit("host.unreachable", data, source="monitor")
+
+    def told() -> list[dict[str, Any]]:
+        return [n for n in service.of("notification.sent") if n["kind"] == "host_key_changed"]
+
+    await service.until(told, "the admins told")
+    await asyncio.sleep(0.3)  # the redelivered reason has been handled too
+    (note,) = told()
+    assert note["user"] == "root" and note["title"] == "dgx3 presents another SSH host key"
+    assert "man-in-the-middle" in note["text"]
 
 
 async def test_records_actions_and_refuses_bad_arguments(service: Running) -> None:

@@ -1776,7 +1776,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "host_key_changed";
         };
         LastStep: {
             /** @description why it failed, when it did */
@@ -2229,7 +2229,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "host_key_changed";
         };
         TimelineEntry: {
             /** Format: date-time */

@@ -25,7 +25,12 @@ import asyncssh
 
 from services.shared.config import HostConfig, Settings, SshSettings
 from services.shared.errors import ConfigError
-from services.shared.remote.shell import CommandResult, HostShell, HostUnreachable
+from services.shared.remote.shell import (
+    HOST_KEY_CHANGED,
+    CommandResult,
+    HostShell,
+    HostUnreachable,
+)
 
 log = logging.getLogger("warden.ssh")
 
@@ -96,7 +101,7 @@ def describe_ssh_error(err: BaseException, host: str = "") -> str:
 def host_key_changed(host: str) -> str:
     """Why a host whose key is not the one trusted for it is not logged in to."""
     return (
-        f"host key changed: {host} presents a key other than the one trusted for it, so Warden "
+        f"{HOST_KEY_CHANGED}: {host} presents a key other than the one trusted for it, so Warden "
         "does not log in (someone may be in between: a man-in-the-middle). If the host was "
         "reinstalled, compare the key `warden hosts check "
         f"{host}` shows with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the host "

@@ -20,6 +20,7 @@ export const KIND_LABELS: Record<string, string> = {
   reservation_violated: 'Someone is using my reserved GPU',
   job_finished: 'My job finished',
   job_failed: 'My job failed',
+  host_key_changed: 'A host presents another SSH key (admins)',
 }
 
 export const CHANNEL_LABELS: Record<Channel, string> = { email: 'E-mail', chat: 'Chat', browser: 'Browser' }
