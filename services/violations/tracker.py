@@ -31,6 +31,7 @@ from services.shared.storage.store import Store
 from services.violations import repository
 from services.violations.detector import Offence, SeenProcess, detect
 from services.violations.incidents import (
+    RESOLVED_GONE,
     RESOLVED_RESERVATION_CANCELLED,
     RESOLVED_RESERVATION_ENDED,
     Incident,
@@ -333,8 +334,15 @@ class Tracker:
 
     # -- inside a transaction ---------------------------------------------------------------
 
-    async def _escalate(self, conn: AsyncConnection, incident: Incident, now: datetime) -> Incident:
-        due = incident.due_steps(now)
+    async def _escalate(
+        self,
+        conn: AsyncConnection,
+        incident: Incident,
+        now: datetime,
+        due_by: datetime | None = None,
+    ) -> Incident:
+        """Take the steps due by `due_by` (default `now`), recorded at `now`."""
+        due = incident.due_steps(due_by or now)
         for index in due:
             await repository.add_action(
                 conn,
@@ -352,6 +360,10 @@ class Tracker:
         self, conn: AsyncConnection, incident: Incident, now: datetime
     ) -> None:
         assert incident.resolved_at is not None and incident.resolve_reason is not None
+        # Steps that fell due while it was open and were not taken (the service was down, or
+        # its tick had not come yet) still go out, once: their handlers mark them late.
+        still_open = replace(incident, resolved_at=None, resolve_reason=None)
+        await self._escalate(conn, still_open, now, due_by=_open_until(incident))
         await repository.save_resolved(conn, incident)
         await repository.add_action(
             conn, incident.id, now, "resolved", detail=incident.resolve_reason
@@ -386,6 +398,16 @@ class Tracker:
     def _committed(self) -> None:
         self.on_commit()
         self._wake.set()
+
+
+def _open_until(incident: Incident) -> datetime:
+    """The last moment a resolved incident is known to have been open."""
+    assert incident.resolved_at is not None
+    if incident.resolve_reason == RESOLVED_GONE:
+        return incident.last_seen_at  # its processes went some time after
+    if incident.resolve_reason == RESOLVED_RESERVATION_ENDED and incident.reservation_end:
+        return min(incident.resolved_at, incident.reservation_end)
+    return incident.resolved_at
 
 
 def _pids_text(incident: Incident) -> str:

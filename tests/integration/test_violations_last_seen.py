@@ -1,4 +1,6 @@
-"""An open incident's last sighting is written, coalesced, and survives a restart.
+"""The tracker over a restart: an open incident's last sighting is written, coalesced, and
+survives it; a step that fell due while the service was down goes out once, though the
+incident was resolved meanwhile.
 
 The tracker on a real database (SQLite and PostgreSQL) with a clock of the test's own: each
 snapshot and tick happens at a chosen moment, so nothing waits for the write interval.
@@ -61,17 +63,22 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         await engine.dispose()
 
 
-async def _tracker(store: Store, clock: Clock) -> Tracker:
+async def _tracker(
+    store: Store,
+    clock: Clock,
+    steps: str = "0s webhook owner",
+    reservation: dict[str, Any] = RESERVATION,
+) -> Tracker:
     settings = load_settings(
         None,
         environ={
             "WARDEN_AUTH_JWT_SECRET": secrets.token_urlsafe(48),
-            "WARDEN_VIOLATIONS_STEPS": "0s webhook owner",
+            "WARDEN_VIOLATIONS_STEPS": steps,
         },
     )
     tracker = Tracker(store, settings.violations, clock=clock, last_seen_every_s=30)
     await tracker.load()
-    await tracker.load_reservations([RESERVATION], [])
+    await tracker.load_reservations([reservation], [])
     return tracker
 
 
@@ -146,3 +153,31 @@ async def test_sightings_move_last_seen_at_once_per_interval_and_survive_a_resta
     await restarted.on_processes(_snapshot(OPENED + timedelta(seconds=620)))
     await _seen_again(restarted, clock, 700)
     assert await _stored_last_seen(store) == (OPENED + timedelta(seconds=700)).isoformat()
+
+
+async def test_a_step_due_while_the_service_was_down_goes_out_once_though_the_reservation_ended(
+    store: Store,
+) -> None:
+    clock = Clock()
+    ending = {**RESERVATION, "end": (OPENED + timedelta(seconds=90)).isoformat()}
+    steps = "0s webhook owner, 60s email admins, 100s kill"
+    tracker = await _tracker(store, clock, steps, ending)
+    await tracker.on_processes(_snapshot(OPENED))
+    await tracker.stop()
+    # Down from here: the e-mail step fell due at 60 s, the reservation ended at 90 s.
+    clock.now = OPENED + timedelta(seconds=120)
+    restarted = await _tracker(store, clock, steps, ending)
+    await restarted.tick()
+    await restarted.tick()
+    async with store.read() as conn:
+        (listed,) = (await repository.list_incidents(conn, {}, **{**_ALL, "status": None}))[
+            "incidents"
+        ]
+        incident = await repository.get_incident(conn, listed["id"])
+    assert incident is not None and incident["status"] == "resolved"
+    assert [(e["kind"], e["step_index"]) for e in incident["timeline"]] == [
+        ("opened", None),
+        ("escalated", 0),
+        ("escalated", 1),  # once, though it went out after the reservation ended
+        ("resolved", None),
+    ]  # and not the kill step: it fell due after the incident was resolved
