@@ -7,8 +7,8 @@ twice) and whether the incident is still open: a step is published only when it 
 the incident was open, so it still goes out when the incident was resolved since (the broker was
 down, the queue was long), marked late on the timeline; only signals are no longer sent then, as
 the processes do not offend any more. After acting it records one outcome per target on the
-incident's timeline. Everything goes
-through RPC, so a handler can run in any process, be scaled or be replaced by a plugin.
+incident's timeline. Everything goes through RPC, so a handler can run in any process, be
+scaled or be replaced by a plugin.
 
 With several replicas (only the leader consumes), the first take of a step is `claim`ed in
 the database before anything goes out: a duplicate delivery, or a new leader redelivered a
