@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,6 +172,10 @@ def key_line(key: asyncssh.SSHKey) -> str:
     return " ".join(key.export_public_key("openssh").decode().split()[:2])
 
 
+class _NoTurn(Exception):
+    """The deadline passed while a shell waited for its turn to open its connection."""
+
+
 class SshHostShell(HostShell):
     def __init__(
         self,
@@ -245,11 +249,26 @@ class SshHostShell(HostShell):
     async def _connection_within(self, deadline: float) -> asyncssh.SSHClientConnection:
         async with self._connecting:
             if self._connection is None:
-                remaining = deadline - time.monotonic()
-                async with asyncio.timeout(max(0.0, remaining)):
-                    async with self._handshakes or contextlib.nullcontext():
+                async with self._handshake_turn(deadline):
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                         self._connection = await self._connect()
             return self._connection
+
+    @contextlib.asynccontextmanager
+    async def _handshake_turn(self, deadline: float) -> AsyncIterator[None]:
+        """This shell's turn among the handshakes of its process; `_NoTurn` at the deadline."""
+        if self._handshakes is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self._handshakes.acquire()
+        except TimeoutError as err:
+            raise _NoTurn from err
+        try:
+            yield
+        finally:
+            self._handshakes.release()
 
     async def run(self, command: str, timeout: float) -> CommandResult:
         deadline = time.monotonic() + timeout
@@ -259,6 +278,13 @@ class SshHostShell(HostShell):
                 # Bytes, decoded here: output may cut a UTF-8 character (a log's tail) or hold
                 # bytes that are no text; asyncssh's strict decoding would drop the connection.
                 done = await connection.run(command, check=False, encoding=None)
+        except _NoTurn as err:
+            # Not tried: nothing is known of the host. `waiting` tells a caller (the monitor)
+            # that this is no failure of the host's.
+            reason = "not tried: waiting for a turn among the SSH handshakes"
+            raise HostUnreachable(
+                f"{self.name}: {reason}", {"host": self.name, "reason": reason, "waiting": True}
+            ) from err
         except (OSError, asyncssh.Error, asyncssh.KeyImportError, TimeoutError) as err:
             # A broken or hung connection is dropped; the next poll connects again.
             await self.close()
