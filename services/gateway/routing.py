@@ -25,7 +25,7 @@ from services.gateway.inputs import text_problems
 from services.shared import fastjson
 from services.shared.bus import Bus
 from services.shared.config import Settings
-from services.shared.errors import AuthenticationFailed, Forbidden, WardenError
+from services.shared.errors import AuthenticationFailed, Forbidden, ValidationFailed, WardenError
 from services.shared.rpc import Answer, Method
 
 API = "/api/v1"
@@ -40,12 +40,6 @@ class Access(StrEnum):
 
 class AuthenticationRequired(WardenError):
     code = "authentication_required"
-
-
-class ValidationFailed(WardenError):
-    """A path, query or body value does not fit the route's schema (422)."""
-
-    code = "validation_failed"
 
 
 class InvalidJson(WardenError):

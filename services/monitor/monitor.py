@@ -269,17 +269,12 @@ class Monitor:
             except TimeoutError as err:
                 raise HostUnreachable(f"{reader.name}: timed out", {"reason": "timed out"}) from err
         except HostUnreachable as err:
-            self.stats.failures += 1
-            reason = str(err.details.get("reason") or err.message)
-            events = state.on_failure(
-                reason,
-                at,
-                time.monotonic(),
-                self.interval_s,
-                back_off=bool(err.details.get("needs_a_person")),
-            )
-            if events:  # a transition: one log line per outage, not per tick
-                log.warning("%s is unreachable: %s", reader.name, reason)
+            if err.details.get("waiting"):
+                # Its connection waits for a turn among this replica's handshakes: not polled,
+                # not down either (a tick missed, as when the loop is too busy).
+                self.stats.missed_ticks += 1
+                return
+            events = self._unreachable(reader.name, state, err, at)
         except Exception:
             # A bug reading one host must not stop its loop (or the others).
             self.stats.failures += 1
@@ -299,6 +294,22 @@ class Monitor:
                 self.writer.offer(host_point(state.last_sample, at))
         if self.stats.on_poll is not None:
             self.stats.on_poll(time.monotonic() - began, age_s)
+
+    def _unreachable(
+        self, name: str, state: HostState, err: HostUnreachable, at: datetime
+    ) -> list[Event]:
+        self.stats.failures += 1
+        reason = str(err.details.get("reason") or err.message)
+        events = state.on_failure(
+            reason,
+            at,
+            time.monotonic(),
+            self.interval_s,
+            back_off=bool(err.details.get("needs_a_person")),
+        )
+        if events:  # a transition: one log line per outage, not per tick
+            log.warning("%s is unreachable: %s", name, reason)
+        return events
 
     async def _publish_all(self, events: list[Event]) -> None:
         for event_type, data in events:

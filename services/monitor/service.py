@@ -38,11 +38,12 @@ RELOAD_EVERY_S = 30.0  # the inventory read again: heals a host.* event this rep
 
 def reader_factory(settings: Settings, nvml: Any | None) -> Callable[[HostConfig], HostReader]:
     options = SshOptions.from_settings(settings.ssh)
+    handshakes = asyncio.Semaphore(settings.monitor.max_handshakes)
 
     def reader_for(host: HostConfig) -> HostReader:
         if host.probe == "nvml":
             return LocalNvmlReader(host.name, nvml)
-        return SshReader(SshHostShell(host, options))
+        return SshReader(SshHostShell(host, options, handshakes=handshakes))
 
     return reader_for
 
@@ -122,6 +123,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             # (`in_process`, not isinstance: ctx.bus is the MeteredBus around it.)
             settle_s=0.0 if ctx.bus.in_process else replicas.heartbeat_s * 1.5,
             ask_peers=ask_peers,
+            handshakes_per_s=ctx.settings.monitor.handshakes_per_s,
         )
         own_rpc = rpc_name(replicas.replica_id)
         replicas.role = sharding.role

@@ -13,7 +13,9 @@ A replica that stops cleanly first stops polling, then says `stopping` and when 
 others take its hosts from their first tick after that moment (one that passed while the news
 travelled is polled at once, late but not lost, and by one replica only). One that dies
 (kill -9, cut off) is counted gone after `[replicas] dead_after_s`; the others then poll its
-hosts at once (spread over a second), as they are already stale, and go on at their ticks.
+hosts at once, as they are already stale, and go on at their ticks. The first polls of the
+hosts a replica gains (at its start, at a takeover) are spread to `[monitor] handshakes_per_s`:
+each opens an SSH connection (`shards.spread_first_polls`).
 
 This machine read through NVML (a `local` host) is always polled by its own replica.
 """
@@ -32,7 +34,7 @@ from services.monitor.fleet_view import FleetView
 from services.monitor.hosts.inventory import LOCAL, InventoryHost, diff_hosts
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
-from services.monitor.shards import owner
+from services.monitor.shards import owner, spread_first_polls
 from services.shared.cluster.background import cancel_and_wait
 from services.shared.cluster.replicas import Replicas
 from services.shared.config import HostConfig
@@ -41,7 +43,7 @@ log = logging.getLogger("warden.monitor")
 
 SERVICE = "monitor"
 ACTIVE, JOINING = "active", "joining"
-ORPHANS_SPREAD_S = 1.0  # hosts of a replica that died are polled within this, not all at once
+HANDSHAKES_PER_S = 300.0  # first polls of gained hosts (each an SSH handshake) a second
 
 ReaderFor = Callable[[HostConfig], HostReader]
 AskPeers = Callable[[list[str]], Awaitable[None]]
@@ -59,6 +61,7 @@ class Sharding:
         settle_s: float,
         check_s: float = 0.5,
         ask_peers: AskPeers | None = None,
+        handshakes_per_s: float = HANDSHAKES_PER_S,
     ) -> None:
         self.monitor = monitor
         self.reader_for = reader_for
@@ -68,6 +71,7 @@ class Sharding:
         self.settle_s = settle_s
         self.check_s = check_s
         self.ask_peers = ask_peers
+        self.handshakes_per_s = handshakes_per_s
         self.ready = False
         self.stopped_at: float | None = None  # wall clock, once handed over
         # Wall clock from which this replica polls its hosts: a moment after it said `active`,
@@ -195,6 +199,16 @@ class Sharding:
                 found[replica.replica] = at + offset
         return found
 
+    def _first_tick(
+        self, name: str, before: list[str], handed: Mapping[str, float], start: float
+    ) -> float:
+        """A gained host's tick (monotonic): its first one after the replica that held it
+        stopped, else from `start` (this replica's, or now when that has passed)."""
+        previous = owner(name, before) if before else None
+        if previous is not None and previous in handed:
+            return self.monitor.next_tick(name, handed[previous])
+        return self.monitor.next_tick(name, start)
+
     def _handed_over(self, before: list[str], owners: list[str]) -> dict[str, float]:
         """Replicas gone since `before` that said when they stopped polling: that moment, on
         the monotonic clock."""
@@ -206,7 +220,7 @@ class Sharding:
                 found[replica] = stopped_at + offset
         return found
 
-    async def sync(self, *, now: Collection[str] = ()) -> None:  # noqa: C901 - start, stop and restart of poll loops in one pass
+    async def sync(self, *, now: Collection[str] = ()) -> None:
         """Poll exactly this replica's hosts: start the ones it gained, stop the ones it lost.
 
         `now`: hosts added or changed through the inventory, polled at once.
@@ -237,22 +251,24 @@ class Sharding:
                 self.monitor.hand_off(names, at)
             leaving = {n for names in handed_off.values() for n in names}
             await self.monitor.remove(*(n for n in diff.removed if n not in leaving))
-            orphans = [h.name for h in diff.added if before and owner(h.name, before) in died]
-            spread = {name: i / len(orphans) * ORPHANS_SPREAD_S for i, name in enumerate(orphans)}
+            orphans = {h.name for h in diff.added if before and owner(h.name, before) in died}
             handed = self._handed_over(before, owners)
+            start = max(moment, starts.get(self.me, 0))
+            due = {
+                host.name: moment  # a silent replica's: stale already, at once
+                if host.name in orphans
+                else self._first_tick(host.name, before, handed, start)
+                for host in diff.added
+                if host.name not in now  # added or changed through the inventory: at once
+            }
+            first_ticks = spread_first_polls(due, self.handshakes_per_s)
             for host in diff.added:
-                previous = owner(host.name, before) if before else None
-                if host.name in now:
-                    first: float | None = None
-                elif host.name in spread:
-                    first = moment + spread[host.name]
-                elif previous in handed:
-                    first = self.monitor.next_tick(host.name, handed[previous])
-                else:  # from this replica's start (or now, when that has passed)
-                    first = self.monitor.next_tick(host.name, max(moment, starts.get(self.me, 0)))
                 state = self.view.seed(host.name)
                 await self.monitor.add(
-                    self.reader_for(host), host.labels, first_tick=first, state=state
+                    self.reader_for(host),
+                    host.labels,
+                    first_tick=first_ticks.get(host.name),
+                    state=state,
                 )
                 self.running[host.name] = host
             for replica, at in handed.items():

@@ -8,13 +8,17 @@ hosts it gains or held move (about 1/N of them), every other host stays where it
 Each host also has its own phase in the interval, from a hash of its name on the wall clock:
 whichever replica polls it, it is polled at the same moments, so a host that moves is polled
 by the new owner at its next tick — neither early (a double poll) nor late (a gap).
+
+A host's first poll on a replica opens its SSH connection, a handshake that costs far more CPU
+than a poll: the first polls of the hosts a replica gains at once (at its start, at a takeover)
+are spread so that it starts no more than so many a second (`spread_first_polls`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 
 def _hash64(*parts: str) -> int:
@@ -53,3 +57,16 @@ def next_tick(host: str, interval_s: float, after: float) -> float:
     offset = phase(host, interval_s)
     k = math.ceil((after - offset) / interval_s)
     return k * interval_s + offset
+
+
+def spread_first_polls(due: Mapping[str, float], per_s: float) -> dict[str, float]:
+    """When to poll each host first: at its `due` time or later, and at least `1 / per_s`
+    seconds after the host before it (in order of due time, then name), so that no more than
+    `per_s` first polls, each with its SSH handshake, start in a second."""
+    gap = 1.0 / per_s
+    found: dict[str, float] = {}
+    last = -math.inf
+    for name, at in sorted(due.items(), key=lambda item: (item[1], item[0])):
+        last = max(at, last + gap)
+        found[name] = last
+    return found

@@ -154,18 +154,22 @@ class HostState:
     def on_failure(
         self, reason: str, at: datetime, now: float, interval_s: float, *, back_off: bool = False
     ) -> list[Event]:
-        """A poll failed at `at` (monotonic `now`); returns `host.unreachable` once per outage.
+        """A poll failed at `at` (monotonic `now`); returns `host.unreachable` once per outage,
+        and once more when the reason becomes one that needs a person (`back_off`: a refused
+        key, a changed host key), so a host that comes back with another key shows that rather
+        than how it went down.
 
         A host that is down, hung or restarting is tried again every interval, so it is
         fresh within one interval of answering again; only a failure that needs a person
-        (`back_off`: a refused key, say) waits longer and longer (up to a minute) between tries.
+        waits longer and longer (up to a minute) between tries.
         """
         self.failures += 1
         self.retry_at = now + backoff_s(self.failures, interval_s) if back_off else 0.0
         self.cpu = None  # a delta across an outage would be meaningless
-        if self.reachable is False:
+        if self.reachable is False and (not back_off or reason == self.down_reason):
             return []
-        self.reachable, self.down_since, self.down_reason = False, at, reason
-        return [
-            ("host.unreachable", {"host": self.name, "since": at.isoformat(), "reason": reason})
-        ]
+        if self.reachable is not False:
+            self.reachable, self.down_since = False, at
+        self.down_reason = reason
+        since = (self.down_since or at).isoformat()
+        return [("host.unreachable", {"host": self.name, "since": since, "reason": reason})]

@@ -41,6 +41,7 @@ NOTIFICATION_KINDS = (
     "job_finished",
     "job_failed",
     "account",  # my account: an invitation or a new password link (its one-time link)
+    "host_key_changed",  # (admins) a host presents another SSH key than the one trusted for it
 )
 
 

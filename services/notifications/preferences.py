@@ -22,6 +22,7 @@ URGENT = frozenset(
         "reservation_violated",
         "job_failed",
         "account",
+        "host_key_changed",
     }
 )
 

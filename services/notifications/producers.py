@@ -1,5 +1,6 @@
 """Notifications made from other services' events: a job finished or failed, someone uses my
-reserved GPU, my reservation was cancelled by a rule change. Each goes through `notify` with
+reserved GPU, my reservation was cancelled by a rule change, a host presents another SSH key
+(to every admin). Each goes through `notify` with
 a key, so a redelivered event tells nobody twice."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from services.shared.bus import EventHandler
 from services.shared.config import EscalationStep
 from services.shared.contracts import Envelope
+from services.shared.remote.shell import HOST_KEY_CHANGED
 
 Notify = Callable[..., Awaitable[Any]]  # Notifier.notify
 
@@ -74,6 +76,22 @@ def cancelled_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def host_key_note(admin: str, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """host.unreachable because the host presents another SSH key (someone may be in between),
+    told to an admin; None for any other reason."""
+    reason = str(data.get("reason") or "")
+    if not reason.startswith(HOST_KEY_CHANGED):
+        return None
+    host = data["host"]
+    return {
+        "user": admin,
+        "kind": "host_key_changed",
+        "title": f"{host} presents another SSH host key",
+        "text": f"{reason[:3900]}.",  # what it means and how to check and accept the key
+        "key": f"host-key:{host}:{data['since']}",
+    }
+
+
 def owner_mailed_by_steps(
     steps: Sequence[EscalationStep], handlers: Collection[str]
 ) -> frozenset[str]:
@@ -86,9 +104,12 @@ def owner_mailed_by_steps(
 
 
 def event_handlers(
-    notify: Notify, told_by_steps: Callable[[Mapping[str, Any]], frozenset[str]]
+    notify: Notify,
+    told_by_steps: Callable[[Mapping[str, Any]], frozenset[str]],
+    admins: Callable[[], Awaitable[list[str]]],
 ) -> dict[tuple[str, str, str], EventHandler]:
-    """`told_by_steps`: the channels an incident's escalation uses for its owner already."""
+    """`told_by_steps`: the channels an incident's escalation uses for its owner already;
+    `admins`: the usernames of the admin accounts now."""
 
     def making(build: Callable[[Mapping[str, Any]], dict[str, Any] | None]) -> EventHandler:
         async def handle(envelope: Envelope) -> None:
@@ -103,8 +124,17 @@ def event_handlers(
         if note is not None:
             await notify(note, skip=told_by_steps(envelope.data))
 
+    async def host_unreachable(envelope: Envelope) -> None:
+        if host_key_note("", envelope.data) is None:
+            return
+        for admin in await admins():
+            note = host_key_note(admin, envelope.data)
+            if note is not None:
+                await notify(note)
+
     return {
         ("jobs", "job.status_changed", "notify-jobs"): making(job_note),
+        ("monitor", "host.unreachable", "notify-hosts"): host_unreachable,
         ("violations", "violation.opened", "notify-violations"): violation_opened,
         ("reservations", "reservation.cancelled", "notify-cancelled"): making(cancelled_note),
     }

@@ -110,6 +110,10 @@ class Notifications:
         found = (contacts["users"].get(username) or {}).get("email")
         return str(found) if found else None
 
+    async def admins(self) -> list[str]:
+        contacts: dict[str, Any] = await accounts_api.CONTACTS.call(self.bus, {"usernames": []})
+        return [str(admin["username"]) for admin in contacts["admins"]]
+
     async def leads(self, owners: Iterable[str]) -> dict[str, tuple[int, int]]:
         async with self.store.read() as conn:
             chosen = await records.load_all_prefs(conn, owners)
@@ -132,7 +136,7 @@ class Notifications:
             self.reminders.changed(self.book.get(int(envelope.data["id"])))
 
         return {
-            **producers.event_handlers(self.notifier.notify, self.told_by_steps),
+            **producers.event_handlers(self.notifier.notify, self.told_by_steps, self.admins),
             ("reservations", "reservation.*", "notify-reminders"): reservation_changed,
         }
 

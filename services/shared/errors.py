@@ -42,6 +42,13 @@ class InvalidRequest(WardenError):
     code = "invalid_request"
 
 
+class ValidationFailed(WardenError):
+    """Well-formed, but a value is not acceptable (HTTP 422): a field that does not fit its
+    schema (`details.errors` per field), or a GPU that is not offered (`details.reasons`)."""
+
+    code = "validation_failed"
+
+
 class Forbidden(WardenError):
     """The caller may not do this (not the owner, not an admin, too late to change it)."""
 
@@ -107,6 +114,7 @@ for _cls in (
     StateConflict,
     NotFound,
     InvalidRequest,
+    ValidationFailed,
     Forbidden,
     AuthenticationFailed,
     AlreadyExists,

@@ -102,6 +102,21 @@ async def save_processes(conn: AsyncConnection, incident: Incident) -> None:
     )
 
 
+async def save_last_seen(conn: AsyncConnection, seen: Mapping[str, datetime]) -> None:
+    """Open incidents seen again (id -> when): their last sighting, never moved back."""
+    for incident_id, moment in seen.items():
+        ms = to_ms(moment)
+        await conn.execute(
+            update(incidents)
+            .where(
+                incidents.c.id == incident_id,
+                incidents.c.resolved_at_ms.is_(None),
+                incidents.c.last_seen_at_ms < ms,
+            )
+            .values(last_seen_at_ms=ms)
+        )
+
+
 async def save_resolved(conn: AsyncConnection, incident: Incident) -> None:
     assert incident.resolved_at is not None
     await conn.execute(

@@ -2,10 +2,13 @@
 
 Queue `evt-violations-violation.escalated--violations.<handler>` gets every escalation; the
 consumer acts on the steps whose action is its own name and ignores the rest. Before acting it
-asks the service whether the incident is still open (a step queued behind a resolution is not
-taken) and which targets this step already reached (a redelivered event mails nobody twice);
-after acting it records one outcome per target on the incident's timeline. Everything goes
-through RPC, so a handler can run in any process, be scaled or be replaced by a plugin.
+asks the service which targets this step already reached (a redelivered event mails nobody
+twice) and whether the incident is still open: a step is published only when it fell due while
+the incident was open, so it still goes out when the incident was resolved since (the broker was
+down, the queue was long), marked late on the timeline; only signals are no longer sent then, as
+the processes do not offend any more. After acting it records one outcome per target on the
+incident's timeline. Everything goes through RPC, so a handler can run in any process, be
+scaled or be replaced by a plugin.
 
 With several replicas (only the leader consumes), the first take of a step is `claim`ed in
 the database before anything goes out: a duplicate delivery, or a new leader redelivered a
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from services.accounts import api as accounts_api
@@ -39,7 +42,11 @@ Act = Callable[[Alert, frozenset[str]], Awaitable[list[ActionOutcome]]]
 # (incident id, step index, handler) -> True when this call claimed the step, False when it
 # was claimed before.
 Claim = Callable[[str, int, str], Awaitable[bool]]
-NOT_TAKEN = "not taken: the incident was resolved"
+# A step that fell due while the incident was open but reaches its handler after it resolved.
+LATE = "late: the incident was resolved before this step went out"
+NOT_TAKEN = "not taken: the incident was resolved before this step went out"
+# Steps not taken late: they stop processes that no longer offend.
+SIGNALS = frozenset({"terminate", "kill"})
 # Handlers whose step is done once whatever the outcome (signals are not resent on a
 # redelivery); the others retry only the targets not reached yet.
 ONCE_PER_STEP = frozenset({"terminal", "terminate", "kill"})
@@ -113,17 +120,17 @@ class Responders:
                 name,
             )
             return []
-        if incident["status"] != "open":
+        reached = frozenset(entry["target"] for entry in recorded if entry["ok"])
+        if incident["status"] == "open":
+            outcomes = await self._take(name, act, alert, reached)
+        elif name in SIGNALS:
             outcomes = [ActionOutcome(name, False, NOT_TAKEN)]
-        else:
-            reached = frozenset(entry["target"] for entry in recorded if entry["ok"])
-            try:
-                outcomes = await act(alert, reached)
-            except WardenError as err:
-                outcomes = [ActionOutcome(name, False, err.message)]
-            except Exception as err:  # recorded on the incident; the event is not retried
-                log.exception("violation handler %s failed", name)
-                outcomes = [ActionOutcome(name, False, f"failed: {type(err).__name__}")]
+        else:  # it fell due while open: it goes out, without the steps that will not follow
+            late = replace(alert, next_step=None, next_at=None, upcoming=())
+            outcomes = [
+                replace(o, detail=f"{LATE}; {o.detail}" if o.detail else LATE)
+                for o in await self._take(name, act, late, reached)
+            ]
         for outcome in outcomes:  # what went out, where (never a message body or a secret)
             log.info(
                 "incident %s step %d: %s %s %s",
@@ -145,6 +152,17 @@ class Responders:
                 },
             )
         return outcomes
+
+    async def _take(
+        self, name: str, act: Act, alert: Alert, reached: frozenset[str]
+    ) -> list[ActionOutcome]:
+        try:
+            return await act(alert, reached)
+        except WardenError as err:
+            return [ActionOutcome(name, False, err.message)]
+        except Exception as err:  # recorded on the incident; the event is not retried
+            log.exception("violation handler %s failed", name)
+            return [ActionOutcome(name, False, f"failed: {type(err).__name__}")]
 
     # -- the handlers ---------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """The violations service's working state: reservations, open incidents, escalation.
 
 Every change is written with its events (through the outbox) in one transaction, then applied
-to memory. One asyncio lock orders snapshots, reservation changes and escalation ticks. Only
-the leader replica has a tracker (services/shared/cluster/leadership.py): its writes are fenced, and
-a standby that takes over builds a fresh one from the database.
+to memory. A snapshot that only sees an incident again moves its `last_seen_at` in memory; those
+are written together, at most once per incident every `last_seen_every_s` (and when the tracker
+stops), so an open incident's last sighting survives a restart without a write per poll.
+One asyncio lock orders snapshots, reservation changes and escalation ticks. Only the leader
+replica has a tracker (services/shared/cluster/leadership.py): its writes are fenced, and a
+standby that takes over builds a fresh one from the database.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -28,6 +31,7 @@ from services.shared.storage.store import Store
 from services.violations import repository
 from services.violations.detector import Offence, SeenProcess, detect
 from services.violations.incidents import (
+    RESOLVED_GONE,
     RESOLVED_RESERVATION_CANCELLED,
     RESOLVED_RESERVATION_ENDED,
     Incident,
@@ -40,6 +44,8 @@ from services.violations.tables import outbox
 log = logging.getLogger("warden.violations")
 
 SOURCE = "violations"
+# How often the sightings that change nothing else are written, at most (seconds).
+LAST_SEEN_EVERY_S = 30.0
 Clock = Callable[[], datetime]
 
 
@@ -75,6 +81,7 @@ class Tracker:
         on_commit: Callable[[], None] = lambda: None,
         clock: Clock = _utc_now,
         labels_of: Callable[[str], Collection[str]] = lambda _host: (),
+        last_seen_every_s: float = LAST_SEEN_EVERY_S,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -86,6 +93,10 @@ class Tracker:
         self.gpu_indexes: dict[str, int | None] = {}
         self._open: dict[str, Incident] = {}
         self._watermarks: dict[str, datetime] = {}
+        # Incidents seen again since their row was written: id -> last seen at.
+        self._unsaved: dict[str, datetime] = {}
+        self._last_seen_every = timedelta(seconds=last_seen_every_s)
+        self._last_seen_saved_at: datetime | None = None
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -150,13 +161,16 @@ class Tracker:
             )
             for incident in result.seen:
                 self._open[incident.id] = incident
+                self._unsaved[incident.id] = incident.last_seen_at
             if not (result.opened or result.changed or result.resolved):
                 return
             opened = await self._write(result, observed_at)
             for incident in [*opened, *result.changed]:
                 self._open[incident.id] = incident
+                self._unsaved.pop(incident.id, None)  # its row has its last sighting
             for incident in result.resolved:
                 self._open.pop(incident.id, None)
+                self._unsaved.pop(incident.id, None)
         self._committed()
 
     async def _write(self, result: Reconciled, observed_at: datetime) -> list[Incident]:
@@ -229,6 +243,7 @@ class Tracker:
             ended = {held.reservation_id for held in self.book.ended(now)}
             if ended:
                 await self._resolve_reservations(ended, RESOLVED_RESERVATION_ENDED)
+            await self._save_last_seen(now)
             due = [i for i in self._open.values() if i.due_steps(now)]
             if not due:
                 return
@@ -249,6 +264,24 @@ class Tracker:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
+        try:
+            async with self._lock:
+                await self._save_last_seen(None)
+        except Exception as err:  # a lost lease or a dead database: the next leader sees less
+            log.warning("last sightings of %d incidents not saved: %s", len(self._unsaved), err)
+
+    async def _save_last_seen(self, now: datetime | None) -> None:
+        """Write the sightings not written yet, in one transaction, at most once every
+        `last_seen_every_s` (`now` None: at once). The caller holds the lock."""
+        if not self._unsaved:
+            return
+        saved_at = self._last_seen_saved_at
+        if now is not None and saved_at is not None and now - saved_at < self._last_seen_every:
+            return
+        async with self.store.write() as conn:
+            await repository.save_last_seen(conn, self._unsaved)
+        self._unsaved.clear()
+        self._last_seen_saved_at = now or self.clock()
 
     def kick(self) -> None:
         self._wake.set()
@@ -301,8 +334,15 @@ class Tracker:
 
     # -- inside a transaction ---------------------------------------------------------------
 
-    async def _escalate(self, conn: AsyncConnection, incident: Incident, now: datetime) -> Incident:
-        due = incident.due_steps(now)
+    async def _escalate(
+        self,
+        conn: AsyncConnection,
+        incident: Incident,
+        now: datetime,
+        due_by: datetime | None = None,
+    ) -> Incident:
+        """Take the steps due by `due_by` (default `now`), recorded at `now`."""
+        due = incident.due_steps(due_by or now)
         for index in due:
             await repository.add_action(
                 conn,
@@ -320,6 +360,10 @@ class Tracker:
         self, conn: AsyncConnection, incident: Incident, now: datetime
     ) -> None:
         assert incident.resolved_at is not None and incident.resolve_reason is not None
+        # Steps that fell due while it was open and were not taken (the service was down, or
+        # its tick had not come yet) still go out, once: their handlers mark them late.
+        still_open = replace(incident, resolved_at=None, resolve_reason=None)
+        await self._escalate(conn, still_open, now, due_by=_open_until(incident))
         await repository.save_resolved(conn, incident)
         await repository.add_action(
             conn, incident.id, now, "resolved", detail=incident.resolve_reason
@@ -348,11 +392,22 @@ class Tracker:
                 await self._write_resolved(conn, incident, now)
         for incident in resolved:
             self._open.pop(incident.id, None)
+            self._unsaved.pop(incident.id, None)
         self._committed()
 
     def _committed(self) -> None:
         self.on_commit()
         self._wake.set()
+
+
+def _open_until(incident: Incident) -> datetime:
+    """The last moment a resolved incident is known to have been open."""
+    assert incident.resolved_at is not None
+    if incident.resolve_reason == RESOLVED_GONE:
+        return incident.last_seen_at  # its processes went some time after
+    if incident.resolve_reason == RESOLVED_RESERVATION_ENDED and incident.reservation_end:
+        return min(incident.resolved_at, incident.reservation_end)
+    return incident.resolved_at
 
 
 def _pids_text(incident: Incident) -> str:

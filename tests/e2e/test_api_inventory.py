@@ -5,6 +5,7 @@ live stream showing non-admins only a host's name and labels."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -42,6 +43,10 @@ async def test_an_admin_removes_checks_and_adds_a_host_live(system: ApiSystem) -
     one = await admin.get(f"{PATH}/{name}")
     assert one.status == 200 and one.body == record
 
+    async def its_gpus() -> list[dict[str, Any]]:
+        return list((await _hosts_now(admin))[name]["gpus"])
+
+    gpu = (await system.until(its_gpus, f"the GPUs of {name}"))[0]
     removed = await admin.delete(f"{PATH}/{name}")
     assert removed.status == 200 and removed.body == record
     assert (await admin.get(f"{PATH}/{name}")).status == 404
@@ -51,6 +56,21 @@ async def test_an_admin_removes_checks_and_adds_a_host_live(system: ApiSystem) -
         return name not in await _hosts_now(admin)
 
     await system.until(gone, f"{name} gone from /hosts")
+    alice = await system.as_user("alice")
+    # Its GPU takes no new booking: well-formed, not allowed, so 422 with the reason.
+    booking = {"gpus": [gpu["uuid"]], "title": "later", "duration_minutes": 60}
+    tries = iter(range(1, 1000))
+
+    async def refused() -> Any:
+        later = datetime.now(UTC) + timedelta(days=next(tries))  # a new slot each try
+        answer = await alice.post("/reservations", {**booking, "start": later.isoformat()})
+        return answer if answer.status != 201 else None
+
+    answer = await system.until(refused, f"a booking on {name} refused")
+    assert answer.status == 422, answer.body
+    assert answer.body["error"] == "validation_failed"
+    assert f"GPU {name}:{gpu['index']} is not offered: {name} was removed" in answer.body["message"]
+    assert answer.body["details"]["reasons"][0]["code"] == "not_offered"
 
     fields = {k: record[k] for k in ("address", "port", "user", "key_file")}
     check = await admin.post(f"{PATH}/check", {"name": name, **fields})
@@ -59,7 +79,6 @@ async def test_an_admin_removes_checks_and_adds_a_host_live(system: ApiSystem) -
     assert check.body["host_key"]["fingerprint"].startswith("SHA256:")
     assert len(check.body["gpus"]) == 2
 
-    alice = await system.as_user("alice")
     stream = await open_stream(system, "alice", topics="hosts")
     try:
         body = {

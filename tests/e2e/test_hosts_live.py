@@ -23,7 +23,13 @@ import pytest
 
 from services.shared.bus import Bus
 from services.shared.contracts import Envelope
-from services.shared.errors import InvalidRequest, NotFound, ServiceUnavailable, StateConflict
+from services.shared.errors import (
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    StateConflict,
+    ValidationFailed,
+)
 from services.sim.model import SimFleet
 from tests.support.events import record
 from tests.support.fleet import ServedFleet, served_fleet
@@ -210,7 +216,7 @@ async def test_a_host_added_then_removed_then_added_again(system: System) -> Non
         "start": later.isoformat(),
         "end": (later + timedelta(hours=1)).isoformat(),
     }
-    with pytest.raises(InvalidRequest, match=f"{ADDED} was removed"):
+    with pytest.raises(ValidationFailed, match=f"{ADDED} was removed"):
         await system.call("reservations", "create_reservation", **booking)
     kept = await system.call("reservations", "get_reservation", id=reservation["id"])
     assert kept["status"] == "active"
@@ -229,7 +235,7 @@ async def test_a_host_added_then_removed_then_added_again(system: System) -> Non
             made: dict[str, Any] = await system.call(
                 "reservations", "create_reservation", **booking
             )
-        except InvalidRequest:
+        except ValidationFailed:
             return None
         return made
 

@@ -217,6 +217,44 @@ async def test_monitor_over_sshd_publishes_samples_and_one_event_per_transition(
 # -- host keys -------------------------------------------------------------------------------
 
 
+async def test_a_host_back_with_another_host_key_shows_that_its_key_changed(
+    gpu_host: tuple[Sshd, int, datetime],
+) -> None:
+    """Reinstalled, or someone in between: the outage's reason becomes the changed key."""
+    sshd, _, _ = gpu_host
+    published = Recorder()
+    monitor = Monitor([reader_for(sshd)], published, interval_s=0.5, poll_deadline_s=5.0)
+    await monitor.start()
+
+    def changed() -> list[dict[str, Any]]:
+        return [
+            data
+            for data in published.of("host.unreachable")
+            if data["reason"].startswith("host key changed")
+        ]
+
+    try:
+        await until(lambda: published.of("host.sampled"), "a sample")
+        await sshd.astop()
+        await until(lambda: monitor.states["sshd"].reachable is False, "the host down")
+        generate_key(sshd.host_key, "warden-test-reinstalled")
+        await sshd.astart()
+        logins = sshd.accepted_logins()
+        await until(changed, "the changed key")
+    finally:
+        await monitor.stop()
+    (event,) = changed()
+    kinds = [kind for kind, _ in published.events]
+    # The same outage (no recovery since it began), now with the changed key as its reason.
+    began = max(i for i, kind in enumerate(kinds[:-1]) if kind == "host.unreachable")
+    assert "host.recovered" not in kinds[began:]
+    assert event["since"] == published.events[began][1]["since"]
+    assert "man-in-the-middle" in event["reason"]
+    assert "warden hosts check sshd" in event["reason"]
+    assert monitor.snapshot("sshd")["hosts"][0]["down_reason"] == event["reason"]
+    assert sshd.accepted_logins() == logins  # never logged in to the other key
+
+
 async def run_echo(sshd: Sshd, known_hosts: Path, accept_new: bool) -> str:
     options = SshOptions(known_hosts=str(known_hosts), accept_new_host_keys=accept_new)
     shell = SshHostShell(sshd.host_config(), options)
@@ -267,7 +305,8 @@ async def test_a_changed_host_key_is_refused_even_when_accepting_new_keys(
     known_hosts.write_text(recorded)
     with pytest.raises(HostUnreachable) as refused:
         await run_echo(sshd, known_hosts, accept_new=True)
-    assert refused.value.details["reason"].startswith("host key not verified")
+    assert refused.value.details["reason"].startswith("host key changed")
+    assert refused.value.details["host_key"] == "changed"
     assert known_hosts.read_text() == recorded  # the wrong key is not replaced, nothing added
     assert sshd.accepted_logins() == 0
 

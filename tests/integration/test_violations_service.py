@@ -10,23 +10,29 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from services.accounts import users as accounts
 from services.reservations.service import start as start_reservations
 from services.reservations.store import Store as ReservationsStore
 from services.shared.bus import Teardown
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import Settings, load_settings
+from services.shared.config import Settings, WebhookTarget, load_settings
 from services.shared.contracts import Envelope
 from services.shared.errors import InvalidRequest, NotFound
+from services.shared.remote.ssh import host_key_changed
 from services.shared.runtime import ServiceContext
 from services.shared.storage import db
+from services.violations.actions.mail import MailSender
+from services.violations.actions.remote import SshHostShell
+from services.violations.actions.webhook import WebhookSender
+from services.violations.responders import LATE, NOT_TAKEN, Responders
 from services.violations.service import start as start_violations
 from tests.support.events import record
 from tests.support.polling import until
@@ -118,6 +124,10 @@ async def _nothing(_args: dict[str, Any]) -> list[Any]:
     return []
 
 
+async def _contacts(_args: dict[str, Any]) -> dict[str, Any]:
+    return {"users": {}, "admins": [{"username": "root", "email": None}]}
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
@@ -133,7 +143,9 @@ async def _running(url: str, tmp_path: Path, **violations: str) -> AsyncIterator
     await bus.start()
     # The reservations service as a fresh one answers: nothing booked yet (the tests book
     # through reservation events); violations checks no process before it has answered.
-    await bus.serve("reservations", {"calendar": _nothing, "list_gpus": _nothing})
+    await bus.serve(
+        "reservations", {"calendar": _nothing, "list_gpus": _nothing, "contacts": _contacts}
+    )
     running = Running(bus, settings_for(url, tmp_path, **violations))
     await record(bus, running.events, "violations")
     await running.start()
@@ -269,6 +281,22 @@ async def test_a_restart_reloads_open_incidents_without_notifying_again(
     steps = [e["step_index"] for e in service.of("violation.escalated")]
     assert steps == [0, 1]
     assert len(service.of("violation.opened")) == 1
+
+
+async def test_a_host_back_with_another_key_is_told_to_the_admins_once(service: Running) -> None:
+    since = datetime.now(UTC).isoformat()
+    for reason in ("connection lost", host_key_changed("dgx3"), host_key_changed("dgx3")):
+        data = {"host": "dgx3", "since": since, "reason": reason}
+        await service.bus.emit("host.unreachable", data, source="monitor")
+
+    def told() -> list[dict[str, Any]]:
+        return [n for n in service.of("notification.sent") if n["kind"] == "host_key_changed"]
+
+    await service.until(told, "the admins told")
+    await asyncio.sleep(0.3)  # the redelivered reason has been handled too
+    (note,) = told()
+    assert note["user"] == "root" and note["title"] == "dgx3 presents another SSH host key"
+    assert "man-in-the-middle" in note["text"]
 
 
 async def test_records_actions_and_refuses_bad_arguments(service: Running) -> None:
@@ -409,3 +437,76 @@ async def test_reservations_are_loaded_from_the_reservations_service_at_start(
     finally:
         await stop_reservations()
         await bus.close()
+
+
+@pytest.fixture
+async def posts() -> AsyncIterator[tuple[WebhookTarget, list[dict[str, Any]]]]:
+    """A chat webhook on 127.0.0.1, and the messages it was posted."""
+    received: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hooks/lab", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    url = f"http://{host}:{port}/hooks/lab"
+    try:
+        yield WebhookTarget(url=url, format="slack", name="lab"), received
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def signalling(database_url: str, tmp_path: Path) -> AsyncIterator[Running]:
+    async for running in _running(database_url, tmp_path, steps="0s webhook owner, 0s kill"):
+        yield running
+
+
+async def test_a_step_due_while_open_goes_out_late_once_after_the_incident_resolved(
+    signalling: Running, posts: tuple[WebhookTarget, list[dict[str, Any]]]
+) -> None:
+    """The broker held the steps back (stopped, then started with the reservation ended): the
+    handlers get them after the resolution. A message goes out, once, marked late; a signal
+    is not sent to processes that no longer offend."""
+    service, (target, received) = signalling, posts
+    data = await service.reserve()
+    for _ in range(200):  # the reservation's event and the snapshot's may cross
+        await service.observe((200, "bob"))
+        if service.of("violation.opened"):
+            break
+        await asyncio.sleep(0.05)
+    await service.until(lambda: len(service.of("violation.escalated")) == 2, "both steps")
+    await service.bus.emit("reservation.ended", data, source="reservations")
+    await service.until(lambda: service.of("violation.resolved"), "resolved")
+
+    violations = replace(service.settings.violations, handlers=("webhook", "kill"))
+    settings = replace(service.settings, violations=replace(violations, webhooks=(target,)))
+    webhooks = WebhookSender.from_settings(settings.violations)
+    await webhooks.start()
+    consumers = Responders(
+        service.bus,
+        settings,
+        shell=SshHostShell(settings.ssh),
+        mail=MailSender(settings.violations.smtp),
+        webhooks=webhooks,
+    ).consumers()
+    try:
+        steps = [e for e in service.events if e.type == "violation.escalated"]
+        for envelope in [*steps, *steps]:  # delivered late, then once more
+            await consumers["webhook"](envelope)
+            await consumers["kill"](envelope)
+    finally:
+        await webhooks.close()
+    assert len(received) == 1
+    incident = await service.call("get_incident", id=steps[0].data["incident_id"])
+    actions = [e for e in incident["timeline"] if e["kind"] == "action"]
+    taken = {e["handler"]: e for e in actions}
+    assert len(actions) == 2 and sorted(taken) == ["kill", "webhook"]
+    assert taken["webhook"]["ok"] is True and taken["webhook"]["target"] == "lab"
+    assert taken["webhook"]["detail"].startswith(LATE)
+    assert taken["kill"]["ok"] is False and taken["kill"]["detail"] == NOT_TAKEN

@@ -9,13 +9,15 @@ from typing import Any
 
 import pytest
 
-from services.reservations.rules.domain import Gpu
-from services.reservations.rules.refusals import removed_host_refusals
+from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.refusals import refusal_error, removed_host_refusals
 from services.shared.cluster.host_directory import HostDirectory, host_config
 from services.shared.config import HostConfig, ViolationSettings
 from services.shared.config.escalation import parse_step
 from services.shared.config.settings import StepOverride
 from services.shared.contracts import make_envelope
+from services.shared.errors import ValidationFailed
+from services.shared.http_errors import STATUS_BY_CODE
 
 
 def record(name: str, **fields: Any) -> dict[str, Any]:
@@ -137,8 +139,14 @@ def test_a_gpu_of_a_removed_host_is_refused_with_the_reason() -> None:
     gpus = [Gpu("GPU-a", "gone", 1), Gpu("GPU-b", "here", 0), Gpu("GPU-c", "gone", 0)]
     refusals = removed_host_refusals(gpus, lambda host: host == "here")
     assert [(r.code, r.details["gpu"]) for r in refusals] == [
-        ("invalid", "GPU-c"),
-        ("invalid", "GPU-a"),
+        ("not_offered", "GPU-c"),
+        ("not_offered", "GPU-a"),
     ]
     assert "GPU gone:0 is not offered: gone was removed" in refusals[0].message
     assert removed_host_refusals(gpus, lambda _host: True) == []
+    # Well-formed but not allowed: 422 with the reasons, before a conflict on another GPU.
+    error = refusal_error([*refusals, Refusal("conflict", "GPU-b is taken")])
+    assert isinstance(error, ValidationFailed)
+    assert STATUS_BY_CODE[error.code] == 422
+    assert error.message.startswith("GPU gone:0 is not offered: gone was removed")
+    assert [r["gpu"] for r in error.details["reasons"][:2]] == ["GPU-c", "GPU-a"]

@@ -101,6 +101,31 @@ async def test_an_outage_gives_one_unreachable_and_one_recovered() -> None:
     assert len(published.of("host.recovered", "flaky")) == 1
 
 
+async def test_a_host_waiting_for_its_turn_to_connect_is_not_reported_down() -> None:
+    """Many hosts gained at once queue for their SSH handshakes: a tick spent in the queue is
+    missed, not an outage."""
+    waiting = True
+
+    def answer() -> HostReading:
+        if waiting:
+            reason = "not tried: waiting for a turn among the SSH handshakes"
+            raise HostUnreachable(f"q: {reason}", {"reason": reason, "waiting": True})
+        return healthy()
+
+    published = Recorder()
+    reader = FakeReader("q", answer)
+    monitor = Monitor([reader], published, interval_s=0.02, poll_deadline_s=0.01)
+    await monitor.start()
+    try:
+        await until(lambda: reader.reads >= 3, "ticks spent waiting")
+        waiting = False
+        await until(lambda: published.of("host.sampled", "q") != [], "its first sample")
+    finally:
+        await monitor.stop()
+    assert published.of("host.unreachable", "q") == []
+    assert monitor.stats.failures == 0 and monitor.stats.missed_ticks >= 3
+
+
 async def test_samples_reach_the_metrics_store_through_the_writer() -> None:
     store = MemoryMetricsStore()
     await store.start()

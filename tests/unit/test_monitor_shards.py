@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.monitor.shards import assign, next_tick, owner, phase
+from services.monitor.shards import assign, next_tick, owner, phase, spread_first_polls
 
 HOSTS = [f"gpu{i:04d}" for i in range(2000)]
 REPLICAS = ["monitor@a:1-aaaaaa", "monitor@b:2-bbbbbb", "monitor@c:3-cccccc"]
@@ -81,3 +84,33 @@ def test_phases_spread_over_the_interval_and_ticks_are_on_them() -> None:
         # The same tick from anywhere before it: two replicas agree on it.
         assert next_tick(host, 5.0, tick - 4.9) == tick
         assert next_tick(host, 5.0, tick) == tick
+
+
+def test_hosts_gained_at_once_get_their_first_polls_spread_at_the_rate() -> None:
+    """A replica's share of 2,000 hosts, all stale at a takeover: 300 handshakes a second."""
+    orphans = {host: 100.0 for host in HOSTS[:1000]}
+    first = spread_first_polls(orphans, per_s=300)
+    times = sorted(first.values())
+    assert set(first) == set(orphans) and times[0] == 100.0
+    assert all(later - earlier >= 1 / 300 - 1e-9 for earlier, later in itertools.pairwise(times))
+    assert times[-1] == pytest.approx(100.0 + 999 / 300)  # none later than the rate needs
+
+
+def test_first_polls_already_apart_stay_on_their_ticks() -> None:
+    due = {host: phase(host, 5.0) for host in HOSTS[:10]}
+    assert spread_first_polls(due, per_s=1000) == due  # 10 over 5 s: none closer than 1 ms
+
+
+@settings(max_examples=200)
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=8), st.floats(0, 100), max_size=60),
+    st.floats(0.5, 1000),
+)
+def test_no_first_poll_is_early_and_none_closer_than_the_rate_allows(
+    due: dict[str, float], per_s: float
+) -> None:
+    first = spread_first_polls(due, per_s)
+    assert set(first) == set(due)
+    assert all(first[host] >= due[host] for host in due)
+    times = sorted(first.values())
+    assert all(b - a >= 1 / per_s - 1e-9 for a, b in itertools.pairwise(times))

@@ -124,6 +124,20 @@ def test_one_unreachable_and_one_recovered_per_outage() -> None:
     assert types(state.on_reading(reading(), T0)) == ["host.sampled", "processes.observed"]
 
 
+def test_a_failure_that_needs_a_person_replaces_the_reason_of_an_outage_once() -> None:
+    state = HostState("h1")
+    state.on_reading(reading(), T0)
+    state.on_failure("connection lost", T0, now=0, interval_s=5)
+    later = T0 + timedelta(seconds=30)
+    assert state.on_failure("connection refused", later, now=30, interval_s=5) == []
+    changed = state.on_failure("host key changed", later, now=30, interval_s=5, back_off=True)
+    assert changed == [
+        ("host.unreachable", {"host": "h1", "since": T0.isoformat(), "reason": "host key changed"})
+    ]
+    assert state.on_failure("host key changed", later, now=31, interval_s=5, back_off=True) == []
+    assert (state.down_since, state.down_reason) == (T0, "host key changed")
+
+
 def test_a_host_down_from_the_start_is_reported_once() -> None:
     state = HostState("h1")
     assert types(state.on_failure("connection refused", T0, 0, 5)) == ["host.unreachable"]

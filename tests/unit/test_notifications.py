@@ -28,6 +28,8 @@ from services.notifications.reminders import Reminders, plan, reminders
 from services.notifications.tables import metadata
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.config.escalation import parse_step
+from services.shared.contracts import make_envelope
+from services.shared.remote import ssh
 from services.shared.reservation_book import Holding
 from services.shared.storage.store import Store
 from services.violations.tables import metadata as violations_metadata
@@ -259,6 +261,31 @@ def test_a_violation_tells_the_owner_and_a_cancellation_only_when_rules_did_it()
     assert producers.cancelled_note({**cancelled, "by_rules": False}) is None
     by_rules = producers.cancelled_note({**cancelled, "by_rules": True, "cancel_reason": "r"})
     assert by_rules is not None and by_rules["kind"] == "reservation_cancelled"
+
+
+async def test_a_changed_host_key_is_told_to_every_admin_once_per_outage() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def notify(note: dict[str, Any], **_options: Any) -> None:
+        sent.append(note)
+
+    async def admins() -> list[str]:
+        return ["root", "carol"]
+
+    handlers = producers.event_handlers(notify, lambda _incident: frozenset(), admins)
+    consume = handlers[("monitor", "host.unreachable", "notify-hosts")]
+    since = "2026-11-24T12:00:00+00:00"
+    reason = ssh.host_key_changed("dgx3")
+    for why in ("connection lost", reason):  # how the outage began, then the key
+        data = {"host": "dgx3", "since": since, "reason": why}
+        await consume(make_envelope("host.unreachable", data, source="monitor"))
+    assert [(n["user"], n["kind"], n["key"]) for n in sent] == [
+        ("root", "host_key_changed", f"host-key:dgx3:{since}"),
+        ("carol", "host_key_changed", f"host-key:dgx3:{since}"),
+    ]
+    assert sent[0]["title"] == "dgx3 presents another SSH host key"
+    assert "man-in-the-middle" in sent[0]["text"] and "warden hosts check dgx3" in sent[0]["text"]
+    assert Preferences().channels_for("host_key_changed") == ["email", "chat", "browser"]
 
 
 # --- bodies ----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from services.shared.remote.ssh import (
     CommandResult,
     FakeHostShell,
     HostUnreachable,
+    SshHostShell,
     SshOptions,
     describe_ssh_error,
 )
@@ -59,8 +61,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
         (OSError(), "OSError"),
         (
             asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, "SSH connection closed"),
-            "SSH connection closed",
+            "connection lost",
         ),
+        (asyncssh.ChannelOpenError(asyncssh.OPEN_RESOURCE_SHORTAGE, "busy"), "busy"),
         (ValueError("odd"), "odd"),
         (RuntimeError(), "RuntimeError"),
     ],
@@ -96,6 +99,21 @@ def test_the_key_for_a_login_is_the_users_key_except_for_the_hosts_own_user() ->
         "/keys/users",
         "10.0.0.1",
     )
+
+
+async def test_a_shell_that_gets_no_turn_to_connect_by_its_deadline_says_so() -> None:
+    """The process's handshakes are all taken: the shell waits, and at the deadline says it
+    did not try (no connection is attempted; the address is never reached)."""
+    host = HostConfig(name="dgx1", address="192.0.2.1", user="warden")
+    turns = asyncio.Semaphore(1)
+    await turns.acquire()  # another shell's handshake
+    shell = SshHostShell(host, SshOptions(), handshakes=turns)
+    with pytest.raises(HostUnreachable) as waited:
+        await shell.run("true", 0.05)
+    assert waited.value.details["waiting"] is True
+    assert waited.value.details["reason"].startswith("not tried")
+    turns.release()
+    assert not turns.locked()  # the waiting shell took no turn with it
 
 
 # -- FakeHostShell ---------------------------------------------------------------------------

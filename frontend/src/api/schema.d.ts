@@ -710,7 +710,7 @@ export interface paths {
         put?: never;
         /**
          * Reserve GPUs
-         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
+         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it), 422 `validation_failed` (a GPU whose host was removed from the inventory is not offered). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
          */
         post: operations["create_reservation"];
         delete?: never;
@@ -1925,7 +1925,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account" | "host_key_changed";
         };
         LastStep: {
             /** @description why it failed, when it did */
@@ -2401,7 +2401,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account" | "host_key_changed";
         };
         TimelineEntry: {
             /** Format: date-time */
@@ -4184,6 +4184,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CreatedReservation"];
+                };
+            };
+            /** @description not offered: a GPU whose host was removed from the inventory (`details.reasons` name each), or a field that does not fit */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description an error (see `error` for the code) */

@@ -299,6 +299,8 @@ async def earliest_slot(call: Call) -> web.Response:
     return await call.rpc_answer(api.FIND_SLOT, args)
 
 
+# The error envelope of the OpenAPI document (services/gateway/openapi.py registers it).
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
 TAG = "reservations"
 ROUTES = (
     Route(
@@ -326,9 +328,19 @@ ROUTES = (
         response=CreatedReservationSchema,
         status=201,
         description="Refusals say why: 409 `reservation_conflict` (who holds which GPU when), "
-        "403 `not_allowed` (the access rules or quotas that do not allow it). A reservation "
-        "that starts now on a GPU someone else uses now is made all the same, with `warnings` "
-        "naming the GPU, the users and their processes.",
+        "403 `not_allowed` (the access rules or quotas that do not allow it), 422 "
+        "`validation_failed` (a GPU whose host was removed from the inventory is not offered). "
+        "A reservation that starts now on a GPU someone else uses now is made all the same, "
+        "with `warnings` naming the GPU, the users and their processes.",
+        extra={
+            "responses": {
+                "422": {
+                    "description": "not offered: a GPU whose host was removed from the "
+                    "inventory (`details.reasons` name each), or a field that does not fit",
+                    "content": {"application/json": {"schema": ERROR_REF}},
+                }
+            }
+        },
     ),
     Route(
         "GET",

@@ -138,7 +138,8 @@ class Refusal:
     """One reason a request was refused, as data the UI and CLI show verbatim.
 
     `code` is one of: not_allowed, limit_max_gpus, limit_max_duration, limit_quota, conflict,
-    invalid (bad times, title, duration bounds), forbidden (the actor may not do this).
+    invalid (bad times, title, duration bounds), not_offered (a GPU of a host removed from the
+    inventory), forbidden (the actor may not do this).
     """
 
     code: str

@@ -17,6 +17,7 @@ from services.shared.errors import (
     InvalidRequest,
     NotAllowed,
     ReservationConflict,
+    ValidationFailed,
     WardenError,
 )
 
@@ -156,7 +157,7 @@ def removed_host_refusals(gpus: Iterable[Gpu], offered: Callable[[str], bool]) -
     hosts are in it): refused until the host is added again; its reservations stay."""
     return [
         Refusal(
-            "invalid",
+            "not_offered",
             f"GPU {gpu.host}:{gpu.index} is not offered: {gpu.host} was removed from the "
             "hosts Warden watches (an admin can add it again)",
             {"field": "gpus", "gpu": gpu.uuid, "host": gpu.host, "index": gpu.index},
@@ -247,6 +248,8 @@ def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
         return Forbidden(message, details)
     if "invalid" in codes:
         return InvalidRequest(message, details)
+    if "not_offered" in codes:  # well-formed, but for GPUs that take no booking: 422
+        return ValidationFailed(message, details)
     if codes == {"conflict"}:
         return ReservationConflict(message, details)
     return NotAllowed(message, details)

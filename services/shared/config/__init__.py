@@ -16,6 +16,7 @@ from services.shared.config.escalation import (
     parse_step,
 )
 from services.shared.config.load import ENV_PREFIX, MOVED_KEYS, SECTIONS, load_settings
+from services.shared.config.monitor import MonitorSettings
 from services.shared.config.render import render_config_template
 from services.shared.config.replicas import ReplicaSettings
 from services.shared.config.settings import (
@@ -26,7 +27,6 @@ from services.shared.config.settings import (
     HostConfig,
     JobSettings,
     LogSettings,
-    MonitorSettings,
     ReservationSettings,
     Settings,
     SmtpSettings,

@@ -26,6 +26,7 @@ from services.shared.config.escalation import (
 )
 from services.shared.config.ldap import LdapSettings
 from services.shared.config.metrics import MetricsSettings
+from services.shared.config.monitor import MonitorSettings
 from services.shared.config.replicas import ReplicaSettings
 
 MIN_SECRET_LENGTH = 32
@@ -238,48 +239,6 @@ class SshSettings:
         "Warden's key for logging in as users (job owners, offenders): its public half goes "
         "into their ~/.ssh/authorized_keys (`warden key` prints it). Empty: the host's key_file.",
     )
-
-
-@dataclass(frozen=True)
-class MonitorSettings:
-    """Polling the hosts' GPUs, and where their time series go."""
-
-    interval_s: float = option(5.0, "Seconds between two polls of a host.", min=0.1, max=3600)
-    poll_timeout_s: float = option(
-        0.0,
-        "Deadline of one poll in seconds; 0: 80 % of interval_s (a poll never runs into the next).",
-        min=0,
-        max=3600,
-    )
-    local_nvml: str = option(
-        "auto",
-        "Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.",
-        choices=("auto", "on", "off"),
-    )
-    local_name: str = option("", "Name of this machine in Warden; empty: its hostname.")
-    tsdb: str = option(
-        "embedded",
-        "Where GPU and CPU time series go: embedded (the monitor's database) or influx "
-        "(InfluxDB 2).",
-        choices=("embedded", "influx"),
-    )
-    raw_retention_h: float = option(48.0, "Embedded store: hours raw samples are kept.", min=0.1)
-    rollup_retention_d: float = option(
-        90.0, "Embedded store: days 1-minute rollups are kept.", min=0.1
-    )
-    influx_url: str = option("", 'InfluxDB 2 URL; required when tsdb = "influx".')
-    influx_org: str = option("", 'InfluxDB 2 organisation; required when tsdb = "influx".')
-    influx_bucket: str = option("warden", "InfluxDB 2 bucket.")
-    influx_token: str = option(
-        "",
-        'InfluxDB 2 token; required when tsdb = "influx". A secret: rather set it in '
-        "WARDEN_MONITOR_INFLUX_TOKEN.",
-        secret=True,
-    )
-
-    @property
-    def poll_deadline_s(self) -> float:
-        return self.poll_timeout_s or self.interval_s * 0.8
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,8 @@ EVENTS: tuple[EventType, ...] = (
         1,
         "monitor",
         HostUnreachable,
-        "A host stopped answering polls (sent once per outage).",
+        "A host stopped answering polls (sent once per outage, and again with the same `since` "
+        "when the reason becomes one that needs a person, such as a changed host key).",
     ),
     EventType(
         "host.recovered",

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 from services.shared.errors import WardenError, register_error
 
+# How the reason of a host that presents another key than the one trusted for it begins (what
+# the monitor publishes in `host.unreachable`; the admins' notification looks for it).
+HOST_KEY_CHANGED = "host key changed"
+
 
 @register_error
 class HostUnreachable(WardenError):

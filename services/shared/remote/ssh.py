@@ -13,10 +13,11 @@ out", ...). `public_key_line` is the key users put into their authorized_keys.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,12 @@ import asyncssh
 
 from services.shared.config import HostConfig, Settings, SshSettings
 from services.shared.errors import ConfigError
-from services.shared.remote.shell import CommandResult, HostShell, HostUnreachable
+from services.shared.remote.shell import (
+    HOST_KEY_CHANGED,
+    CommandResult,
+    HostShell,
+    HostUnreachable,
+)
 
 log = logging.getLogger("warden.ssh")
 
@@ -83,11 +89,24 @@ def describe_ssh_error(err: BaseException, host: str = "") -> str:
         return "connection lost"
     if isinstance(err, asyncssh.DisconnectError):
         return f"disconnected: {err.reason}"
+    if isinstance(err, asyncssh.ChannelOpenError) and err.code == asyncssh.OPEN_CONNECT_FAILED:
+        return "connection lost"  # a command on a connection that closed meanwhile
     if isinstance(err, asyncssh.KeyImportError | FileNotFoundError):
         return f"cannot read the SSH key: {err}"
     if isinstance(err, OSError):
         return err.strerror or str(err) or type(err).__name__
     return str(err) or type(err).__name__
+
+
+def host_key_changed(host: str) -> str:
+    """Why a host whose key is not the one trusted for it is not logged in to."""
+    return (
+        f"{HOST_KEY_CHANGED}: {host} presents a key other than the one trusted for it, so Warden "
+        "does not log in (someone may be in between: a man-in-the-middle). If the host was "
+        "reinstalled, compare the key `warden hosts check "
+        f"{host}` shows with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the host "
+        "before accepting it"
+    )
 
 
 def needs_a_person(err: BaseException) -> bool:
@@ -153,11 +172,24 @@ def key_line(key: asyncssh.SSHKey) -> str:
     return " ".join(key.export_public_key("openssh").decode().split()[:2])
 
 
+class _NoTurn(Exception):
+    """The deadline passed while a shell waited for its turn to open its connection."""
+
+
 class SshHostShell(HostShell):
-    def __init__(self, host: HostConfig, options: SshOptions) -> None:
+    def __init__(
+        self,
+        host: HostConfig,
+        options: SshOptions,
+        *,
+        handshakes: asyncio.Semaphore | None = None,
+    ) -> None:
         self.name = host.name
         self.host = host
         self.options = options
+        # Shared by the shells of one process to cap the handshakes it runs at once: past a
+        # few, more only slow every one of them down (CPU), until they time out and start over.
+        self._handshakes = handshakes
         self._client_keys = [str(Path(host.key_file).expanduser())] if host.key_file else ()
         self._connection: asyncssh.SSHClientConnection | None = None
         self._connecting = asyncio.Lock()
@@ -199,6 +231,10 @@ class SshHostShell(HostShell):
         trusted, *_ = known.match(self.host.address, "", self.host.port)
         return bool(trusted)
 
+    def _trusts_a_key(self) -> bool:
+        """Whether some key is trusted for this host (one it does not present: "changed")."""
+        return bool(self.host.host_key) or self._key_is_known(self.options.known_hosts_path())
+
     def _record_key(self, path: Path, connection: asyncssh.SSHClientConnection) -> None:
         key = connection.get_server_host_key()
         if key is None:
@@ -213,10 +249,26 @@ class SshHostShell(HostShell):
     async def _connection_within(self, deadline: float) -> asyncssh.SSHClientConnection:
         async with self._connecting:
             if self._connection is None:
-                remaining = deadline - time.monotonic()
-                async with asyncio.timeout(max(0.0, remaining)):
-                    self._connection = await self._connect()
+                async with self._handshake_turn(deadline):
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        self._connection = await self._connect()
             return self._connection
+
+    @contextlib.asynccontextmanager
+    async def _handshake_turn(self, deadline: float) -> AsyncIterator[None]:
+        """This shell's turn among the handshakes of its process; `_NoTurn` at the deadline."""
+        if self._handshakes is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self._handshakes.acquire()
+        except TimeoutError as err:
+            raise _NoTurn from err
+        try:
+            yield
+        finally:
+            self._handshakes.release()
 
     async def run(self, command: str, timeout: float) -> CommandResult:
         deadline = time.monotonic() + timeout
@@ -226,18 +278,22 @@ class SshHostShell(HostShell):
                 # Bytes, decoded here: output may cut a UTF-8 character (a log's tail) or hold
                 # bytes that are no text; asyncssh's strict decoding would drop the connection.
                 done = await connection.run(command, check=False, encoding=None)
+        except _NoTurn as err:
+            # Not tried: nothing is known of the host. `waiting` tells a caller (the monitor)
+            # that this is no failure of the host's.
+            reason = "not tried: waiting for a turn among the SSH handshakes"
+            raise HostUnreachable(
+                f"{self.name}: {reason}", {"host": self.name, "reason": reason, "waiting": True}
+            ) from err
         except (OSError, asyncssh.Error, asyncssh.KeyImportError, TimeoutError) as err:
             # A broken or hung connection is dropped; the next poll connects again.
             await self.close()
-            reason = describe_ssh_error(err, self.name)
-            raise HostUnreachable(
-                f"{self.name}: {reason}",
-                {
-                    "host": self.name,
-                    "reason": reason,
-                    "needs_a_person": needs_a_person(err),
-                },
-            ) from err
+            details = {"host": self.name, "needs_a_person": needs_a_person(err)}
+            if isinstance(err, asyncssh.HostKeyNotVerifiable) and self._trusts_a_key():
+                details.update(reason=host_key_changed(self.name), host_key="changed")
+            else:
+                details["reason"] = describe_ssh_error(err, self.name)
+            raise HostUnreachable(f"{self.name}: {details['reason']}", details) from err
         return CommandResult(done.exit_status, _text(done.stdout), _text(done.stderr))
 
     async def close(self) -> None:
