@@ -961,7 +961,7 @@ export interface paths {
         };
         /**
          * The SSH public key users add to authorized_keys
-         * @description 404 when Warden has no key for logging in as users (`ssh.key_file`).
+         * @description 404 when Warden has no key for logging in as users (`ssh.key_file`, made by `warden init` in the data directory when none is configured).
          */
         get: operations["ssh_key"];
         put?: never;
@@ -2186,6 +2186,8 @@ export interface components {
             [key: string]: unknown;
         };
         SshKey: {
+            /** @description a shell command that adds public_key to ~/.ssh/authorized_keys */
+            install_command: string;
             instructions: string;
             /** @description one OpenSSH line */
             public_key: string;

@@ -35,6 +35,7 @@ from services.shared.config.settings import (
     StorageSettings,
     ViolationSettings,
     WebhookTarget,
+    data_dir_key_file,
     default_config_path,
     default_data_dir,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "StorageSettings",
     "ViolationSettings",
     "WebhookTarget",
+    "data_dir_key_file",
     "default_config_path",
     "default_data_dir",
     "load_settings",

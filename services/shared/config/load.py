@@ -27,8 +27,10 @@ from services.shared.config.settings import (
     MonitorSettings,
     ReservationSettings,
     Settings,
+    SshSettings,
     StepOverride,
     ViolationSettings,
+    data_dir_key_file,
     default_config_path,
     default_data_dir,
 )
@@ -286,7 +288,19 @@ def load_settings(
     if problems:
         lines = "\n".join(f"  {key}: {reason}" for key, reason in sorted(problems.items()))
         raise ConfigError(f"invalid configuration ({source}):\n{lines}", problems)
+    _data_dir_key(loaded)
     return Settings(dev=dev, source=source, hosts=hosts, **loaded)
+
+
+def _data_dir_key(loaded: dict[str, Any]) -> None:
+    """An empty `ssh.key_file` means the key `warden init` made in the data directory, once
+    it exists: every service then logs in as users with the same key `warden key` shows."""
+    ssh: SshSettings = loaded["ssh"]
+    if ssh.key_file:
+        return
+    path = data_dir_key_file(loaded["storage"].data_dir)
+    if path.is_file():
+        loaded["ssh"] = dataclasses.replace(ssh, key_file=str(path))
 
 
 def _check_jwt_secret(

@@ -47,6 +47,11 @@ def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "warden"
 
 
+def data_dir_key_file(data_dir: Path) -> Path:
+    """Where `warden init` makes Warden's SSH key when `ssh.key_file` names none."""
+    return data_dir / "ssh" / "warden_ed25519"
+
+
 @dataclass(frozen=True)
 class LogSettings:
     """How every service logs."""
@@ -232,7 +237,9 @@ class SshSettings:
     key_file: str = option(
         "",
         "Warden's key for logging in as users (job owners, offenders): its public half goes "
-        "into their ~/.ssh/authorized_keys (`warden key` prints it). Empty: the host's key_file.",
+        "into their ~/.ssh/authorized_keys (`warden key` prints it). Empty: "
+        "`<data_dir>/ssh/warden_ed25519` if it exists (`warden init` makes it), else the "
+        "host's key_file.",
     )
 
 
