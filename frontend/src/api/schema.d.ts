@@ -41,6 +41,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/getting-started": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the first run's checklist needs
+         * @description Whether violations reach anyone by e-mail or chat (SMTP or a webhook configured); the dashboard ticks its getting-started steps by it and by the hosts, users and reservations.
+         */
+        get: operations["getting_started"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/gpus": {
         parameters: {
             query?: never;
@@ -1233,6 +1253,10 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        GettingStarted: {
+            /** @description violations can reach someone by e-mail or chat */
+            alerts_configured: boolean;
+        };
         GpuRef: {
             host: string;
             index: number | null;
@@ -2410,6 +2434,35 @@ export interface operations {
                 };
                 content: {
                     "text/calendar": string;
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getting_started: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GettingStarted"];
                 };
             };
             /** @description an error (see `error` for the code) */

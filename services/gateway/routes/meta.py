@@ -15,6 +15,7 @@ from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
 from services.shared.bus import Bus
 from services.shared.cluster.replicas import Replicas
+from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD
 from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
 from services.shared.remote.ssh import authorize_command, public_key_line
@@ -79,6 +80,13 @@ class SshKeySchema(Schema):
     install_command = fields.String(
         required=True,
         metadata={"description": "a shell command that adds public_key to ~/.ssh/authorized_keys"},
+    )
+
+
+class GettingStartedSchema(Schema):
+    alerts_configured = fields.Boolean(
+        required=True,
+        metadata={"description": "violations can reach someone by e-mail or chat"},
     )
 
 
@@ -174,6 +182,17 @@ async def ssh_key(call: Call) -> dict[str, Any]:
     }
 
 
+def alerts_configured(settings: Settings) -> bool:
+    """Whether a violation can reach anyone by e-mail or chat: the one signal the dashboard's
+    getting-started checklist ticks "set up alerts" by."""
+    return bool(settings.violations.smtp.host or settings.violations.webhooks)
+
+
+async def getting_started(call: Call) -> dict[str, Any]:
+    """What the empty dashboard's checklist needs that the UI cannot read elsewhere."""
+    return {"alerts_configured": alerts_configured(call.settings)}
+
+
 async def stream(call: Call) -> web.StreamResponse:
     resume = call.query.get("last_event_id") or call.request.headers.get("Last-Event-ID")
     topics = frozenset(call.query.get("topics") or TOPICS)
@@ -210,6 +229,18 @@ ROUTES = (
         response=SshKeySchema,
         description="404 when Warden has no key for logging in as users (`ssh.key_file`, "
         "made by `warden init` in the data directory when none is configured).",
+    ),
+    Route(
+        "GET",
+        "/getting-started",
+        getting_started,
+        Access.ADMIN,
+        "What the first run's checklist needs",
+        "system",
+        response=GettingStartedSchema,
+        description="Whether violations reach anyone by e-mail or chat (SMTP or a webhook "
+        "configured); the dashboard ticks its getting-started steps by it and by the hosts, "
+        "users and reservations.",
     ),
     Route(
         "GET",
