@@ -331,6 +331,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/inventory/hosts/{name}/user-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Whether Warden's key logs in to this host as a user (yours, or `username`)
+         * @description Logs in as that user with Warden's key (`GET /ssh-key`), as jobs and terminal warnings do, and runs `id -un`. `outcome`: proven, key_not_installed (the user exists there but has not added the key), unknown_user, refused or unreachable, with a `reason` in words. 422 for an NVML host or a bad username; 404 for no such host.
+         */
+        post: operations["check_user_key"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/jobs": {
         parameters: {
             query?: never;
@@ -1821,6 +1841,15 @@ export interface components {
             password: string;
             username: string;
         };
+        LoginOutcome: {
+            host: string | null;
+            /** @enum {string} */
+            outcome: "proven" | "key_not_installed" | "unknown_user" | "refused" | "unreachable";
+            /** @description in words a person can act on */
+            reason: string;
+        } & {
+            [key: string]: unknown;
+        };
         Me: {
             user: components["schemas"]["User"];
         };
@@ -1931,6 +1960,17 @@ export interface components {
             used_memory_mib: number | null;
             /** @description null: not known */
             user: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        ProveLogin: {
+            host: string | null;
+            /** @enum {string} */
+            outcome: "proven" | "key_not_installed" | "unknown_user" | "refused" | "unreachable";
+            proven: boolean;
+            /** @description in words a person can act on */
+            reason: string;
+            tried: components["schemas"]["LoginOutcome"][];
         } & {
             [key: string]: unknown;
         };
@@ -2353,6 +2393,13 @@ export interface components {
             is_admin: boolean;
             password: string;
             username: string;
+        };
+        UserKeyBody: {
+            /**
+             * @description whose Unix login to try (default: yours)
+             * @default null
+             */
+            username: string | null;
         };
         UserUpdateBody: {
             /** @default null */
@@ -3130,6 +3177,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HostCheck"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    check_user_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserKeyBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProveLogin"];
                 };
             };
             /** @description an error (see `error` for the code) */
