@@ -101,9 +101,7 @@ async def test_a_user_without_the_key_and_an_unknown_user_are_told_apart(
     assert unknown.body["outcome"] == "unknown_user", unknown.body
 
 
-async def test_once_the_user_adds_wardens_key_it_works(
-    system: ApiSystem, person: UnixUser
-) -> None:
+async def test_once_the_user_adds_wardens_key_it_works(system: ApiSystem, person: UnixUser) -> None:
     admin = await system.as_user("admin")
     key = await system.anonymous().get("/ssh-key")
     _install_key(person, key.body["public_key"])

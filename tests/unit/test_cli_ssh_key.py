@@ -68,9 +68,7 @@ def test_the_install_command_adds_exactly_the_line_through_a_real_shell(tmp_path
     # A comment with quotes and a command substitution: it must land verbatim, run nothing.
     line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB warden's key $(touch pwned) `id`"
     for _ in range(2):
-        subprocess.run(
-            ["sh", "-c", authorize_command(line)], env={"HOME": str(home)}, check=True
-        )
+        subprocess.run(["sh", "-c", authorize_command(line)], env={"HOME": str(home)}, check=True)
     authorized = home / ".ssh" / "authorized_keys"
     assert authorized.read_text() == f"{line}\n{line}\n"
     assert stat.S_IMODE(authorized.stat().st_mode) == 0o600

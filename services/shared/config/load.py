@@ -30,7 +30,6 @@ from services.shared.config.settings import (
     SshSettings,
     StepOverride,
     ViolationSettings,
-    data_dir_key_file,
     default_config_path,
     default_data_dir,
 )
@@ -290,6 +289,11 @@ def load_settings(
         raise ConfigError(f"invalid configuration ({source}):\n{lines}", problems)
     _data_dir_key(loaded)
     return Settings(dev=dev, source=source, hosts=hosts, **loaded)
+
+
+def data_dir_key_file(data_dir: Path) -> Path:
+    """Where `warden init` makes Warden's SSH key when `ssh.key_file` names none."""
+    return data_dir / "ssh" / "warden_ed25519"
 
 
 def _data_dir_key(loaded: dict[str, Any]) -> None:

@@ -47,11 +47,6 @@ def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "warden"
 
 
-def data_dir_key_file(data_dir: Path) -> Path:
-    """Where `warden init` makes Warden's SSH key when `ssh.key_file` names none."""
-    return data_dir / "ssh" / "warden_ed25519"
-
-
 @dataclass(frozen=True)
 class LogSettings:
     """How every service logs."""
