@@ -31,7 +31,7 @@ afterAll(async () => {
 })
 
 describe('Warden on its first run', () => {
-  it("shows its own SSH key on the sign-in page, with a command that installs it; Copy copies the line", async () => {
+  it('shows its own SSH key on the sign-in page, with a command that installs it; Copy copies the line', async () => {
     const context = await browser.newContext({ baseURL: warden.base, permissions: ['clipboard-read', 'clipboard-write'] })
     const page = await context.newPage()
     await page.goto('/login')
@@ -43,6 +43,8 @@ describe('Warden on its first run', () => {
     await page.getByRole('button', { name: 'Copy the line' }).click()
     await page.getByText('Copied.').waitFor()
     expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(line)
+    await page.getByRole('button', { name: 'Copy the command' }).click()
+    await expect.poll(() => page.evaluate(() => navigator.clipboard.readText())).toBe(command)
     await screenshot(page, 'ssh-key-dialog')
     await context.close()
   })
