@@ -186,7 +186,11 @@ def _add_key_parser(commands: Commands, common: argparse.ArgumentParser) -> None
         parents=[common],
         help="print the public key users add to ~/.ssh/authorized_keys so their jobs can run",
     )
-    key.add_argument("--generate", action="store_true", help="make ssh.key_file if missing")
+    key.add_argument(
+        "--generate",
+        action="store_true",
+        help="make ssh.key_file (empty: the data directory's key) if missing",
+    )
 
 
 def _add_demo_parser(commands: Commands, common: argparse.ArgumentParser) -> None:
@@ -288,6 +292,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     settings = load_settings(path, dev=getattr(args, "dev", False))
     settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
+    from services.shared.deploy import init_key
+
+    init_key(settings)
 
     async def prepare() -> None:
         await _upgrade_databases(settings, SERVICES_WITH_DATABASE)
@@ -409,17 +416,19 @@ def _check_config_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from services.shared.remote.ssh import public_key_line
+    from services.shared.remote.ssh import authorize_command, public_key_line
 
     settings = _settings(args)
     if args.generate:
         from services.shared.deploy import generate_key
 
         generate_key(settings)
+        settings = _settings(args)  # an empty ssh.key_file now means the key just made
     line = public_key_line(settings)
     print(line)
     print(
-        "# each user who runs jobs adds the line above to ~/.ssh/authorized_keys on every host",
+        "# each user who runs jobs adds the line above to ~/.ssh/authorized_keys on every host,"
+        f"\n# e.g. by running there:\n{authorize_command(line)}",
         file=sys.stderr,
     )
     return 0

@@ -105,6 +105,7 @@ def create_app(
     app.router.add_get(f"{API}/docs", docs)
     app.router.add_static(f"{API}/docs/static", _swagger_ui_dir())
     app.router.add_get("/metrics", metrics_handler(authenticator, settings.metrics.token))
+    frontend.add_docs_routes(app)
     frontend.add_routes(app, frontend.dist_dir(gateway.frontend_dir))
 
     async def start_stream(app: web.Application) -> None:

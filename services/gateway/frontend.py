@@ -1,4 +1,5 @@
-"""Serving the built web UI (`frontend/dist`) at `/`, with history-mode fallback.
+"""Serving the built web UI (`frontend/dist`) at `/`, with history-mode fallback, and the
+built documentation site (`site/`, `make docs`) at `/docs/`, which the UI's Help menu links.
 
 A path that names a file in the build is that file; any other path outside `/api/` is the
 app's `index.html`, so that a deep link such as `/reservations/42` opens the app there. The
@@ -18,6 +19,9 @@ from services.gateway.routing import API
 # `frontend/dist` beside the code (a source checkout).
 PACKAGED_DIST = Path(__file__).resolve().parent / "ui"
 DEFAULT_DIST = Path(__file__).resolve().parents[2] / "frontend" / "dist"
+# The documentation site as `make docs` builds it beside the code.
+DEFAULT_SITE = Path(__file__).resolve().parents[2] / "site"
+DOCS = "/docs"
 IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
 
 
@@ -60,3 +64,32 @@ def add_routes(app: web.Application, dist: Path) -> None:
         return web.FileResponse(index, headers={"Cache-Control": "no-cache"})
 
     app.router.add_get("/{path:.*}", serve)
+
+
+def add_docs_routes(app: web.Application, site: Path = DEFAULT_SITE) -> None:
+    """Serve the built documentation at /docs/ (a folder is its index.html, as mkdocs links
+    them); without a build, /docs/ says where the documentation is."""
+    root = site.resolve()
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        path = request.match_info["path"]
+        if not (root / "index.html").is_file():
+            return web.Response(
+                text="Warden's documentation is not built here: `make docs` builds it into "
+                "site/; its pages are also in docs/ of Warden's source.\n",
+                content_type="text/plain",
+            )
+        if _unservable(path):
+            raise web.HTTPNotFound()
+        wanted = (root / path).resolve()
+        if wanted.is_dir():
+            wanted = wanted / "index.html"
+        if not wanted.is_relative_to(root) or not wanted.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(wanted)
+
+    async def to_folder(_request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound(f"{DOCS}/")  # the pages' relative links need the slash
+
+    app.router.add_get(DOCS, to_folder)
+    app.router.add_get(DOCS + "/{path:.*}", serve)

@@ -1,5 +1,6 @@
 """What a container deployment needs from the `warden` command: the compose `.env` with its
-random secrets (`warden init --compose`) and Warden's SSH key (`warden key --generate`).
+random secrets (`warden init --compose`) and Warden's SSH key (`warden key --generate`, and
+`warden init` in the data directory when no key is configured).
 
 The `.env` names match docker-compose.yml and docker/env.example; compose reads the file, so
 no secret is ever written into the compose file itself.
@@ -14,8 +15,7 @@ from pathlib import Path
 
 import asyncssh
 
-from services.shared.config import Settings
-from services.shared.errors import WardenError
+from services.shared.config import Settings, data_dir_key_file
 
 # Secrets are URL-safe: the RabbitMQ and PostgreSQL passwords go into connection URLs.
 COMPOSE_SECRETS = (
@@ -104,12 +104,24 @@ def init_compose(path: Path) -> int:
     return 0
 
 
+def init_key(settings: Settings) -> None:
+    """`warden init`: with no key for logging in as users configured (`ssh.key_file`, or a
+    host's key_file that users already authorized), make Warden's key in the data directory;
+    `load_settings` then uses it for `ssh.key_file`."""
+    if settings.ssh.key_file or any(host.key_file for host in settings.hosts):
+        return
+    path = data_dir_key_file(settings.storage.data_dir)
+    if ensure_ssh_key(path):
+        print(f"made Warden's SSH key {path} (`warden key` shows the line users add)")
+
+
 def generate_key(settings: Settings) -> None:
-    """`warden key --generate`: make the key at ssh.key_file unless it is there."""
-    if not settings.ssh.key_file:
-        raise WardenError("--generate needs ssh.key_file (or WARDEN_SSH_KEY_FILE) set")
-    if ensure_ssh_key(Path(settings.ssh.key_file).expanduser()):
-        print(f"made the SSH key {settings.ssh.key_file}", file=sys.stderr)
+    """`warden key --generate`: make the key at ssh.key_file (empty: the data directory's)
+    unless it is there."""
+    path = Path(settings.ssh.key_file).expanduser() if settings.ssh.key_file else None
+    path = path or data_dir_key_file(settings.storage.data_dir)
+    if ensure_ssh_key(path):
+        print(f"made the SSH key {path}", file=sys.stderr)
 
 
 __all__ = [
@@ -117,6 +129,7 @@ __all__ = [
     "ensure_ssh_key",
     "generate_key",
     "init_compose",
+    "init_key",
     "read_env_file",
     "write_compose_env",
 ]

@@ -80,10 +80,11 @@ def test_key_generate_makes_a_private_key_once_and_prints_its_public_half(
     assert second.out.split()[:2] == public and "made" not in second.err
 
 
-def test_key_generate_without_a_key_file_setting_says_what_to_set(
+def test_key_generate_without_a_key_file_setting_makes_the_data_dirs_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("WARDEN_AUTH_JWT_SECRET", "x" * 48)
     monkeypatch.setenv("WARDEN_STORAGE_DATA_DIR", str(tmp_path / "data"))
-    assert main(["key", "--generate"]) == 1
-    assert "WARDEN_SSH_KEY_FILE" in capsys.readouterr().err
+    assert main(["key", "--generate"]) == 0
+    key = asyncssh.read_private_key(str(tmp_path / "data" / "ssh" / "warden_ed25519"))
+    assert capsys.readouterr().out.split()[:2] == key.export_public_key().decode().split()[:2]

@@ -136,3 +136,35 @@ async def test_without_a_key_the_ssh_key_is_a_404_naming_no_file(bus: InProcessB
         body = await answer.json()
         assert body["error"] == "not_found"
         assert "ssh.key_file" not in json.dumps(body["details"])
+
+
+async def test_the_built_documentation_is_served_at_docs(tmp_path: Path) -> None:
+    from services.gateway import frontend
+
+    site = tmp_path / "site"
+    (site / "users" / "jobs").mkdir(parents=True)
+    (site / "index.html").write_text("<h1>Warden docs</h1>")
+    (site / "users" / "jobs" / "index.html").write_text("<h1>Jobs</h1>")
+    (tmp_path / "secret.txt").write_text("not for the web")
+    app = web.Application()
+    frontend.add_docs_routes(app, site)
+    async with TestClient(TestServer(app)) as c:
+        folder = await c.get("/docs", allow_redirects=False)
+        assert folder.status == 302 and folder.headers["Location"] == "/docs/"
+        assert "Warden docs" in await (await c.get("/docs/")).text()
+        assert "Jobs" in await (await c.get("/docs/users/jobs/")).text()
+        assert (await c.get("/docs/nothing/")).status == 404
+        assert (await c.get("/docs/%2e%2e/secret.txt")).status == 404
+
+
+async def test_without_a_built_site_docs_says_where_the_documentation_is(
+    tmp_path: Path,
+) -> None:
+    from services.gateway import frontend
+
+    app = web.Application()
+    frontend.add_docs_routes(app, tmp_path / "absent")
+    async with TestClient(TestServer(app)) as c:
+        answer = await c.get("/docs/")
+        assert answer.status == 200
+        assert "make docs" in await answer.text()

@@ -41,6 +41,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/getting-started": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the first run's checklist needs
+         * @description Whether violations reach anyone by e-mail or chat (SMTP or a webhook configured); the dashboard ticks its getting-started steps by it and by the hosts, users and reservations.
+         */
+        get: operations["getting_started"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/gpus": {
         parameters: {
             query?: never;
@@ -305,6 +325,26 @@ export interface paths {
          * @description A `new` key is accepted by sending its `line` as `host_key` (PATCH /inventory/hosts/{name}).
          */
         post: operations["check_inventory_host"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/inventory/hosts/{name}/user-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Whether Warden's key logs in to this host as a user (yours, or `username`)
+         * @description Logs in as that user with Warden's key (`GET /ssh-key`), as jobs and terminal warnings do, and runs `id -un`. `outcome`: proven, key_not_installed (the user exists there but has not added the key), unknown_user, refused or unreachable, with a `reason` in words. 422 for an NVML host or a bad username; 404 for no such host.
+         */
+        post: operations["check_user_key"];
         delete?: never;
         options?: never;
         head?: never;
@@ -985,7 +1025,7 @@ export interface paths {
         };
         /**
          * The SSH public key users add to authorized_keys
-         * @description 404 when Warden has no key for logging in as users (`ssh.key_file`).
+         * @description 404 when Warden has no key for logging in as users (`ssh.key_file`, made by `warden init` in the data directory when none is configured).
          */
         get: operations["ssh_key"];
         put?: never;
@@ -1362,6 +1402,10 @@ export interface components {
             uuid: string;
         } & {
             [key: string]: unknown;
+        };
+        GettingStarted: {
+            /** @description violations can reach someone by e-mail or chat */
+            alerts_configured: boolean;
         };
         GpuRef: {
             host: string;
@@ -1969,6 +2013,15 @@ export interface components {
             password: string;
             username: string;
         };
+        LoginOutcome: {
+            host: string | null;
+            /** @enum {string} */
+            outcome: "proven" | "key_not_installed" | "unknown_user" | "refused" | "unreachable";
+            /** @description in words a person can act on */
+            reason: string;
+        } & {
+            [key: string]: unknown;
+        };
         Me: {
             user: components["schemas"]["User"];
         };
@@ -2079,6 +2132,17 @@ export interface components {
             used_memory_mib: number | null;
             /** @description null: not known */
             user: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        ProveLogin: {
+            host: string | null;
+            /** @enum {string} */
+            outcome: "proven" | "key_not_installed" | "unknown_user" | "refused" | "unreachable";
+            proven: boolean;
+            /** @description in words a person can act on */
+            reason: string;
+            tried: components["schemas"]["LoginOutcome"][];
         } & {
             [key: string]: unknown;
         };
@@ -2358,6 +2422,8 @@ export interface components {
             [key: string]: unknown;
         };
         SshKey: {
+            /** @description a shell command that adds public_key to ~/.ssh/authorized_keys */
+            install_command: string;
             instructions: string;
             /** @description one OpenSSH line */
             public_key: string;
@@ -2504,6 +2570,13 @@ export interface components {
             password: string;
             username: string;
         };
+        UserKeyBody: {
+            /**
+             * @description whose Unix login to try (default: yours)
+             * @default null
+             */
+            username: string | null;
+        };
         UserUpdateBody: {
             /** @default null */
             email: string | null;
@@ -2584,6 +2657,35 @@ export interface operations {
                 };
                 content: {
                     "text/calendar": string;
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getting_started: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GettingStarted"];
                 };
             };
             /** @description an error (see `error` for the code) */
@@ -3251,6 +3353,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HostCheck"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    check_user_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserKeyBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProveLogin"];
                 };
             };
             /** @description an error (see `error` for the code) */

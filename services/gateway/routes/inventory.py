@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import ValidationError, fields, validate, validates_schema
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from services.gateway.routing import Access, Call, Route
 from services.monitor import api
@@ -38,6 +38,14 @@ class AddHostBody(api.AddHostArgs):
         }
         if missing:
             raise ValidationError(missing)
+
+
+class UserKeyBody(Schema):
+    username = fields.String(
+        load_default=None,
+        validate=api.ProveLoginArgs().fields["username"].validators,
+        metadata={"description": "whose Unix login to try (default: yours)"},
+    )
 
 
 class OverridesBody(api.HostFields):
@@ -75,6 +83,13 @@ async def check_candidate_host(call: Call) -> Any:
 
 async def check_inventory_host(call: Call) -> Any:
     return await call.rpc(api.CHECK_HOST, {**call.body, "name": call.params["name"]})
+
+
+async def check_user_key(call: Call) -> Any:
+    """Whether Warden's key logs in to this host as a user: what jobs and terminal warnings
+    need (the monitor's PROVE_LOGIN on this host)."""
+    username = call.body.get("username") or call.user.username
+    return await call.rpc(api.PROVE_LOGIN, {"username": username, "host": call.params["name"]})
 
 
 TAG = "inventory"
@@ -164,5 +179,20 @@ ROUTES = (
         response=api.HostCheckSchema,
         description="A `new` key is accepted by sending its `line` as `host_key` "
         "(PATCH /inventory/hosts/{name}).",
+    ),
+    Route(
+        "POST",
+        "/inventory/hosts/{name}/user-key",
+        check_user_key,
+        Access.ADMIN,
+        "Whether Warden's key logs in to this host as a user (yours, or `username`)",
+        TAG,
+        params=InventoryHostPath,
+        body=UserKeyBody,
+        response=api.ProveLoginSchema,
+        description="Logs in as that user with Warden's key (`GET /ssh-key`), as jobs and "
+        "terminal warnings do, and runs `id -un`. `outcome`: proven, key_not_installed (the "
+        "user exists there but has not added the key), unknown_user, refused or unreachable, "
+        "with a `reason` in words. 422 for an NVML host or a bad username; 404 for no such host.",
     ),
 )

@@ -15,9 +15,10 @@ from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
 from services.shared.bus import Bus
 from services.shared.cluster.replicas import Replicas
+from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD
 from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
-from services.shared.remote.ssh import public_key_line
+from services.shared.remote.ssh import authorize_command, public_key_line
 
 # The services the gateway asks for their health (it answers for itself).
 BACKENDS = ("monitor", "reservations", "jobs", "violations")
@@ -76,6 +77,17 @@ class HealthSchema(Schema):
 class SshKeySchema(Schema):
     public_key = fields.String(required=True, metadata={"description": "one OpenSSH line"})
     instructions = fields.String(required=True)
+    install_command = fields.String(
+        required=True,
+        metadata={"description": "a shell command that adds public_key to ~/.ssh/authorized_keys"},
+    )
+
+
+class GettingStartedSchema(Schema):
+    alerts_configured = fields.Boolean(
+        required=True,
+        metadata={"description": "violations can reach someone by e-mail or chat"},
+    )
 
 
 class StreamQuery(Schema):
@@ -159,12 +171,26 @@ async def ssh_key(call: Call) -> dict[str, Any]:
     try:
         line = await asyncio.to_thread(public_key_line, call.settings)
     except ConfigError as err:  # its details name a file on the server: not for the public
-        raise NotFound("Warden has no SSH key configured for running jobs") from err
+        raise NotFound(
+            "Warden has no SSH key yet: an admin runs `warden init` (or `warden key --generate`)"
+        ) from err
     return {
         "public_key": line,
         "instructions": "Add this line to ~/.ssh/authorized_keys on every GPU host where "
-        "Warden should run your jobs.",
+        "Warden should run your jobs, for example by running the command below there.",
+        "install_command": authorize_command(line),
     }
+
+
+def alerts_configured(settings: Settings) -> bool:
+    """Whether a violation can reach anyone by e-mail or chat: the one signal the dashboard's
+    getting-started checklist ticks "set up alerts" by."""
+    return bool(settings.violations.smtp.host or settings.violations.webhooks)
+
+
+async def getting_started(call: Call) -> dict[str, Any]:
+    """What the empty dashboard's checklist needs that the UI cannot read elsewhere."""
+    return {"alerts_configured": alerts_configured(call.settings)}
 
 
 async def stream(call: Call) -> web.StreamResponse:
@@ -201,7 +227,20 @@ ROUTES = (
         "The SSH public key users add to authorized_keys",
         "system",
         response=SshKeySchema,
-        description="404 when Warden has no key for logging in as users (`ssh.key_file`).",
+        description="404 when Warden has no key for logging in as users (`ssh.key_file`, "
+        "made by `warden init` in the data directory when none is configured).",
+    ),
+    Route(
+        "GET",
+        "/getting-started",
+        getting_started,
+        Access.ADMIN,
+        "What the first run's checklist needs",
+        "system",
+        response=GettingStartedSchema,
+        description="Whether violations reach anyone by e-mail or chat (SMTP or a webhook "
+        "configured); the dashboard ticks its getting-started steps by it and by the hosts, "
+        "users and reservations.",
     ),
     Route(
         "GET",

@@ -15,7 +15,13 @@ from services.shared.config.escalation import (
     parse_allow_entry,
     parse_step,
 )
-from services.shared.config.load import ENV_PREFIX, MOVED_KEYS, SECTIONS, load_settings
+from services.shared.config.load import (
+    ENV_PREFIX,
+    MOVED_KEYS,
+    SECTIONS,
+    data_dir_key_file,
+    load_settings,
+)
 from services.shared.config.monitor import MonitorSettings
 from services.shared.config.render import render_config_template
 from services.shared.config.replicas import ReplicaSettings
@@ -64,6 +70,7 @@ __all__ = [
     "StorageSettings",
     "ViolationSettings",
     "WebhookTarget",
+    "data_dir_key_file",
     "default_config_path",
     "default_data_dir",
     "load_settings",

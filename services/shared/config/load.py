@@ -27,6 +27,7 @@ from services.shared.config.settings import (
     MonitorSettings,
     ReservationSettings,
     Settings,
+    SshSettings,
     StepOverride,
     ViolationSettings,
     default_config_path,
@@ -286,7 +287,24 @@ def load_settings(
     if problems:
         lines = "\n".join(f"  {key}: {reason}" for key, reason in sorted(problems.items()))
         raise ConfigError(f"invalid configuration ({source}):\n{lines}", problems)
+    _data_dir_key(loaded)
     return Settings(dev=dev, source=source, hosts=hosts, **loaded)
+
+
+def data_dir_key_file(data_dir: Path) -> Path:
+    """Where `warden init` makes Warden's SSH key when `ssh.key_file` names none."""
+    return data_dir / "ssh" / "warden_ed25519"
+
+
+def _data_dir_key(loaded: dict[str, Any]) -> None:
+    """An empty `ssh.key_file` means the key `warden init` made in the data directory, once
+    it exists: every service then logs in as users with the same key `warden key` shows."""
+    ssh: SshSettings = loaded["ssh"]
+    if ssh.key_file:
+        return
+    path = data_dir_key_file(loaded["storage"].data_dir)
+    if path.is_file():
+        loaded["ssh"] = dataclasses.replace(ssh, key_file=str(path))
 
 
 def _check_jwt_secret(

@@ -237,7 +237,9 @@ class SshSettings:
     key_file: str = option(
         "",
         "Warden's key for logging in as users (job owners, offenders): its public half goes "
-        "into their ~/.ssh/authorized_keys (`warden key` prints it). Empty: the host's key_file.",
+        "into their ~/.ssh/authorized_keys (`warden key` prints it). Empty: "
+        "`<data_dir>/ssh/warden_ed25519` if it exists (`warden init` makes it), else the "
+        "host's key_file.",
     )
 
 

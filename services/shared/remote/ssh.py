@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import shlex
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -318,8 +319,8 @@ def _text(output: object) -> str:
 
 def public_key_line(settings: Settings) -> str:
     """The OpenSSH public key line (`ssh-ed25519 AAAA... comment`) that each user puts into
-    ~/.ssh/authorized_keys for jobs and terminal notices: of ssh.key_file, or else of the first
-    host's key_file.
+    ~/.ssh/authorized_keys for jobs and terminal notices: of ssh.key_file (which defaults to the
+    key `warden init` makes in the data directory), or else of the first host's key_file.
     """
     key_file = settings.ssh.key_file
     setting = "ssh.key_file"
@@ -328,7 +329,8 @@ def public_key_line(settings: Settings) -> str:
         setting = "hosts.key_file"
     if not key_file:
         raise ConfigError(
-            "no SSH key for logging in as users: set ssh.key_file (or a host's key_file)",
+            "no SSH key for logging in as users: `warden init` makes one in the data directory, "
+            "or set ssh.key_file",
             {"ssh.key_file": "not set, and no host has a key_file"},
         )
     path = Path(key_file).expanduser()
@@ -343,6 +345,15 @@ def public_key_line(settings: Settings) -> str:
     except (OSError, asyncssh.KeyImportError) as err:
         reason = f"cannot read the SSH key {path}: {getattr(err, 'strerror', None) or err}"
         raise ConfigError(reason, {setting: reason}) from err
+
+
+def authorize_command(line: str) -> str:
+    """One shell command that adds the public key `line` to the caller's authorized_keys (the
+    line is quoted: a key comment may hold any character)."""
+    return (
+        "mkdir -p ~/.ssh && chmod 700 ~/.ssh && "
+        f"echo {shlex.quote(line)} >> ~/.ssh/authorized_keys && chmod 600 ~/.ssh/authorized_keys"
+    )
 
 
 # --- fake --------------------------------------------------------------------------------------
