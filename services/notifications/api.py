@@ -14,6 +14,15 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from services.notifications.delivery_api import (  # re-exported: the path's public contract
+    DELIVERY_SETTINGS,
+    SET_DELIVERY_SETTINGS,
+    TEST_DELIVERY,
+)
+from services.notifications.delivery_api import DeliveryBody as DeliveryBody
+from services.notifications.delivery_api import DeliverySchema as DeliverySchema
+from services.notifications.delivery_api import TestAnswerSchema as TestAnswerSchema
+from services.notifications.delivery_api import TestBody as TestBody
 from services.shared.contracts.notifications import EVENTS as _EVENTS
 from services.shared.errors import InvalidRequest
 from services.shared.rpc import Answer, methods_of
@@ -190,4 +199,13 @@ LIST_NOTIFICATIONS = _method(
     raises=(InvalidRequest,),
 )
 
-METHODS = (NOTIFY, NOTIFICATION_PREFS, SET_NOTIFICATION_PREFS, LIST_NOTIFICATIONS)
+METHODS = (
+    NOTIFY,
+    NOTIFICATION_PREFS,
+    SET_NOTIFICATION_PREFS,
+    LIST_NOTIFICATIONS,
+    # How Warden's e-mail and chat go out (the Settings page): `delivery_api`.
+    DELIVERY_SETTINGS,
+    SET_DELIVERY_SETTINGS,
+    TEST_DELIVERY,
+)

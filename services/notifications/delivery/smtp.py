@@ -35,6 +35,11 @@ class SmtpSender:
         self._smtp = smtp
         self._tls_context = tls_context
 
+    @property
+    def configured(self) -> bool:
+        """An SMTP server is set: e-mail can be tried."""
+        return bool(self._smtp.host)
+
     async def deliver(self, message: EmailMessage, address: str, label: str) -> ActionOutcome:
         """Send one ready message to `address` over its own connection; `label` names it in
         log lines."""
