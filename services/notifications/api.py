@@ -21,8 +21,8 @@ from services.notifications.delivery_api import (  # re-exported: the path's pub
 )
 from services.notifications.delivery_api import DeliveryBody as DeliveryBody
 from services.notifications.delivery_api import DeliverySchema as DeliverySchema
-from services.notifications.delivery_api import TestAnswerSchema as TestAnswerSchema
-from services.notifications.delivery_api import TestBody as TestBody
+from services.notifications.delivery_api import DeliveryTestAnswerSchema as DeliveryTestAnswerSchema
+from services.notifications.delivery_api import DeliveryTestBody as DeliveryTestBody
 from services.shared.contracts.notifications import EVENTS as _EVENTS
 from services.shared.errors import InvalidRequest
 from services.shared.rpc import Answer, methods_of

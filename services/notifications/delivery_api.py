@@ -76,7 +76,7 @@ class SetDeliveryArgs(DeliveryBody):
     by = _Str(required=True, validate=_Name, metadata={"description": "the admin who saves"})
 
 
-class TestBody(Schema):
+class DeliveryTestBody(Schema):
     channel = _Str(required=True, validate=validate.OneOf(("email", "webhook")))
     to = fields.Email(
         load_default=None,
@@ -85,7 +85,7 @@ class TestBody(Schema):
     )
 
 
-class TestDeliveryArgs(TestBody):
+class TestDeliveryArgs(DeliveryTestBody):
     by = _Str(required=True, validate=_Name)
 
 
@@ -124,14 +124,14 @@ class DeliverySchema(Answer):
     )
 
 
-class TestOutcome(Answer):
+class DeliveryTestOutcome(Answer):
     target = _Str(required=True)
     ok = fields.Boolean(required=True)
     detail = _Str(required=True)
 
 
-class TestAnswerSchema(Answer):
-    outcomes = fields.List(fields.Nested(TestOutcome), required=True)
+class DeliveryTestAnswerSchema(Answer):
+    outcomes = fields.List(fields.Nested(DeliveryTestOutcome), required=True)
 
 
 DELIVERY_SETTINGS = _method(
@@ -151,7 +151,7 @@ TEST_DELIVERY = _method(
     "test_delivery",
     "Send a test e-mail or a test message to every chat webhook with the settings in force",
     TestDeliveryArgs,
-    answer=TestAnswerSchema,
+    answer=DeliveryTestAnswerSchema,
     raises=(InvalidRequest,),
     timeout_s=120.0,  # webhooks are retried before it answers
 )

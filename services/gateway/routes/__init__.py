@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.gateway.routes import (
     accounts,
     calendar_feed,
+    delivery,
     hosts,
     idle,
     inventory,
@@ -35,4 +36,5 @@ ROUTES: tuple[Route, ...] = (
     *violations.ROUTES,
     *reports.ROUTES,
     *notifications.ROUTES,
+    *delivery.ROUTES,
 )
