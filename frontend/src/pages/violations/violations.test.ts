@@ -108,6 +108,12 @@ describe('the last step in the list', () => {
     expect(lastStepSentence(lastStepView(taken('pending'))!)).toBe('email → offender, admins — pending')
   })
 
+  it('shows a step whose channel is not set up as skipped, with why', () => {
+    const view = lastStepView(taken('skipped', 'skipped: e-mail is not set up'))!
+    expect(view.tone).toBe('warn')
+    expect(lastStepSentence(view)).toBe('email → offender, admins — skipped (skipped: e-mail is not set up)')
+  })
+
   it('the API\'s last step wins over the one due by time', () => {
     // 10:06: the terminate step is due by time, but the service says email was the last taken
     expect(lastStepView(taken('ok'), new Date('2026-01-01T10:06:00Z'))!.text).toBe('email → offender, admins')
