@@ -89,6 +89,9 @@ class SimFleet:
         if churn_period_s <= 0:
             raise InvalidRequest("churn_period_s must be positive")
         self.seed = seed
+        # Logins in group tty on every host (they write to anyone's terminal): the management
+        # user, as on a host set up for Warden.
+        self.tty_group: set[str] = {"warden"}
         self.churn = churn
         self.churn_period_s = churn_period_s
         self.login_shell: LoginShell = login_shell
@@ -182,6 +185,7 @@ class SimFleet:
                 now=now,
                 stop=lambda pid, exit_code: self.stop_process(host, pid, exit_code=exit_code),
                 emit=emit,
+                in_tty_group=login in self.tty_group,
             )
         return CommandResult("", UNSUPPORTED, 127) if answer is None else answer
 

@@ -415,9 +415,17 @@ class ViolationSettings:
     )
     act_as: str = option(
         "offender",
-        "terminal, terminate and kill log in as the offender with Warden's key ([ssh] key_file, "
-        "in their authorized_keys) or as the host's management user with `sudo -n`.",
+        "terminate and kill (and terminal, with terminal_as = act_as) log in as the offender "
+        "with Warden's key ([ssh] key_file, in their authorized_keys) or as the host's "
+        "management user with `sudo -n`.",
         choices=("offender", "management"),
+    )
+    terminal_as: str = option(
+        "management",
+        "terminal: management: the host's management user writes the warning to the "
+        "offender's terminals as a member of group tty (no sudo, nothing in the offender's "
+        "authorized_keys); act_as: log in as act_as says.",
+        choices=("management", "act_as"),
     )
     term_grace_s: float = option(
         10.0, "terminate: seconds between SIGTERM and SIGKILL.", min=0, max=3600
