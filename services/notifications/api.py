@@ -47,6 +47,7 @@ NOTIFICATION_KINDS = (
     "reservation_released",  # my reservation was released (idle, or by an admin)
     "reservation_cancelled",  # a reservation of mine was cancelled by a rule change
     "reservation_violated",  # someone is using a GPU I reserved
+    "using_reserved_gpu",  # I am using a GPU I may not (the incident's offender)
     "job_finished",
     "job_failed",
 )

@@ -28,6 +28,7 @@ from services.notifications.reminders import Reminders, plan, reminders
 from services.notifications.tables import metadata
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.config.escalation import parse_step
+from services.shared.contracts import Envelope
 from services.shared.reservation_book import Holding
 from services.shared.storage.store import Store
 from services.violations.tables import metadata as violations_metadata
@@ -259,6 +260,26 @@ def test_a_violation_tells_the_owner_and_a_cancellation_only_when_rules_did_it()
     assert producers.cancelled_note({**cancelled, "by_rules": False}) is None
     by_rules = producers.cancelled_note({**cancelled, "by_rules": True, "cancel_reason": "r"})
     assert by_rules is not None and by_rules["kind"] == "reservation_cancelled"
+
+
+async def test_a_violation_tells_the_offender_in_the_browser_once_per_incident() -> None:
+    told: list[tuple[dict[str, Any], frozenset[str]]] = []
+
+    async def notify(note: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
+        told.append((note, skip))
+
+    handlers = producers.event_handlers(notify, lambda _incident: frozenset({"email"}))
+    opened = handlers[("violations", "violation.opened", "notify-violations")]
+    data = {"incident_id": "i1", "host": "h", "gpu_index": 2, "offender": "bob", "owner": "alice"}
+    await opened(Envelope("e1", "violation.opened", 1, "2026-11-27T18:00:00Z", "violations", data))
+    by_user = {note["user"]: (note, skip) for note, skip in told}
+    offender, skip = by_user["bob"]
+    assert offender["kind"] == "using_reserved_gpu" and offender["key"] == "incident:i1:offender"
+    assert offender["title"] == "You are using h GPU 2, which alice reserved" and not skip
+    assert by_user["alice"][0]["kind"] == "reservation_violated"
+    assert Preferences().channels_for("using_reserved_gpu") == ["browser"]
+    strict = producers.offender_note({**data, "owner": None})
+    assert strict["title"] == "You are using h GPU 2, which nobody reserved"
 
 
 # --- bodies ----------------------------------------------------------------------------------

@@ -1854,7 +1854,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed";
         };
         LastStep: {
             /** @description why it failed or was skipped, when it was */
@@ -2342,7 +2342,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed";
         };
         TimelineEntry: {
             /** Format: date-time */
