@@ -21,6 +21,7 @@ from services.client import (
     reports,
     reservations,
     session,
+    settings,
     status,
     violations,
 )
@@ -39,6 +40,7 @@ _RESOURCES = (
     jobs,
     violations,
     reports,
+    settings,
 )
 
 
