@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email import policy
 from pathlib import Path
@@ -102,7 +102,7 @@ async def test_admins_set_up_delivery_and_a_squat_reaches_everyone(
     assert system.fleet.tty_messages(system.fleet.hosts[0], tty)
 
     # An admin sets up SMTP over the API, and the chat webhook with `warden settings`.
-    mailbox, chat = Mailbox(policy.default), []
+    mailbox, chat = Mailbox(policy.default), list[dict[str, Any]]()
     smtp = Controller(mailbox, hostname="127.0.0.1", port=free_port())
     smtp.start()
     receiver = await webhook_receiver(chat, HOOK_PATH)
@@ -140,7 +140,7 @@ async def test_admins_set_up_delivery_and_a_squat_reaches_everyone(
         incident = await _reported(admin, system, second)
         assert incident["last_step"]["outcome"] == "ok", incident["timeline"]
         for who in ("bob", "alice"):  # the offender (a step) and the owner (step, notification)
-            await system.until(lambda who=who: _now(mailbox.to(f"{who}@lab.example")), who)
+            await system.until(_mail_to(mailbox, f"{who}@lab.example"), f"mail to {who}")
         posts = [body for body in chat if "squat" in json.dumps(body) or "bob" in json.dumps(body)]
         assert posts, chat
         messages = system.fleet.tty_messages(system.fleet.hosts[0], tty)
@@ -150,5 +150,8 @@ async def test_admins_set_up_delivery_and_a_squat_reaches_everyone(
         await receiver.cleanup()
 
 
-async def _now(value: Any) -> Any:
-    return value
+def _mail_to(mailbox: Mailbox, address: str) -> Callable[[], Awaitable[list[Any]]]:
+    async def received() -> list[Any]:
+        return mailbox.to(address)
+
+    return received
