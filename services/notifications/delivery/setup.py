@@ -20,10 +20,8 @@ SAVED = "settings"  # saved on the Settings page (the database)
 FILE = "file"  # the configuration file's keys
 NONE = "none"  # neither: the channel is not set up
 
-NO_SMTP = "skipped: e-mail is not set up (Settings → Notifications, or smtp_host)"
-NO_WEBHOOK = (
-    "skipped: no chat webhook is set up (Settings → Notifications, or [[violations.webhooks]])"
-)
+NO_SMTP = "skipped: e-mail is not set up (Admin → Settings, or smtp_host)"
+NO_WEBHOOK = "skipped: no chat webhook is set up (Admin → Settings, or [[violations.webhooks]])"
 NOBODY = "skipped: nobody to send to"
 
 
