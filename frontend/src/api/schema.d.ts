@@ -1407,6 +1407,8 @@ export interface components {
             gpus: components["schemas"]["FoundGpu"][];
             host_key: (Record<string, never> | null) | components["schemas"]["HostKey"];
             ok: boolean;
+            /** @description whether the host's login writes the violation warning on offenders' terminals (root, or group tty); null when it could not be asked */
+            terminals: components["schemas"]["TerminalWrites"] | (Record<string, never> | null);
         } & {
             [key: string]: unknown;
         };
@@ -2325,6 +2327,13 @@ export interface components {
             options?: {
                 [key: string]: unknown;
             };
+        };
+        TerminalWrites: {
+            /** @description why, and how to fix it, in words */
+            detail: string;
+            ok: boolean;
+        } & {
+            [key: string]: unknown;
         };
         TestAnswer: {
             /** @description channel -> sent, failed or limited */
