@@ -240,4 +240,4 @@ async def test_without_smtp_host_every_address_fails_as_not_configured() -> None
         ("bob@example.org", False),
         ("alice@example.org", False),
     ]
-    assert {o.detail for o in outcomes} == {"e-mail is not configured (smtp_host)"}
+    assert {o.detail for o in outcomes} == {"e-mail is not configured (Admin → Settings, or smtp_host)"}

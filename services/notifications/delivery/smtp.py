@@ -18,7 +18,7 @@ from services.shared.config import SmtpSettings
 
 log = logging.getLogger(__name__)
 
-NOT_CONFIGURED = "e-mail is not configured (smtp_host)"
+NOT_CONFIGURED = "e-mail is not configured (Admin → Settings, or smtp_host)"
 
 
 def valid_address(address: str) -> bool:
