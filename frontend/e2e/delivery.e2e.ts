@@ -114,6 +114,17 @@ describe('squatters are told, set up in the browser', () => {
     await screenshot(admin, '50-delivery-skipped')
   })
 
+  it("the Hosts page says the host's login writes warnings on terminals (group tty)", async () => {
+    const host = running.system.hosts[0]!
+    await admin.goto('/admin/hosts')
+    await admin.locator(`[data-testid="host-row"][data-host="${host}"]`).getByRole('button', { name: `Check ${host}` }).click()
+    const dialog = admin.getByRole('dialog', { name: `Check ${host}` })
+    await expect.poll(() => dialog.getByTestId('host-terminals').textContent(), { timeout: 30_000 }).toContain('in group tty')
+    expect(await dialog.getByTestId('host-terminals').textContent()).toContain('writes')
+    await dialog.getByRole('button', { name: 'Close' }).last().click()
+    await admin.goto('/')
+  })
+
   it('sets up e-mail and a chat webhook on the Settings page and tests both', async () => {
     await admin.getByTestId('delivery-banner').getByRole('link', { name: 'Settings' }).click()
     await admin.waitForURL('**/admin/settings')

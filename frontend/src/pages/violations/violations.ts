@@ -176,3 +176,14 @@ export function incidentFromEvent(data: Record<string, unknown>, existing?: Inci
   }
   return next
 }
+
+/** A handler reports its step's outcome moments after the step is taken, with no event of its
+ *  own: while a listed step is still pending, a page looks again this often, at most this many
+ *  times in a row. */
+export const PENDING_LOOK_MS = 1000
+export const PENDING_LOOKS = 10
+
+/** Whether any of these incidents' last step awaits its handler's report. */
+export function awaitsReport(incidents: readonly Pick<Incident, 'last_step'>[]): boolean {
+  return incidents.some((i) => i.last_step?.outcome === 'pending')
+}
