@@ -70,12 +70,16 @@ async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> Che
     return CheckResult(host.name, where, True, len(found), detail, found, terminals)
 
 
+# The login's name, then its groups: one round trip.
+WHO_AND_GROUPS = "id -un; id -nG"
+
+
 async def _terminals(shell: HostShell, timeout: float) -> dict[str, object] | None:
-    user = await shell.run("id -un", timeout)
-    groups = await shell.run("id -nG", timeout)
-    if user.exit_status != 0 or groups.exit_status != 0:
+    answer = await shell.run(WHO_AND_GROUPS, timeout)
+    lines = answer.stdout.splitlines()
+    if answer.exit_status != 0 or len(lines) < 2:
         return None
-    return terminal_writes(user.stdout.strip(), groups.stdout.split())
+    return terminal_writes(lines[0].strip(), lines[1].split())
 
 
 def check_local(name: str) -> CheckResult:

@@ -170,10 +170,10 @@ class SimFleet:
         h = self._host(host)
         if command == "id -un":
             return CommandResult(f"{login or 'root'}\n", "", 0)
-        if command == "id -nG":
+        if command == "id -un; id -nG":  # `warden hosts check`: may it write on terminals?
             name = login or "root"
             groups = [name, "tty"] if name in self.tty_group else [name]
-            return CommandResult(" ".join(groups) + "\n", "", 0)
+            return CommandResult(f"{name}\n{' '.join(groups)}\n", "", 0)
         answer = probe_output.answer(h, command, now, self.login_shell)
         call = script_call(command) if answer is None else None
         emit = partial(self._emit, host)
