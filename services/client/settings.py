@@ -152,3 +152,7 @@ def add_parsers(commands: Subcommands, common: Sequence[argparse.ArgumentParser]
     test = actions.add_parser("test", parents=common, help="send a test e-mail or chat message")
     test.add_argument("channel", choices=("email", "webhook"))
     test.add_argument("--to", metavar="ADDRESS", help="email: the address (default: yours)")
+    for action in actions.choices.values():  # `--json` after the action too (not reset there)
+        action.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON"
+        )

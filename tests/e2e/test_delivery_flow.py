@@ -129,6 +129,9 @@ async def test_admins_set_up_delivery_and_a_squat_reaches_everyone(
         assert code == 0 and "lab-chat" in shown and "TOKEN" not in shown
         assert await _cli("settings", "test", "webhook") == 0
         assert "lab-chat: sent" in capsys.readouterr().out
+        assert await _cli("settings", "delivery", "--json") == 0
+        shown_json = json.loads(capsys.readouterr().out)
+        assert shown_json["webhooks"]["targets"][0]["name"] == "lab-chat"
         tested = await admin.post("/settings/delivery/test", {"channel": "email"})
         assert [o["ok"] for o in tested.body["outcomes"]] == [True], tested.body
         assert mailbox.to("admin@lab.example")
