@@ -28,6 +28,7 @@ const routes: RouteRecordRaw[] = [
   { path: '/admin/groups', name: 'admin-groups', component: () => import('./pages/admin/GroupsPage.vue'), meta: { admin: true, title: 'Groups' } },
   { path: '/admin/rules', name: 'admin-rules', component: () => import('./pages/admin/RulesPage.vue'), meta: { admin: true, title: 'Access rules' } },
   { path: '/admin/hosts', name: 'admin-hosts', component: () => import('./pages/admin/HostsPage.vue'), meta: { admin: true, title: 'Hosts' } },
+  { path: '/admin/settings', name: 'admin-settings', component: () => import('./pages/admin/SettingsPage.vue'), meta: { admin: true, title: 'Settings' } },
   { path: '/:rest(.*)*', name: 'not-found', component: () => import('./pages/NotFoundPage.vue'), meta: { title: 'Not found' } },
 ]
 

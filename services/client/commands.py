@@ -22,6 +22,7 @@ from services.client import (
     reports,
     reservations,
     session,
+    settings,
     status,
     violations,
 )
@@ -41,6 +42,7 @@ _RESOURCES = (
     jobs,
     violations,
     reports,
+    settings,
 )
 
 

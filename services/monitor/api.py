@@ -172,11 +172,25 @@ class FoundGpuSchema(Answer):
     uuid = _Str(required=True)
 
 
+class TerminalWritesSchema(Answer):
+    ok = fields.Boolean(required=True)
+    detail = _Str(required=True, metadata={"description": "why, and how to fix it, in words"})
+
+
 class HostCheckSchema(Answer):
     ok = fields.Boolean(required=True)
     detail = _Str(required=True, metadata={"description": "ok, or why not, in words"})
     host_key = fields.Nested(HostKeySchema, required=True, allow_none=True)
     gpus = fields.List(fields.Nested(FoundGpuSchema), required=True)
+    terminals = fields.Nested(
+        TerminalWritesSchema,
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "whether the host's login writes the violation warning on "
+            "offenders' terminals (root, or group tty); null when it could not be asked"
+        },
+    )
 
 
 class LoginOutcomeSchema(Answer):

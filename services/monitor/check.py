@@ -23,6 +23,22 @@ class CheckResult:
     detail: str
     # The GPUs `nvidia-smi -L` listed: {index, name, uuid} each.
     found: tuple[dict[str, object], ...] = ()
+    # Whether the login may write the violation warning on others' terminals (group tty),
+    # and why; None: not asked (no login, or this machine through NVML).
+    terminals: dict[str, object] | None = None
+
+
+def terminal_writes(user: str, groups: Sequence[str]) -> dict[str, object]:
+    """Whether `user` (in `groups`) can write on another user's terminal, as the terminal
+    step does by default: root, or a member of group tty. Pure."""
+    if user == "root" or "tty" in groups:
+        why = "root" if user == "root" else "in group tty"
+        return {"ok": True, "detail": f"{user} is {why}: it writes warnings on terminals"}
+    return {
+        "ok": False,
+        "detail": f"{user} is not in group tty: the terminal warning cannot be written "
+        f"(on the host: sudo usermod -aG tty {user})",
+    }
 
 
 async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> CheckResult:
@@ -35,6 +51,7 @@ async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> Che
         if located.exit_status != 0:
             return CheckResult(host.name, where, False, None, "no nvidia-smi on the host's PATH")
         listing = await shell.run("nvidia-smi -L", timeout)
+        terminals = await _terminals(shell, timeout)
     except HostUnreachable as err:
         return CheckResult(host.name, where, False, None, str(err.details.get("reason")))
     finally:
@@ -50,7 +67,19 @@ async def check_shell(host: HostConfig, shell: HostShell, timeout: float) -> Che
         if match
     )
     detail = "ok" if found else "ok, but no GPU"
-    return CheckResult(host.name, where, True, len(found), detail, found)
+    return CheckResult(host.name, where, True, len(found), detail, found, terminals)
+
+
+# The login's name, then its groups: one round trip.
+WHO_AND_GROUPS = "id -un; id -nG"
+
+
+async def _terminals(shell: HostShell, timeout: float) -> dict[str, object] | None:
+    answer = await shell.run(WHO_AND_GROUPS, timeout)
+    lines = answer.stdout.splitlines()
+    if answer.exit_status != 0 or len(lines) < 2:
+        return None
+    return terminal_writes(lines[0].strip(), lines[1].split())
 
 
 def check_local(name: str) -> CheckResult:

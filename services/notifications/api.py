@@ -14,6 +14,15 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from services.notifications.delivery_api import (  # re-exported: the path's public contract
+    DELIVERY_SETTINGS,
+    SET_DELIVERY_SETTINGS,
+    TEST_DELIVERY,
+)
+from services.notifications.delivery_api import DeliveryBody as DeliveryBody
+from services.notifications.delivery_api import DeliverySchema as DeliverySchema
+from services.notifications.delivery_api import DeliveryTestAnswerSchema as DeliveryTestAnswerSchema
+from services.notifications.delivery_api import DeliveryTestBody as DeliveryTestBody
 from services.shared.contracts.notifications import EVENTS as _EVENTS
 from services.shared.errors import InvalidRequest
 from services.shared.rpc import Answer, methods_of
@@ -38,6 +47,7 @@ NOTIFICATION_KINDS = (
     "reservation_released",  # my reservation was released (idle, or by an admin)
     "reservation_cancelled",  # a reservation of mine was cancelled by a rule change
     "reservation_violated",  # someone is using a GPU I reserved
+    "using_reserved_gpu",  # I am using a GPU I may not (the incident's offender)
     "job_finished",
     "job_failed",
     "account",  # my account: an invitation or a new password link (its one-time link)
@@ -192,4 +202,13 @@ LIST_NOTIFICATIONS = _method(
     raises=(InvalidRequest,),
 )
 
-METHODS = (NOTIFY, NOTIFICATION_PREFS, SET_NOTIFICATION_PREFS, LIST_NOTIFICATIONS)
+METHODS = (
+    NOTIFY,
+    NOTIFICATION_PREFS,
+    SET_NOTIFICATION_PREFS,
+    LIST_NOTIFICATIONS,
+    # How Warden's e-mail and chat go out (the Settings page): `delivery_api`.
+    DELIVERY_SETTINGS,
+    SET_DELIVERY_SETTINGS,
+    TEST_DELIVERY,
+)

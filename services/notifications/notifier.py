@@ -49,10 +49,14 @@ class Notifier:
         outbox: Table,
         on_commit: Callable[[], None] = lambda: None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        smtp_now: Callable[[], Awaitable[SmtpSettings]] | None = None,
     ) -> None:
         self.store = store
         self.smtp = smtp
         self.mail = mail
+        # The SMTP settings in force at each send (the Settings page's, else the file's); None:
+        # always `smtp` through `mail`.
+        self.smtp_now = smtp_now
         self.webhooks = webhooks
         self.address_of = address_of
         self.limiter = RateLimiter(per_minute)
@@ -122,11 +126,15 @@ class Notifier:
         address = await self.address_of(note.user)
         if not address:
             return ActionOutcome(note.user, False, f"no e-mail address for {note.user}")
+        smtp, mail = self.smtp, self.mail
+        if self.smtp_now is not None:
+            smtp = await self.smtp_now()
+            mail = SmtpSender(smtp)
         attempt = 0
         while True:
             attempt += 1
-            message = channels.email(note, address, self.smtp.mail_from)
-            outcome = await self.mail.deliver(message, address, f"notification {note.kind}")
+            message = channels.email(note, address, smtp.mail_from)
+            outcome = await mail.deliver(message, address, f"notification {note.kind}")
             if outcome.ok or attempt > MAIL_RETRIES or outcome.detail.startswith(NOT_RETRIED):
                 return outcome
             await self._sleep(MAIL_BACKOFF_S * 2 ** (attempt - 1))

@@ -1,5 +1,6 @@
 """Notifications made from other services' events: a job finished or failed, someone uses my
-reserved GPU, my reservation was cancelled by a rule change, a host presents another SSH key
+reserved GPU, I use a GPU I may not (told to the offender: in the browser, where they are
+signed in), my reservation was cancelled by a rule change, a host presents another SSH key
 (to every admin). Each goes through `notify` with
 a key, so a redelivered event tells nobody twice."""
 
@@ -56,6 +57,22 @@ def violation_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
         "text": f"{data['offender']} runs processes on {_gpu(data)}, which you reserved"
         f"{reservation}. Warden has asked them to stop.",
         "key": f"incident:{data['incident_id']}:opened",
+    }
+
+
+def offender_note(data: Mapping[str, Any]) -> dict[str, Any]:
+    """violation.opened, told to the offender (their browser by default; the escalation steps
+    write to their terminal and mail them)."""
+    offender = data["offender"]
+    owner = data.get("owner")
+    whose = f"{owner} reserved" if owner and owner != offender else "nobody reserved"
+    return {
+        "user": offender,
+        "kind": "using_reserved_gpu",
+        "title": f"You are using {_gpu(data)}, which {whose}",
+        "text": f"Your processes on {_gpu(data)} use a GPU {whose}. Please stop them now, or "
+        "book a GPU of your own.",
+        "key": f"incident:{data['incident_id']}:offender",
     }
 
 
@@ -123,6 +140,7 @@ def event_handlers(
         note = violation_note(envelope.data)
         if note is not None:
             await notify(note, skip=told_by_steps(envelope.data))
+        await notify(offender_note(envelope.data))
 
     async def host_unreachable(envelope: Envelope) -> None:
         if host_key_note("", envelope.data) is None:

@@ -11,13 +11,14 @@ from typing import Any
 from sqlalchemy import Table
 
 from services.accounts import api as accounts_api
-from services.notifications import api, preferences, producers, records
+from services.notifications import api, delivery_api, preferences, producers, records
 from services.notifications.delivery.smtp import SmtpSender
 from services.notifications.delivery.webhook import WebhookPoster
+from services.notifications.delivery_calls import DeliveryCalls
 from services.notifications.notifier import Notifier
 from services.notifications.reminders import Reminders
 from services.shared.bus import Bus, EventHandler, RpcHandler
-from services.shared.config import Settings
+from services.shared.config import Settings, SmtpSettings
 from services.shared.contracts import Envelope
 from services.shared.reservation_book import ReservationBook
 from services.shared.rpc import Method
@@ -77,6 +78,8 @@ class Notifications:
         # The user's own chat webhook is one target among none configured: same pacing and
         # retries as the violation handlers' webhooks.
         self.webhooks = WebhookPoster((), retries=violations.webhook_retries)
+        # E-mail and chat delivery as the Settings page saved it, else the file's.
+        self.delivery = DeliveryCalls(store, violations, self.address_of, self.webhooks)
         self.notifier = Notifier(
             store,
             smtp=violations.smtp,
@@ -86,6 +89,7 @@ class Notifications:
             per_minute=violations.notify_per_minute,
             on_commit=on_commit,
             outbox=outbox,
+            smtp_now=self.smtp_now,
         )
         # Its own copy of the calendar (the tracker's is the tracker's to change).
         self.book = ReservationBook()
@@ -102,6 +106,9 @@ class Notifications:
         stack.push_async_callback(self.webhooks.close)
         await self.reminders.start()
         stack.push_async_callback(self.reminders.stop)
+
+    async def smtp_now(self) -> SmtpSettings:
+        return (await self.delivery.current()).smtp
 
     async def address_of(self, username: str) -> str | None:
         contacts: dict[str, Any] = await accounts_api.CONTACTS.call(
@@ -148,4 +155,7 @@ def rpc_handlers(notifications: Notifications) -> dict[Method, RpcHandler]:
         api.NOTIFICATION_PREFS: lambda args: notifications.calls.get_prefs(args),
         api.SET_NOTIFICATION_PREFS: lambda args: notifications.calls.set_prefs(args),
         api.LIST_NOTIFICATIONS: lambda args: notifications.calls.list_sent(args),
+        delivery_api.DELIVERY_SETTINGS: lambda args: notifications.delivery.get(args),
+        delivery_api.SET_DELIVERY_SETTINGS: lambda args: notifications.delivery.set(args),
+        delivery_api.TEST_DELIVERY: lambda args: notifications.delivery.test(args),
     }

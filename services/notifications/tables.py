@@ -39,3 +39,16 @@ notifications_sent = Table(
     Column("at_ms", BigInteger, nullable=False),
     Index("violations_notifications_sent_user", "username", "id"),
 )
+
+# How Warden's own messages go out, as admins set it on the Settings page: one row per
+# channel ("smtp", "webhooks"), its fields as JSON. A saved channel wins over the
+# configuration file's; none saved: the file's. Holds secrets (the SMTP password, webhook URLs
+# and signing keys): never answered, never logged.
+delivery_settings = Table(
+    "violations_delivery_settings",
+    metadata,
+    Column("channel", String(16), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_by", String(255), nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)

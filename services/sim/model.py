@@ -89,6 +89,9 @@ class SimFleet:
         if churn_period_s <= 0:
             raise InvalidRequest("churn_period_s must be positive")
         self.seed = seed
+        # Logins in group tty on every host (they write to anyone's terminal): the management
+        # user, as on a host set up for Warden.
+        self.tty_group: set[str] = {"warden"}
         self.churn = churn
         self.churn_period_s = churn_period_s
         self.login_shell: LoginShell = login_shell
@@ -167,6 +170,10 @@ class SimFleet:
         h = self._host(host)
         if command == "id -un":
             return CommandResult(f"{login or 'root'}\n", "", 0)
+        if command == "id -un; id -nG":  # `warden hosts check`: may it write on terminals?
+            name = login or "root"
+            groups = [name, "tty"] if name in self.tty_group else [name]
+            return CommandResult(f"{name}\n{' '.join(groups)}\n", "", 0)
         answer = probe_output.answer(h, command, now, self.login_shell)
         call = script_call(command) if answer is None else None
         emit = partial(self._emit, host)
@@ -182,6 +189,7 @@ class SimFleet:
                 now=now,
                 stop=lambda pid, exit_code: self.stop_process(host, pid, exit_code=exit_code),
                 emit=emit,
+                in_tty_group=login in self.tty_group,
             )
         return CommandResult("", UNSUPPORTED, 127) if answer is None else answer
 

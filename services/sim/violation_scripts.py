@@ -6,7 +6,8 @@ constants: WHO lists the terminal sessions opened with `SimFleet.login(host, use
 matches; SIGNAL checks the owner and start time as the real script does (`now - etimes` on the
 host clock) and stops the process (SIGTERM not when it was started with
 `ignore_sigterm=True`; SIGKILL always). Without sudo, only the login's own terminals and
-processes can be written to or signalled (root: any).
+processes can be written to or signalled (root: any), and any terminal by a login in group
+tty (`SimFleet.tty_group`: the management user, as on a host set up for Warden).
 """
 
 from __future__ import annotations
@@ -41,14 +42,17 @@ def answer(
     now: float,
     stop: Callable[[int, int], None],
     emit: Callable[[str], None],
+    in_tty_group: bool = False,
 ) -> CommandResult | None:
     """WHO, WRITE_TTY or SIGNAL run by `login` (None: root; `as_root`: also with sudo); None for
     another script or a wrong number of arguments. `stop(pid, exit_code)` ends a process,
-    `emit(what)` tells the fleet's listeners what changed."""
+    `emit(what)` tells the fleet's listeners what changed; `in_tty_group`: the login may write
+    to any terminal."""
     if script == WHO_SCRIPT and not args:
         return CommandResult(_who(host.sessions.values()), "", 0)
     if script == WRITE_TTY_SCRIPT and len(args) == 3:
-        return _write_tty(host, args[0], args[1], args[2], as_root, login, emit)
+        writes_any = as_root or in_tty_group
+        return _write_tty(host, args[0], args[1], args[2], writes_any, login, emit)
     if script == SIGNAL_SCRIPT and len(args) == 5:
         return _signal(host, args, as_root, login, now, stop)
     return None
@@ -70,7 +74,7 @@ def _write_tty(
     tty: str,
     owner: str,
     message: str,
-    as_root: bool,
+    writes_any: bool,
     login: str | None,
     emit: Callable[[str], None],
 ) -> CommandResult:
@@ -81,7 +85,7 @@ def _write_tty(
         return CommandResult("not-owner root\n" if tty.startswith("tty") else "gone\n", "", 0)
     if session.user != owner:
         return CommandResult(f"not-owner {session.user}\n", "", 0)
-    if not as_root and login != session.user:
+    if not writes_any and login != session.user:
         denied = f"{SCRIPT_NAME}: {_WRITE_LINE}: cannot create /dev/{tty}: Permission denied\n"
         return CommandResult("failed\n", denied, 1)
     session.messages.append(message)

@@ -59,6 +59,10 @@ class Outcome(Schema):
     target = _Str(required=True, validate=validate.Length(max=512))
     ok = fields.Boolean(required=True)
     detail = _Str(load_default="")
+    skipped = fields.Boolean(
+        load_default=False,
+        metadata={"description": "not tried: the channel is not set up (detail says why)"},
+    )
 
 
 class RecordArgs(Schema):
@@ -86,12 +90,15 @@ class LastStepSchema(Answer):
     outcome = _Str(
         required=True,
         metadata={
-            "description": "pending (no handler has reported yet), ok, failed or partly failed "
-            "(some targets reached, some not)"
+            "description": "pending (no handler has reported yet), ok, failed, partly failed "
+            "(some targets reached, some not) or skipped (nothing tried: the channel is not "
+            "set up)"
         },
     )
     detail = _Str(
-        required=True, allow_none=True, metadata={"description": "why it failed, when it did"}
+        required=True,
+        allow_none=True,
+        metadata={"description": "why it failed or was skipped, when it was"},
     )
 
 
@@ -132,7 +139,11 @@ class TimelineEntrySchema(Answer):
     step_index = fields.Integer(required=True, allow_none=True)
     handler = _Str(required=True, allow_none=True)
     target = _Str(required=True, allow_none=True)
-    ok = fields.Boolean(required=True, allow_none=True)
+    ok = fields.Boolean(
+        required=True,
+        allow_none=True,
+        metadata={"description": "an action: reached or not; null when it was skipped"},
+    )
     detail = _Str(required=True, allow_none=True)
 
 

@@ -32,6 +32,7 @@ LOCAL_METHODS = tuple(
         api.USAGE_REPORT,
         notifications_api.NOTIFICATION_PREFS,
         notifications_api.LIST_NOTIFICATIONS,
+        notifications_api.DELIVERY_SETTINGS,
     )
 )
 

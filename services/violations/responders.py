@@ -24,6 +24,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from services.accounts import api as accounts_api
+from services.notifications.delivery.setup import NO_SMTP, NO_WEBHOOK, NOBODY, Delivery
 from services.shared.bus import Bus, EventHandler
 from services.shared.config import HostConfig, Settings
 from services.shared.contracts import Envelope
@@ -39,6 +40,8 @@ from services.violations.actions.webhook import WebhookSender
 log = logging.getLogger("warden.violations")
 
 Act = Callable[[Alert, frozenset[str]], Awaitable[list[ActionOutcome]]]
+# The e-mail server and chat webhooks in force now (the Settings page's, else the file's).
+DeliveryNow = Callable[[], Awaitable[Delivery]]
 # (incident id, step index, handler) -> True when this call claimed the step, False when it
 # was claimed before.
 Claim = Callable[[str, int, str], Awaitable[bool]]
@@ -63,6 +66,7 @@ class Responders:
         webhooks: WebhookSender,
         hosts: Mapping[str, HostConfig] | None = None,
         claim: Claim | None = None,
+        delivery: DeliveryNow | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
@@ -70,6 +74,7 @@ class Responders:
         self.mail = mail
         self.webhooks = webhooks
         self.claim = claim
+        self.delivery = delivery  # None: `mail` and `webhooks` as they were made
         # The inventory now (a `HostDirectory`: hosts added at runtime get messages too).
         self.hosts: Mapping[str, HostConfig] = (
             hosts if hosts is not None else {h.name: h for h in settings.hosts}
@@ -131,13 +136,15 @@ class Responders:
                 replace(o, detail=f"{LATE}; {o.detail}" if o.detail else LATE)
                 for o in await self._take(name, act, late, reached)
             ]
+        if not outcomes and not recorded:  # never left pending: say nobody was there
+            outcomes = [ActionOutcome(name, False, NOBODY, skipped=True)]
         for outcome in outcomes:  # what went out, where (never a message body or a secret)
             log.info(
                 "incident %s step %d: %s %s %s",
                 alert.incident_id,
                 alert.step_index,
                 name,
-                "reached" if outcome.ok else "did not reach",
+                "reached" if outcome.ok else "skipped" if outcome.skipped else "did not reach",
                 outcome.target,
                 extra={"fields": {"detail": outcome.detail[:200]}},
             )
@@ -193,11 +200,22 @@ class Responders:
         return await kill(self.shell, host, alert, self.settings.violations)
 
     async def _webhook(self, alert: Alert, reached: frozenset[str]) -> list[ActionOutcome]:
-        return await self.webhooks.send(alert, skip=reached)
+        if self.delivery is None:
+            targets = self.webhooks.targets
+        else:
+            targets = (await self.delivery()).webhooks
+        if not targets:
+            return [ActionOutcome("webhook", False, NO_WEBHOOK, skipped=True)]
+        return await self.webhooks.send(alert, skip=reached, targets=targets)
 
     async def _email(self, alert: Alert, reached: frozenset[str]) -> list[ActionOutcome]:
+        mail = self.mail
+        if self.delivery is not None:
+            mail = MailSender((await self.delivery()).smtp)
+        if not mail.configured:
+            return [ActionOutcome("e-mail", False, NO_SMTP, skipped=True)]
         recipients, missing = await self.recipients(alert)
-        outcomes = await self.mail.send(alert, recipients, skip=reached)
+        outcomes = await mail.send(alert, recipients, skip=reached)
         return [*missing, *outcomes]
 
     async def recipients(self, alert: Alert) -> tuple[list[Recipient], list[ActionOutcome]]:

@@ -24,7 +24,7 @@ from services.violations.actions.mail import MailSender
 from services.violations.actions.remote import SshHostShell
 from services.violations.actions.webhook import WebhookSender
 from services.violations.handlers import LOCAL_METHODS, event_handlers, rpc_methods
-from services.violations.responders import Claim, Responders
+from services.violations.responders import Claim, DeliveryNow, Responders
 from services.violations.tables import leader_lease, outbox
 from services.violations.tracker import Tracker
 
@@ -51,6 +51,7 @@ async def start_responders(
     stack: AsyncExitStack,
     hosts: HostDirectory,
     claim: Claim | None = None,
+    delivery: DeliveryNow | None = None,
 ) -> None:
     """One consumer per built-in handler turned on; after the RPC they call is served."""
     settings = ctx.settings.violations
@@ -67,6 +68,7 @@ async def start_responders(
         webhooks=webhooks,
         hosts=hosts,
         claim=claim,
+        delivery=delivery,
     )
     for name, consumer in responders.consumers().items():
         stack.push_async_callback(
@@ -145,7 +147,7 @@ async def start(ctx: ServiceContext) -> Teardown:
 
             async def responders_once_served() -> None:
                 await rpc_served.wait()  # they call this service's RPC
-                await start_responders(ctx, office, hosts, claim)
+                await start_responders(ctx, office, hosts, claim, notifications.delivery.current)
 
             starting = asyncio.create_task(responders_once_served())
 

@@ -3,6 +3,8 @@
 The tracker records `escalated` when a step falls due and each handler reports one `action`
 entry per target (ok or not, with why). The list of incidents shows only the last step, so it
 carries its outcome too: a failed e-mail step reads as failed there, not just as "email".
+An `action` entry whose `ok` is None was skipped (its channel is not set up, or nobody was
+there to tell): a step of skips alone reads as skipped, never as pending.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ PENDING = "pending"  # taken, no handler has reported yet
 OK = "ok"
 FAILED = "failed"
 PARTLY_FAILED = "partly failed"  # some targets reached, some not
+SKIPPED = "skipped"  # nothing was tried: the channel is not set up (the detail says why)
 
 
 def last_step(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -29,14 +32,18 @@ def last_step(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     last = max(escalated, key=lambda e: e["step_index"])
     index = last["step_index"]
     reports = [e for e in entries if e["kind"] == "action" and e["step_index"] == index]
-    failed = [e for e in reports if e["ok"] is False]
+    tried = [e for e in reports if e["ok"] is not None]
+    failed = [e for e in tried if e["ok"] is False]
     if not reports:
         outcome = PENDING
+    elif not tried:
+        outcome = SKIPPED
     elif not failed:
         outcome = OK
     else:
-        outcome = FAILED if len(failed) == len(reports) else PARTLY_FAILED
-    reasons = list(dict.fromkeys(e["detail"] for e in failed if e["detail"]))  # once each
+        outcome = FAILED if len(failed) == len(tried) else PARTLY_FAILED
+    unreached = [e for e in reports if e["ok"] is not True]
+    reasons = list(dict.fromkeys(e["detail"] for e in unreached if e["detail"]))  # once each
     return {
         "index": index,
         "step": last["detail"] or "",
@@ -47,4 +54,4 @@ def last_step(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-__all__ = ["FAILED", "OK", "PARTLY_FAILED", "PENDING", "last_step"]
+__all__ = ["FAILED", "OK", "PARTLY_FAILED", "PENDING", "SKIPPED", "last_step"]

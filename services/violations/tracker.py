@@ -326,7 +326,7 @@ class Tracker:
                     step_index=step_index,
                     handler=handler,
                     target=outcome["target"],
-                    ok=outcome["ok"],
+                    ok=None if outcome.get("skipped") else outcome["ok"],
                     detail=outcome.get("detail", ""),
                 )
                 count += 1

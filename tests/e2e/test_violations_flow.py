@@ -181,6 +181,16 @@ async def test_a_violation_is_told_everywhere_stopped_and_resolved(
         (["alice@lab.example"], "reservation_violated")
     ]
 
+    # browser: bob, the offender, is told where he is signed in (his live stream)
+    await system.until(
+        lambda: [
+            n
+            for n in system.of("notification.sent")
+            if n["user"] == "bob" and n["kind"] == "using_reserved_gpu"
+        ],
+        "the offender's browser notification",
+    )
+
     # kill after 2 s: the process is gone in the sim, so the incident resolves
     await system.until(lambda: not _alive(fleet, host, pid), "the kill step")
     resolved = (await system.until(lambda: system.of("violation.resolved"), "resolution"))[0]

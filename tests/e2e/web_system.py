@@ -109,6 +109,8 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
             "jobs": {"poll_interval_s": 0.5},
             "violations": {"steps": ["0s terminal offender"]},
         }
+        if args.default_steps:  # every channel, as `warden init` writes them
+            sections["violations"] = {}
         if args.ssh_signup:
             sections["auth"] = {"ssh_signup": True}
         log = data_dir / "warden.log"
@@ -152,6 +154,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5, help="monitor poll interval (s)")
     parser.add_argument("--port", type=int, default=0, help="gateway port (0: a free one)")
     parser.add_argument("--churn", action="store_true", help="background jobs come and go")
+    parser.add_argument(
+        "--default-steps",
+        action="store_true",
+        help="Warden's default escalation steps (terminal, e-mail, chat), not the terminal alone",
+    )
     parser.add_argument(
         "--ssh-signup", action="store_true", help="[auth] ssh_signup = true (self-signup)"
     )

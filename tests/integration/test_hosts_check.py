@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from services.sim.server import SimServer
 from tests.support.config import write_config
 from tests.support.ports import free_port
 from tests.support.sshd import Sshd, generate_key
+from tests.support.unix_user import throwaway_user
 
 GPUS_CSV = "".join(
     f"GPU-cccccccc-0000-4000-8000-00000000000{i}, {i}, NVIDIA H100 80GB HBM3, 10, 5, 100, "
@@ -262,3 +264,24 @@ async def test_the_real_sshd_key_is_shown_as_ssh_keygen_does_new_trusted_or_chan
     assert not changed["ok"] and changed["host_key"]["status"] == "changed"
     assert changed["host_key"]["fingerprint"] == new["host_key"]["fingerprint"]
     assert changed["gpus"] == [] and "not logging in" in changed["detail"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a Unix user for the login needs root")
+async def test_the_check_says_whether_the_login_writes_on_terminals(fleet: Fleet) -> None:
+    """The terminal warning is written by the host's login as a member of group tty: the check
+    of the real sshd says so for a login in it, and how to fix one that is not."""
+    with throwaway_user() as user:
+        host = fleet.sshd.host_config("real", user=user.name)
+        refused = await check_host(host, fleet.options(), TIMEOUT_S)
+        assert refused["ok"] and refused["terminals"]["ok"] is False
+        assert f"sudo usermod -aG tty {user.name}" in refused["terminals"]["detail"]
+        await asyncio.to_thread(
+            subprocess.run, ["usermod", "-aG", "tty", user.name], check=True, timeout=30
+        )
+        allowed = await check_host(host, fleet.options(), TIMEOUT_S)
+        assert allowed["terminals"] == {
+            "ok": True,
+            "detail": f"{user.name} is in group tty: it writes warnings on terminals",
+        }
+    simulated = await check_host(fleet.sim_host("sim-004"), fleet.options(), TIMEOUT_S)
+    assert simulated["terminals"] is not None

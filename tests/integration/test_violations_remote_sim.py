@@ -43,8 +43,9 @@ HOST = "sim-001"
 MANAGEMENT_USER = "warden"
 GRACE_S = 0.2
 DEADLINE_S = 20.0
-AS_OFFENDER = ViolationSettings(act_as="offender", term_grace_s=GRACE_S)
-AS_MANAGEMENT = ViolationSettings(act_as="management", term_grace_s=GRACE_S)
+AS_OFFENDER = ViolationSettings(act_as="offender", terminal_as="act_as", term_grace_s=GRACE_S)
+AS_MANAGEMENT = ViolationSettings(act_as="management", terminal_as="act_as", term_grace_s=GRACE_S)
+BY_DEFAULT = ViolationSettings(term_grace_s=GRACE_S)  # terminal: the management user, group tty
 
 
 @dataclass
@@ -95,7 +96,11 @@ def make_alert(offender: str, *processes: Process) -> Alert:
 # --- terminals --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("settings", [AS_OFFENDER, AS_MANAGEMENT], ids=["offender", "management"])
+@pytest.mark.parametrize(
+    "settings",
+    [BY_DEFAULT, AS_OFFENDER, AS_MANAGEMENT],
+    ids=["tty-group", "offender", "management"],
+)
 async def test_notify_writes_to_each_terminal_of_the_offender(
     sim: Sim, settings: ViolationSettings
 ) -> None:

@@ -19,6 +19,7 @@ import contextlib
 import grp
 import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -36,7 +37,7 @@ from services.violations.actions.terminal import notify_terminals
 from services.violations.scripts import parse_who, who_command
 from tests.support.polling import until
 from tests.support.sshd import Sshd
-from tests.support.unix_user import UnixUser
+from tests.support.unix_user import UnixUser, throwaway_user
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="creating a Unix user for the offender needs root"
@@ -72,7 +73,7 @@ class Setup:
     shell: SshHostShell
 
     def settings(self, act_as: str) -> ViolationSettings:
-        return ViolationSettings(act_as=act_as, term_grace_s=GRACE_S)
+        return ViolationSettings(act_as=act_as, terminal_as="act_as", term_grace_s=GRACE_S)
 
     def alert(self, *processes: Process) -> Alert:
         now = datetime.now(UTC)
@@ -170,6 +171,45 @@ async def test_notify_writes_to_the_offenders_real_terminal(setup: Setup, act_as
                 chunk = await session.stdout.read(4096)
                 assert chunk, f"the session ended before the notice arrived: {seen!r}"
                 seen += chunk
+
+
+async def read_until(session: asyncssh.SSHClientProcess[str], expected: str) -> None:
+    seen = ""
+    async with asyncio.timeout(DEADLINE_S):
+        # The terminal adds a CR before each LF (onlcr): the notice already has one.
+        while expected not in seen.replace("\r\r\n", "\r\n"):
+            chunk = await session.stdout.read(4096)
+            assert chunk, f"the session ended before the notice arrived: {seen!r}"
+            seen += chunk
+
+
+@pytest.fixture(params=[True, False], ids=["in-group-tty", "not-in-group-tty"])
+def manager(request: pytest.FixtureRequest) -> Iterator[tuple[UnixUser, bool]]:
+    """An unprivileged management user of the host, in group tty or not."""
+    with throwaway_user() as user:
+        if request.param:
+            subprocess.run(["usermod", "-aG", "tty", user.name], check=True, timeout=30)
+        yield user, request.param
+
+
+async def test_by_default_the_management_user_in_group_tty_writes_the_notice(
+    setup: Setup, manager: tuple[UnixUser, bool]
+) -> None:
+    """No sudo, no login as the offender (whose authorized_keys a squatter never changes): an
+    unprivileged management user in group tty writes to the offender's real pts."""
+    user, in_group_tty = manager
+    host = setup.sshd.host_config("gpu-sshd", user=user.name)
+    async with terminal_session(setup) as session:
+        tty = await wait_for_session(setup)
+        alert = setup.alert(Process(pid=4242, command="python train.py"))
+        outcomes = await notify_terminals(setup.shell, host, alert, ViolationSettings())
+        if in_group_tty:
+            assert [(o.target, o.ok) for o in outcomes] == [(f"gpu-sshd:{tty}", True)]
+            await read_until(session, terminal_text(alert))
+        else:
+            [outcome] = outcomes
+            assert not outcome.ok
+            assert f"is {user.name} in group tty on gpu-sshd?" in outcome.detail
 
 
 async def test_notify_without_a_terminal_session(setup: Setup) -> None:

@@ -28,7 +28,7 @@ from services.notifications.reminders import Reminders, plan, reminders
 from services.notifications.tables import metadata
 from services.shared.config import SmtpSettings, WebhookTarget
 from services.shared.config.escalation import parse_step
-from services.shared.contracts import make_envelope
+from services.shared.contracts import Envelope, make_envelope
 from services.shared.remote import ssh
 from services.shared.reservation_book import Holding
 from services.shared.storage.store import Store
@@ -286,6 +286,29 @@ async def test_a_changed_host_key_is_told_to_every_admin_once_per_outage() -> No
     assert sent[0]["title"] == "dgx3 presents another SSH host key"
     assert "man-in-the-middle" in sent[0]["text"] and "warden hosts check dgx3" in sent[0]["text"]
     assert Preferences().channels_for("host_key_changed") == ["email", "chat", "browser"]
+
+
+async def test_a_violation_tells_the_offender_in_the_browser_once_per_incident() -> None:
+    told: list[tuple[dict[str, Any], frozenset[str]]] = []
+
+    async def notify(note: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
+        told.append((note, skip))
+
+    async def admins() -> list[str]:
+        return []
+
+    handlers = producers.event_handlers(notify, lambda _incident: frozenset({"email"}), admins)
+    opened = handlers[("violations", "violation.opened", "notify-violations")]
+    data = {"incident_id": "i1", "host": "h", "gpu_index": 2, "offender": "bob", "owner": "alice"}
+    await opened(Envelope("e1", "violation.opened", 1, "2026-11-27T18:00:00Z", "violations", data))
+    by_user = {note["user"]: (note, skip) for note, skip in told}
+    offender, skip = by_user["bob"]
+    assert offender["kind"] == "using_reserved_gpu" and offender["key"] == "incident:i1:offender"
+    assert offender["title"] == "You are using h GPU 2, which alice reserved" and not skip
+    assert by_user["alice"][0]["kind"] == "reservation_violated"
+    assert Preferences().channels_for("using_reserved_gpu") == ["browser"]
+    strict = producers.offender_note({**data, "owner": None})
+    assert strict["title"] == "You are using h GPU 2, which nobody reserved"
 
 
 # --- bodies ----------------------------------------------------------------------------------

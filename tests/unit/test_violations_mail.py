@@ -9,6 +9,7 @@ from email.message import EmailMessage
 
 import pytest
 
+from services.notifications.delivery.smtp import NOT_CONFIGURED
 from services.shared.config import SmtpSettings
 from services.violations.actions.base import Alert, Process
 from services.violations.actions.mail import (
@@ -240,4 +241,4 @@ async def test_without_smtp_host_every_address_fails_as_not_configured() -> None
         ("bob@example.org", False),
         ("alice@example.org", False),
     ]
-    assert {o.detail for o in outcomes} == {"e-mail is not configured (smtp_host)"}
+    assert {o.detail for o in outcomes} == {NOT_CONFIGURED}

@@ -388,8 +388,8 @@ def test_login_for() -> None:
 
 # --- handlers against the fake shell ----------------------------------------------------------
 
-OFFENDER = ViolationSettings(act_as="offender", term_grace_s=7.5)
-MANAGEMENT = ViolationSettings(act_as="management", term_grace_s=7.5)
+OFFENDER = ViolationSettings(act_as="offender", terminal_as="act_as", term_grace_s=7.5)
+MANAGEMENT = ViolationSettings(act_as="management", terminal_as="act_as", term_grace_s=7.5)
 P1 = Process(pid=4242, command="python train.py", started_at=T0)
 P2 = Process(pid=777, command="python eval.py", started_at=T0 - timedelta(hours=1))
 
@@ -446,6 +446,26 @@ async def test_notify_as_management_uses_sudo_and_the_management_login() -> None
     assert [(o.target, o.ok) for o in outcomes] == [("gpu1:pts/4", True)]
     assert [c.login for c in shell.calls] == ["warden", "warden"]
     assert all(c.command.startswith("sudo -n sh -c ") for c in shell.calls)
+
+
+async def test_notify_by_default_writes_as_the_management_user_in_group_tty() -> None:
+    """No sudo and no login as the offender: what an offender's authorized_keys holds does
+    not matter."""
+    shell = FakeHostShell()
+    alert = make_alert(P1)
+    shell.script(who_command(), ok("alice    pts/4        Nov 21 14:02 (x)\n"))
+    shell.script(write_command("pts/4", "alice", terminal_text(alert)), ok("written\n"))
+    outcomes = await notify_terminals(shell, HOST, alert, ViolationSettings())
+    assert [(o.target, o.ok) for o in outcomes] == [("gpu1:pts/4", True)]
+    assert [c.login for c in shell.calls] == ["warden", "warden"]
+    assert not any(c.command.startswith("sudo") for c in shell.calls)
+
+    refused = FakeHostShell()
+    refused.script(who_command(), ok("alice    pts/4        Nov 21 14:02 (x)\n"))
+    denied = CommandResult(1, "failed\n", "sh: 1: cannot create /dev/pts/4: Permission denied\n")
+    refused.script(write_command("pts/4", "alice", terminal_text(alert)), denied)
+    [outcome] = await notify_terminals(refused, HOST, alert, ViolationSettings())
+    assert not outcome.ok and "is warden in group tty on gpu1?" in outcome.detail
 
 
 async def test_notify_without_a_session() -> None:

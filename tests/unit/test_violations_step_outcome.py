@@ -68,3 +68,22 @@ def test_the_highest_step_is_the_last_whatever_the_order_of_rows() -> None:
     entries = [escalated(1, "60s email owner"), escalated(0, "0s terminal offender")]
     found = last_step([*entries, report(0, True)])
     assert found is not None and (found["index"], found["outcome"]) == (1, "pending")
+
+
+def test_a_step_of_skips_alone_reads_as_skipped_with_why() -> None:
+    why = "skipped: no chat webhook is set up"
+    entries = [escalated(0, "0s webhook owner"), report(0, None, why, target="webhook")]
+    taken = last_step(entries)
+    assert taken is not None
+    assert (taken["outcome"], taken["detail"]) == ("skipped", why)
+
+
+def test_a_skip_beside_a_reached_target_leaves_the_step_ok() -> None:
+    entries = [
+        escalated(0, "0s email offender+owner"),
+        report(0, True, "accepted", target="alice@example.org"),
+        report(0, None, "skipped: nobody to send to", target="email"),
+    ]
+    taken = last_step(entries)
+    assert taken is not None
+    assert taken["outcome"] == "ok"

@@ -39,6 +39,8 @@ export interface HostCheck {
   detail: string
   host_key: { line: string; fingerprint: string; status: KeyStatus } | null
   gpus: { index: number; name: string | null; uuid: string }[]
+  /** whether the host's login writes the violation warning on terminals (group tty); null: not asked */
+  terminals?: { ok: boolean; detail: string } | null
 }
 
 /** The path parameter of one host. */

@@ -974,6 +974,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/settings/delivery": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How e-mail and chat messages go out now, and where each setting comes from
+         * @description `source` per channel: settings (saved here), file (the configuration file) or none. `reaches_nobody`: neither is set up, so violations tell nobody by e-mail or chat. No password, webhook URL or signing key is ever answered.
+         */
+        get: operations["get_delivery"];
+        /**
+         * Save the e-mail server or the chat webhooks (they win over the configuration file)
+         * @description A channel left out stays as it is; `null` forgets what was saved, and the configuration file's holds again. A password, URL or signing key left out keeps the saved one. Holds from the next message on, with no restart.
+         */
+        put: operations["set_delivery"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/settings/delivery/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test e-mail, or a test message to every chat webhook, with the settings in force
+         * @description One outcome per address or webhook: reached or not, and why.
+         */
+        post: operations["test_delivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/setup": {
         parameters: {
             query?: never;
@@ -1380,6 +1424,40 @@ export interface components {
             deleted: boolean;
             username: string;
         };
+        Delivery: {
+            /** @description neither e-mail nor chat is set up: violations reach nobody */
+            reaches_nobody: boolean;
+            smtp: components["schemas"]["SmtpSummary"];
+            webhooks: components["schemas"]["WebhooksSummary"];
+        } & {
+            [key: string]: unknown;
+        };
+        DeliveryBody: {
+            smtp?: (Record<string, never> | null) | components["schemas"]["SmtpBody"];
+            webhooks?: components["schemas"]["WebhookBody"][] | null;
+        };
+        DeliveryTestAnswer: {
+            outcomes: components["schemas"]["DeliveryTestOutcome"][];
+        } & {
+            [key: string]: unknown;
+        };
+        DeliveryTestBody: {
+            /** @enum {string} */
+            channel: "email" | "webhook";
+            /**
+             * Format: email
+             * @description email: the address tested; null: the caller's own
+             * @default null
+             */
+            to: string | null;
+        };
+        DeliveryTestOutcome: {
+            detail: string;
+            ok: boolean;
+            target: string;
+        } & {
+            [key: string]: unknown;
+        };
         Error: {
             details: {
                 [key: string]: unknown;
@@ -1503,6 +1581,8 @@ export interface components {
             gpus: components["schemas"]["FoundGpu"][];
             host_key: (Record<string, never> | null) | components["schemas"]["HostKey"];
             ok: boolean;
+            /** @description whether the host's login writes the violation warning on offenders' terminals (root, or group tty); null when it could not be asked */
+            terminals: components["schemas"]["TerminalWrites"] | (Record<string, never> | null);
         } & {
             [key: string]: unknown;
         };
@@ -1969,15 +2049,15 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account" | "host_key_changed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed";
         };
         LastStep: {
-            /** @description why it failed, when it did */
+            /** @description why it failed or was skipped, when it was */
             detail: string | null;
             handler: string | null;
             /** @description 0 for the first step */
             index: number;
-            /** @description pending (no handler has reported yet), ok, failed or partly failed (some targets reached, some not) */
+            /** @description pending (no handler has reported yet), ok, failed, partly failed (some targets reached, some not) or skipped (nothing tried: the channel is not set up) */
             outcome: string;
             /** @description as configured, e.g. "60s email owner" */
             step: string;
@@ -2421,6 +2501,41 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        SmtpBody: {
+            host: string;
+            /**
+             * Format: email
+             * @description the sender's address
+             */
+            mail_from: string;
+            /**
+             * @description write-only; left out or null: the saved one is kept
+             * @default null
+             */
+            password: string | null;
+            /** @default 587 */
+            port: number;
+            /**
+             * @default starttls
+             * @enum {string}
+             */
+            security: "starttls" | "tls" | "none";
+            /** @default  */
+            username: string;
+        };
+        SmtpSummary: {
+            /** @description empty: no e-mail is sent */
+            host: string;
+            mail_from: string;
+            password_set: boolean;
+            port: number;
+            security: string;
+            /** @description settings (saved on the Settings page), file (the configuration file) or none */
+            source: string;
+            username: string;
+        } & {
+            [key: string]: unknown;
+        };
         SshKey: {
             /** @description a shell command that adds public_key to ~/.ssh/authorized_keys */
             install_command: string;
@@ -2451,6 +2566,13 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        TerminalWrites: {
+            /** @description why, and how to fix it, in words */
+            detail: string;
+            ok: boolean;
+        } & {
+            [key: string]: unknown;
+        };
         TestAnswer: {
             /** @description channel -> sent, failed or limited */
             channels: {
@@ -2467,7 +2589,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "job_finished" | "job_failed" | "account" | "host_key_changed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed";
         };
         TimelineEntry: {
             /** Format: date-time */
@@ -2476,6 +2598,7 @@ export interface components {
             handler: string | null;
             /** @description opened, updated, escalated, action or resolved */
             kind: string;
+            /** @description an action: reached or not; null when it was skipped */
             ok: boolean | null;
             step_index: number | null;
             target: string | null;
@@ -2590,6 +2713,42 @@ export interface components {
             pid: number;
             /** @description null: unknown */
             user: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        WebhookBody: {
+            /**
+             * @default slack
+             * @enum {string}
+             */
+            format: "slack" | "mattermost" | "discord" | "teams" | "json";
+            /** @description how timelines name it */
+            name: string;
+            /**
+             * @description json: the signing key; write-only, left out: kept
+             * @default null
+             */
+            secret: string | null;
+            /**
+             * Format: url
+             * @description write-only; left out: the saved one of this name is kept
+             * @default null
+             */
+            url: string | null;
+        };
+        WebhookSummary: {
+            format: string;
+            name: string;
+            secret_set: boolean;
+            /** @description scheme and host only */
+            url_hint: string;
+        } & {
+            [key: string]: unknown;
+        };
+        WebhooksSummary: {
+            /** @description settings (saved on the Settings page), file (the configuration file) or none */
+            source: string;
+            targets: components["schemas"]["WebhookSummary"][];
         } & {
             [key: string]: unknown;
         };
@@ -4821,6 +4980,101 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Tokens"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    get_delivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    set_delivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeliveryBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    test_delivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeliveryTestBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryTestAnswer"];
                 };
             };
             /** @description an error (see `error` for the code) */

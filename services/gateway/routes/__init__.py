@@ -6,6 +6,7 @@ from services.gateway.routes import (
     account_links,
     accounts,
     calendar_feed,
+    delivery,
     hosts,
     idle,
     inventory,
@@ -37,4 +38,5 @@ ROUTES: tuple[Route, ...] = (
     *violations.ROUTES,
     *reports.ROUTES,
     *notifications.ROUTES,
+    *delivery.ROUTES,
 )

@@ -48,11 +48,12 @@ def _answer(result: CheckResult, host_key: dict[str, str] | None) -> dict[str, A
         "detail": result.detail,
         "host_key": host_key,
         "gpus": list(result.found),
+        "terminals": result.terminals,
     }
 
 
 def _failed(detail: str, host_key: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"ok": False, "detail": detail, "host_key": host_key, "gpus": []}
+    return {"ok": False, "detail": detail, "host_key": host_key, "gpus": [], "terminals": None}
 
 
 async def server_key(

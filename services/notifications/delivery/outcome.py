@@ -12,3 +12,6 @@ class ActionOutcome:
     target: str
     ok: bool
     detail: str = ""  # what happened, or the error (never a secret such as a webhook URL)
+    # Not tried: the channel is not set up, or there was nobody to send to. Recorded as such
+    # at once, so the step never stays "pending" (`ok` is False).
+    skipped: bool = False

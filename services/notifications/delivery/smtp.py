@@ -18,7 +18,7 @@ from services.shared.config import SmtpSettings
 
 log = logging.getLogger(__name__)
 
-NOT_CONFIGURED = "e-mail is not configured (smtp_host)"
+NOT_CONFIGURED = "e-mail is not configured (Admin → Settings, or smtp_host)"
 
 
 def valid_address(address: str) -> bool:
@@ -34,6 +34,11 @@ class SmtpSender:
     def __init__(self, smtp: SmtpSettings, *, tls_context: ssl.SSLContext | None = None) -> None:
         self._smtp = smtp
         self._tls_context = tls_context
+
+    @property
+    def configured(self) -> bool:
+        """An SMTP server is set: e-mail can be tried."""
+        return bool(self._smtp.host)
 
     async def deliver(self, message: EmailMessage, address: str, label: str) -> ActionOutcome:
         """Send one ready message to `address` over its own connection; `label` names it in

@@ -62,6 +62,16 @@ def login_for(host: HostConfig, settings: ViolationSettings, offender: str) -> t
     raise ValueError(f"act_as must be offender or management, not {settings.act_as!r}")
 
 
+def terminal_login(
+    host: HostConfig, settings: ViolationSettings, offender: str
+) -> tuple[str, bool]:
+    """(login user, sudo?) for writing to `offender`'s terminals: the host's management user
+    without sudo (it writes as a member of group tty), unless `terminal_as` says act_as."""
+    if settings.terminal_as == "management":
+        return host.user, False
+    return login_for(host, settings, offender)
+
+
 # --- shells ---------------------------------------------------------------------------------
 
 

@@ -1,5 +1,9 @@
 """The `terminal` handler: write the notice on every terminal the offender has open on the host.
 
+By default the host's management user writes it, as a member of group `tty` (terminals are
+group-writable by `tty` while their owner allows messages): no sudo, and nothing needed in the
+offender's authorized_keys (`[violations] terminal_as`).
+
 One `who` on the host lists the sessions; the notice (`message.terminal_text`) goes to each of
 the offender's `pts/N` and `ttyN`, and only while the offender still owns that terminal. One
 outcome per terminal (target `host:pts/3`), or one for the host when there is none to write to
@@ -17,8 +21,8 @@ from services.violations.actions.remote import (
     HostShell,
     RemoteCommandFailed,
     failure,
-    login_for,
     require,
+    terminal_login,
 )
 from services.violations.scripts import (
     parse_who,
@@ -46,6 +50,8 @@ async def _write(
             target, False, f"not written: {tty} now belongs to {answer.owner or 'someone else'}"
         )
     detail = (result.stderr.strip().splitlines() or ["write refused"])[-1]
+    if not sudo and login != owner:  # the management user writes as a member of group tty
+        detail += f" (is {login} in group tty on {host.name}?)"
     return ActionOutcome(target, False, f"not written: {detail}")
 
 
@@ -53,7 +59,7 @@ async def notify_terminals(
     shell: HostShell, host: HostConfig, alert: Alert, settings: ViolationSettings
 ) -> list[ActionOutcome]:
     """Write `terminal_text(alert)` to each terminal session of the offender on `host`."""
-    login, sudo = login_for(host, settings, alert.offender)
+    login, sudo = terminal_login(host, settings, alert.offender)
     try:
         result = await shell.run(host, login, who_command(sudo))
         if result.exit_status != 0:

@@ -7,11 +7,11 @@ It posts the bodies of `webhook_payloads` through the notifications' `WebhookPos
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from services.notifications.delivery.webhook import WebhookPoster, encode
-from services.shared.config import ViolationSettings
+from services.shared.config import ViolationSettings, WebhookTarget
 from services.violations.actions.base import ActionOutcome, Alert
 from services.violations.actions.webhook_payloads import payload
 
@@ -29,11 +29,21 @@ class WebhookSender(WebhookPoster):
             **options,
         )
 
-    async def send(self, alert: Alert, *, skip: Collection[str] = ()) -> list[ActionOutcome]:
-        """Post to every target whose label is not in `skip`, all targets at once."""
+    async def send(
+        self,
+        alert: Alert,
+        *,
+        skip: Collection[str] = (),
+        targets: Sequence[WebhookTarget] | None = None,
+    ) -> list[ActionOutcome]:
+        """Post to every target whose label is not in `skip`, all targets at once.
+
+        `targets`: the webhooks in force now (the Settings page's); None: those it was made
+        with."""
         if self._session is None:
             raise RuntimeError("WebhookSender.send before start()")
-        targets = [t for t in self.targets if t.label not in skip]
+        chosen = self.targets if targets is None else targets
+        targets = [t for t in chosen if t.label not in skip]
         bodies: dict[str, bytes | str] = {}
         for target in targets:
             if target.format not in bodies:

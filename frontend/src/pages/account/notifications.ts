@@ -18,6 +18,7 @@ export const KIND_LABELS: Record<string, string> = {
   reservation_released: 'My reservation was released',
   reservation_cancelled: 'My reservation was cancelled by a rule change',
   reservation_violated: 'Someone is using my reserved GPU',
+  using_reserved_gpu: 'I am using a GPU I may not use',
   job_finished: 'My job finished',
   job_failed: 'My job failed',
   account: 'My account: an invitation or a new password link',

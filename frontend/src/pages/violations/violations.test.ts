@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import {
+  awaitsReport,
   describeEntry,
   gpuLabel,
   incidentFromEvent,
@@ -106,6 +107,17 @@ describe('the last step in the list', () => {
     expect(lastStepSentence(lastStepView(taken('ok'))!)).toBe('email → offender, admins — done')
     expect(lastStepView(taken('partly failed', 'refused'))!.tone).toBe('warn')
     expect(lastStepSentence(lastStepView(taken('pending'))!)).toBe('email → offender, admins — pending')
+  })
+
+  it('a pending step is looked at again; a reported or skipped one is not', () => {
+    expect(awaitsReport([taken('ok'), taken('pending')])).toBe(true)
+    expect(awaitsReport([taken('skipped'), taken('failed'), incident])).toBe(false)
+  })
+
+  it('shows a step whose channel is not set up as skipped, with why', () => {
+    const view = lastStepView(taken('skipped', 'skipped: e-mail is not set up'))!
+    expect(view.tone).toBe('warn')
+    expect(lastStepSentence(view)).toBe('email → offender, admins — skipped (skipped: e-mail is not set up)')
   })
 
   it('the API\'s last step wins over the one due by time', () => {

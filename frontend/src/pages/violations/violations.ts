@@ -57,7 +57,7 @@ export function lastStepDue(incident: Pick<Incident, 'steps' | 'opened_at' | 're
 export interface LastStepView {
   /** "email → owner, admins" */
   text: string
-  /** pending, ok, failed or partly failed (from the API); null: not known (an incident built
+  /** pending, ok, failed, partly failed or skipped (from the API); null: not known (an incident built
    *  from an event before the list is reloaded, which shows the last step due by time) */
   outcome: string | null
   /** why it failed */
@@ -65,7 +65,7 @@ export interface LastStepView {
   tone: Tone
 }
 
-const OUTCOME_TONE: Record<string, Tone> = { ok: 'ok', failed: 'danger', 'partly failed': 'warn', pending: 'muted' }
+const OUTCOME_TONE: Record<string, Tone> = { ok: 'ok', failed: 'danger', 'partly failed': 'warn', skipped: 'warn', pending: 'muted' }
 
 /** The last step and what became of it, for the list: "email → admins — failed" and why. */
 export function lastStepView(incident: Pick<Incident, 'steps' | 'opened_at' | 'resolved_at' | 'last_step'>, now = new Date()): LastStepView | null {
@@ -127,11 +127,12 @@ export function describeEntry(e: TimelineEntry): { title: string; text: string; 
     }
     case 'action': {
       const who = [e.handler, e.target].filter(Boolean).join(' → ')
-      const result = e.ok == null ? 'done' : e.ok ? 'succeeded' : 'failed'
+      // ok null: skipped (its channel is not set up; the detail says why)
+      const result = e.ok == null ? 'skipped' : e.ok ? 'succeeded' : 'failed'
       return {
         title: `Action ${result}`,
         text: [who, detail].filter(Boolean).join(': '),
-        tone: e.ok === false ? 'danger' : e.ok ? 'ok' : 'muted',
+        tone: e.ok === false ? 'danger' : e.ok ? 'ok' : 'warn',
       }
     }
     case 'resolved':
@@ -174,4 +175,15 @@ export function incidentFromEvent(data: Record<string, unknown>, existing?: Inci
     next.resolve_reason = (data.reason as string) ?? null
   }
   return next
+}
+
+/** A handler reports its step's outcome moments after the step is taken, with no event of its
+ *  own: while a listed step is still pending, a page looks again this often, at most this many
+ *  times in a row. */
+export const PENDING_LOOK_MS = 1000
+export const PENDING_LOOKS = 10
+
+/** Whether any of these incidents' last step awaits its handler's report. */
+export function awaitsReport(incidents: readonly Pick<Incident, 'last_step'>[]): boolean {
+  return incidents.some((i) => i.last_step?.outcome === 'pending')
 }
