@@ -90,6 +90,7 @@ async def test_admins_set_up_delivery_and_a_squat_reaches_everyone(
     assert (await alice.get("/settings/delivery")).status == 403
     fresh = await admin.get("/settings/delivery")
     assert fresh.status == 200 and fresh.body["reaches_nobody"] is True
+    assert (await admin.get("/getting-started")).body == {"alerts_configured": False}
 
     # Nothing set up: e-mail and chat are skipped at once with why; the terminal works.
     first, tty = await _squat(system, 1)
@@ -137,6 +138,8 @@ async def test_admins_set_up_delivery_and_a_squat_reaches_everyone(
         assert mailbox.to("admin@lab.example")
         answer = json.dumps((await admin.get("/settings/delivery")).body)
         assert "TOKEN" not in answer and 'reaches_nobody": false' in answer
+        # the dashboard's checklist ticks "Set up alerts" by what the Settings page saved
+        assert (await admin.get("/getting-started")).body == {"alerts_configured": True}
 
         # The next squat reaches the owner and the offender everywhere; nothing restarted.
         second, tty = await _squat(system, 2)

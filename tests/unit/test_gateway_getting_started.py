@@ -1,32 +1,25 @@
 """GET /api/v1/getting-started: whether violations reach anyone (the dashboard's checklist
-ticks "set up alerts" by it); admins only."""
+ticks "set up alerts" by it), as the violations service's delivery settings say; admins only.
+(tests/e2e/test_delivery_flow.py sees it flip when an admin saves an SMTP server.)"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.gateway.app import create_app
 from services.gateway.auth import TokenIssuer
+from services.notifications import api as notifications_api
 from services.shared.bus.inproc import InProcessBus
-from services.shared.config import (
-    AuthSettings,
-    GatewaySettings,
-    Settings,
-    SmtpSettings,
-    ViolationSettings,
-    WebhookTarget,
-)
+from services.shared.config import AuthSettings, GatewaySettings, Settings
 
 SECRET = "s" * 40
-
-
-def settings(violations: ViolationSettings) -> Settings:
-    return Settings(
-        auth=AuthSettings(jwt_secret=SECRET),
-        gateway=GatewaySettings(frontend_dir="/nonexistent"),
-        violations=violations,
-        dev=True,
-    )
+SETTINGS = Settings(
+    auth=AuthSettings(jwt_secret=SECRET),
+    gateway=GatewaySettings(frontend_dir="/nonexistent"),
+    dev=True,
+)
 
 
 def bearer(username: str, *, admin: bool) -> dict[str, str]:
@@ -35,24 +28,30 @@ def bearer(username: str, *, admin: bool) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def answer(bus: InProcessBus, violations: ViolationSettings) -> dict[str, object]:
-    async with TestClient(TestServer(create_app(settings(violations), bus))) as c:
+async def serve_delivery(bus: InProcessBus, *, reaches_nobody: bool) -> None:
+    async def delivery_settings(_args: dict[str, Any]) -> dict[str, Any]:
+        return {"reaches_nobody": reaches_nobody}
+
+    method = notifications_api.DELIVERY_SETTINGS
+    await bus.serve(method.service, {method.name: delivery_settings})
+
+
+async def test_alerts_not_set_up_while_violations_reach_nobody(bus: InProcessBus) -> None:
+    await serve_delivery(bus, reaches_nobody=True)
+    async with TestClient(TestServer(create_app(SETTINGS, bus))) as c:
         reply = await c.get("/api/v1/getting-started", headers=bearer("root", admin=True))
-        assert reply.status == 200
-        body: dict[str, object] = await reply.json()
-        return body
+        assert reply.status == 200 and await reply.json() == {"alerts_configured": False}
 
 
-async def test_alerts_count_as_set_up_with_smtp_or_a_webhook(bus: InProcessBus) -> None:
-    assert await answer(bus, ViolationSettings()) == {"alerts_configured": False}
-    mail = ViolationSettings(smtp=SmtpSettings(host="mail.lab.example"))
-    assert await answer(bus, mail) == {"alerts_configured": True}
-    chat = ViolationSettings(webhooks=(WebhookTarget(url="https://chat.lab.example/hook"),))
-    assert await answer(bus, chat) == {"alerts_configured": True}
+async def test_alerts_set_up_once_violations_reach_someone(bus: InProcessBus) -> None:
+    await serve_delivery(bus, reaches_nobody=False)
+    async with TestClient(TestServer(create_app(SETTINGS, bus))) as c:
+        reply = await c.get("/api/v1/getting-started", headers=bearer("root", admin=True))
+        assert await reply.json() == {"alerts_configured": True}
 
 
 async def test_only_admins_may_ask(bus: InProcessBus) -> None:
-    async with TestClient(TestServer(create_app(settings(ViolationSettings()), bus))) as c:
+    async with TestClient(TestServer(create_app(SETTINGS, bus))) as c:
         assert (await c.get("/api/v1/getting-started")).status == 401
         user = bearer("erin", admin=False)
         assert (await c.get("/api/v1/getting-started", headers=user)).status == 403

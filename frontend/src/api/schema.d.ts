@@ -50,7 +50,7 @@ export interface paths {
         };
         /**
          * What the first run's checklist needs
-         * @description Whether violations reach anyone by e-mail or chat (SMTP or a webhook configured); the dashboard ticks its getting-started steps by it and by the hosts, users and reservations.
+         * @description Whether violations reach anyone by e-mail or chat (an SMTP server or a webhook, on the Settings page or in the configuration file); the dashboard ticks its getting-started steps by it and by the hosts, users and reservations.
          */
         get: operations["getting_started"];
         put?: never;

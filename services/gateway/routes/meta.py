@@ -13,9 +13,9 @@ from services import __version__
 from services.gateway.context import REPLICAS, STREAM
 from services.gateway.routing import Access, Call, Route
 from services.gateway.stream import TOPICS
+from services.notifications import api as notifications_api
 from services.shared.bus import Bus
 from services.shared.cluster.replicas import Replicas
-from services.shared.config import Settings
 from services.shared.contracts import HEALTH_METHOD
 from services.shared.errors import ConfigError, NotFound, ServiceUnavailable, WardenError
 from services.shared.remote.ssh import authorize_command, public_key_line
@@ -182,15 +182,11 @@ async def ssh_key(call: Call) -> dict[str, Any]:
     }
 
 
-def alerts_configured(settings: Settings) -> bool:
-    """Whether a violation can reach anyone by e-mail or chat: the one signal the dashboard's
-    getting-started checklist ticks "set up alerts" by."""
-    return bool(settings.violations.smtp.host or settings.violations.webhooks)
-
-
 async def getting_started(call: Call) -> dict[str, Any]:
-    """What the empty dashboard's checklist needs that the UI cannot read elsewhere."""
-    return {"alerts_configured": alerts_configured(call.settings)}
+    """What the empty dashboard's checklist needs that the UI cannot read elsewhere: whether a
+    violation reaches anyone by e-mail or chat, saved on the Settings page or in the file."""
+    delivery = await call.rpc(notifications_api.DELIVERY_SETTINGS, {})
+    return {"alerts_configured": not delivery["reaches_nobody"]}
 
 
 async def stream(call: Call) -> web.StreamResponse:
@@ -238,8 +234,9 @@ ROUTES = (
         "What the first run's checklist needs",
         "system",
         response=GettingStartedSchema,
-        description="Whether violations reach anyone by e-mail or chat (SMTP or a webhook "
-        "configured); the dashboard ticks its getting-started steps by it and by the hosts, "
+        description="Whether violations reach anyone by e-mail or chat (an SMTP server or a "
+        "webhook, on the Settings page or in the configuration file); the dashboard ticks its "
+        "getting-started steps by it and by the hosts, "
         "users and reservations.",
     ),
     Route(

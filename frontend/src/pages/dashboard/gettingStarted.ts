@@ -12,9 +12,8 @@ export interface Step {
   key: 'host' | 'people' | 'alerts' | 'book'
   label: string
   done: boolean
-  /** where to do it: an app route, or (external) a page of the documentation */
+  /** where to do it: a page of the app */
   to: string
-  external?: boolean
   hint: string
 }
 
@@ -38,8 +37,7 @@ export function startSteps(state: StartState): Step[] {
       key: 'alerts',
       label: 'Set up alerts',
       done: state.alertsConfigured,
-      to: '/docs/admins/notification-delivery/',
-      external: true,
+      to: '/admin/settings',
       hint: 'e-mail or a chat webhook, so that a squatted GPU reaches someone',
     },
     {
