@@ -14,9 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.client.args import Subcommands, UsageError, json_flag
+from services.client.columns import Column
 from services.client.output import console, print_json
 from services.client.render import make_table, printable
 from services.client.session import stored_api
+
+WEBHOOK_COLUMNS = (Column("WEBHOOK", 10), Column("FORMAT"), Column("URL", 12), Column("KEY"))
 
 PATH = "/settings/delivery"
 FORMATS = ("slack", "mattermost", "discord", "teams", "json")
@@ -43,7 +46,8 @@ def _show(delivery: dict[str, Any]) -> None:
         for t in hooks["targets"]
     ]
     if rows:
-        console().print(make_table(["webhook", "format", "url", "key"], rows, "chat webhooks"))
+        out = console()
+        out.print(make_table(WEBHOOK_COLUMNS, rows, "chat webhooks", out.width))
     else:
         print("chat: no webhook")
     print(f"  from: {SOURCES.get(hooks['source'], hooks['source'])}")
