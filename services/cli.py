@@ -429,7 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WardenError as err:
         from services.client.render import printable  # a server's words may hold anything
 
-        print(f"warden: {printable(err.message)}", file=sys.stderr)
+        # Line by line: a list of problems (the configuration's) keeps one per line.
+        message = "\n".join(printable(line) for line in err.message.split("\n"))
+        print(f"warden: {message}", file=sys.stderr)
         return 2 if err.code == "config_invalid" else 1
     except KeyboardInterrupt:
         return 130
