@@ -269,10 +269,16 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
     for name in names:
-        engine = db.create_engine(settings.storage.database_url_for(name))
+        url = settings.storage.database_url_for(name)
+        engine = db.create_engine(url)
         try:
             revision = await db.upgrade(engine, name)
             print(f"{name}: at {revision}")
+        except Exception as err:
+            refused = db.unusable(name, url, err)
+            if refused is None:
+                raise
+            raise refused from err
         finally:
             await engine.dispose()
 
@@ -314,12 +320,18 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     async def current() -> None:
         for name in names:
-            engine = db.create_engine(settings.storage.database_url_for(name))
+            url = settings.storage.database_url_for(name)
+            engine = db.create_engine(url)
             try:
                 current = await db.current_revision(engine, name)
                 head = db.head_revision(name)
                 state = "up to date" if current == head else f"needs upgrade to {head}"
                 print(f"{name}: at {current or 'nothing'} ({state})")
+            except Exception as err:
+                refused = db.unusable(name, url, err)
+                if refused is None:
+                    raise
+                raise refused from err
             finally:
                 await engine.dispose()
 
