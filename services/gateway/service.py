@@ -12,6 +12,7 @@ from aiohttp import web
 from services import SERVICE_NAMES
 from services.gateway import setup_link
 from services.gateway.app import create_app
+from services.gateway.bad_http import server_logger
 from services.shared.bus import Teardown
 from services.shared.errors import ConfigError
 from services.shared.metrics import Sample
@@ -35,7 +36,7 @@ async def start(ctx: ServiceContext) -> Teardown:
 
         stack.push_async_callback(ctx.metered.add_probe(live))
         app = create_app(ctx.settings, ctx.bus, replicas=ctx.replicas)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, logger=server_logger())
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         host, port = ctx.settings.gateway.host, ctx.settings.gateway.port
