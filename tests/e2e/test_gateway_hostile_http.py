@@ -1,10 +1,12 @@
-"""What is not HTTP at all, sent to a running gateway: request lines over aiohttp's 8,190
-bytes are answered 400 and logged as one warning line, never a traceback each."""
+"""Hostile requests to a running gateway: request lines over aiohttp's 8,190 bytes are
+answered 400 and logged as one warning line, never a traceback each; stored text holds no
+control character (a title is one line, a description may span lines)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,35 @@ async def test_long_request_lines_are_one_warning_line(
     assert "LineTooLong" in about[0].getMessage() and "xxxx" not in about[0].getMessage()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+async def test_titles_are_one_line_and_no_text_is_stored_with_a_control_character(
+    tmp_path: Path,
+) -> None:
+    async with running_system(tmp_path, hosts=1, gpus=1) as system:
+        alice = await system.as_user("alice")
+        gpu = (await system.gpu(0, 0))["uuid"]
+        start = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+
+        async def book(title: str, description: str = "") -> tuple[int, object]:
+            made = await alice.post(
+                "/reservations",
+                {
+                    "gpus": [gpu],
+                    "start": start.isoformat(),
+                    "duration_minutes": 30,
+                    "title": title,
+                    "description": description,
+                },
+            )
+            return made.status, made.body
+
+        for title in ("cr \r x", "two\nlines", "tab\tx", "gpu\u202e0-slaunam"):
+            status, body = await book(title)
+            assert status == 422, (title, body)
+        status, body = await book("ok", "crlf\r\nline")
+        assert status == 422, body
+        status, body = await book("training run", "step 1\n\tstep 2")
+        assert status == 201, body
+        listed = await alice.get("/reservations", owner="alice")
+        assert [r["description"] for r in listed.body["items"]] == ["step 1\n\tstep 2"]
