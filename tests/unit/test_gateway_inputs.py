@@ -166,3 +166,22 @@ def test_a_query_that_validated_is_kept_by_its_text_and_a_bad_one_is_refused_eve
         with pytest.raises(ValidationFailed):
             load(make_mocked_request("GET", "/x?n=one"))
     assert loads == ["1", "one", "one"]
+
+
+def test_a_long_query_is_validated_each_time_and_never_kept() -> None:
+    from services.gateway.routing import QUERY_KEPT_CHARS
+
+    loads: list[str] = []
+
+    class Counted(Schema):
+        name = fields.String(required=True)
+
+        def load(self, data: Any, **kwargs: Any) -> Any:
+            loads.append(data.get("name"))
+            return super().load(data, **kwargs)
+
+    load = _query_loader(Counted())
+    long_name = "x" * QUERY_KEPT_CHARS
+    for _ in range(2):
+        assert load(make_mocked_request("GET", f"/x?name={long_name}")) == {"name": long_name}
+    assert loads == [long_name, long_name]  # chosen by the caller: nothing kept of it
