@@ -15,6 +15,7 @@ from services.gateway.app import create_app
 from services.gateway.bad_http import server_logger
 from services.shared.bus import Teardown
 from services.shared.errors import ConfigError
+from services.shared.memory import keep_large_blocks_mapped
 from services.shared.metrics import Sample
 from services.shared.runtime import ServiceContext, start_service
 
@@ -35,6 +36,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             ]
 
         stack.push_async_callback(ctx.metered.add_probe(live))
+        keep_large_blocks_mapped()  # request bodies of up to 1 MiB: given back once answered
         app = create_app(ctx.settings, ctx.bus, replicas=ctx.replicas)
         runner = web.AppRunner(app, access_log=None, logger=server_logger())
         await runner.setup()
