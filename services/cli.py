@@ -315,10 +315,16 @@ async def _upgrade_databases(settings: Settings, names: Sequence[str]) -> None:
     from services.shared.storage import db
 
     for name in names:
-        engine = db.create_engine(settings.storage.database_url_for(name))
+        url = settings.storage.database_url_for(name)
+        engine = db.create_engine(url)
         try:
             revision = await db.upgrade(engine, name)
             print(f"{name}: at {revision}")
+        except Exception as err:
+            refused = db.unusable(name, url, err)
+            if refused is None:
+                raise
+            raise refused from err
         finally:
             await engine.dispose()
 
@@ -365,12 +371,18 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     async def current() -> None:
         for name in names:
-            engine = db.create_engine(settings.storage.database_url_for(name))
+            url = settings.storage.database_url_for(name)
+            engine = db.create_engine(url)
             try:
                 current = await db.current_revision(engine, name)
                 head = db.head_revision(name)
                 state = "up to date" if current == head else f"needs upgrade to {head}"
                 print(f"{name}: at {current or 'nothing'} ({state})")
+            except Exception as err:
+                refused = db.unusable(name, url, err)
+                if refused is None:
+                    raise
+                raise refused from err
             finally:
                 await engine.dispose()
 
@@ -497,7 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WardenError as err:
         from services.client.render import printable  # a server's words may hold anything
 
-        print(f"warden: {printable(err.message)}", file=sys.stderr)
+        # Line by line: a list of problems (the configuration's) keeps one per line.
+        message = "\n".join(printable(line) for line in err.message.split("\n"))
+        print(f"warden: {message}", file=sys.stderr)
         return 2 if err.code == "config_invalid" else 1
     except KeyboardInterrupt:
         return 130

@@ -46,8 +46,11 @@ ITEM_KEYS = (
 KEEP_PAST = timedelta(weeks=8)
 LOAD_AHEAD = timedelta(weeks=52)
 # Answers of `between` kept for the reads that come again (a calendar page polling), each
-# with the version of its GPUs; all dropped at once when there are this many.
+# with the version of its GPUs; all dropped at once when there are this many, or when they
+# hold this many reservations together (each asks for a range and GPUs of its caller's
+# choosing: 4,096 answers over a busy year were hundreds of MiB of lists).
 ANSWERS_KEPT = 4096
+ANSWER_ITEMS_KEPT = 100_000
 
 
 def _time(value: Any) -> datetime:
@@ -108,6 +111,7 @@ class CalendarView:
         self.changes = 0
         self._changed_at: dict[str, int] = {}
         self._answers: dict[tuple[Any, ...], tuple[int, list[dict[str, Any]]]] = {}
+        self._items_kept = 0  # reservations in `_answers`' lists together
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -123,7 +127,7 @@ class CalendarView:
             if int(data["id"]) not in self._by_id:
                 changed |= self._put(item(data))
         self.covers_from, self.covers_until = start, end
-        self._answers.clear()
+        self._drop_answers()
         self._tell(changed)
 
     def apply(self, event_type: str, data: Mapping[str, Any]) -> None:
@@ -155,7 +159,7 @@ class CalendarView:
         self._by_id.clear()
         self._by_gpu.clear()
         self._cancelled.clear()
-        self._answers.clear()  # what was dropped here moved no version
+        self._drop_answers()  # what was dropped here moved no version
         self.covers_from = self.covers_until = None
         self._tell(changed)
 
@@ -251,10 +255,15 @@ class CalendarView:
         ]
         chosen.sort(key=lambda entry: (entry.start, entry.data["id"]))
         found = [entry.data for entry in chosen]
-        if len(self._answers) >= ANSWERS_KEPT:
-            self._answers.clear()
+        if len(self._answers) >= ANSWERS_KEPT or self._items_kept + len(found) > ANSWER_ITEMS_KEPT:
+            self._drop_answers()
         self._answers[key] = (version, found)
+        self._items_kept += len(found)
         return found
+
+    def _drop_answers(self) -> None:
+        self._answers.clear()
+        self._items_kept = 0
 
     def _starting_before(self, gpu_uuid: str, end: datetime) -> list[_Entry]:
         """The GPU's reservations that start before `end`, by start."""

@@ -238,8 +238,11 @@ def json_answer(data: Any, status: int = 200) -> web.Response:
 
 
 # Queries that validated, per route, by their text: a page polling the same URL has it
-# validated once (a query's validation depends on its text alone). All dropped at this many.
-QUERIES_KEPT = 1024
+# validated once (a query's validation depends on its text alone). All dropped at this many;
+# a query longer than QUERY_KEPT_CHARS is validated every time and never kept (the texts are
+# chosen by whoever sends them: kept, 1,024 request lines of 8 KB each on every route).
+QUERIES_KEPT = 256
+QUERY_KEPT_CHARS = 512
 
 
 def _query_loader(schema: Schema) -> Callable[[web.Request], dict[str, Any]]:
@@ -250,9 +253,10 @@ def _query_loader(schema: Schema) -> Callable[[web.Request], dict[str, Any]]:
         loaded = known.get(text)
         if loaded is None:
             loaded = _validate(schema, _query_dict(schema, request), "query")
-            if len(known) >= QUERIES_KEPT:
-                known.clear()
-            known[text] = loaded
+            if len(text) <= QUERY_KEPT_CHARS:
+                if len(known) >= QUERIES_KEPT:
+                    known.clear()
+                known[text] = loaded
         return dict(loaded)  # the handler's own (values are not changed in place)
 
     return load

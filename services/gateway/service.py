@@ -12,8 +12,10 @@ from aiohttp import web
 from services import SERVICE_NAMES
 from services.gateway import setup_link
 from services.gateway.app import create_app
+from services.gateway.bad_http import server_logger
 from services.shared.bus import Teardown
 from services.shared.errors import ConfigError
+from services.shared.memory import keep_large_blocks_mapped
 from services.shared.metrics import Sample
 from services.shared.runtime import ServiceContext, start_service
 
@@ -34,8 +36,9 @@ async def start(ctx: ServiceContext) -> Teardown:
             ]
 
         stack.push_async_callback(ctx.metered.add_probe(live))
+        keep_large_blocks_mapped()  # request bodies of up to 1 MiB: given back once answered
         app = create_app(ctx.settings, ctx.bus, replicas=ctx.replicas)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, logger=server_logger())
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         host, port = ctx.settings.gateway.host, ctx.settings.gateway.port

@@ -10,6 +10,7 @@ messages name hosts, ports and SQL; they stay in the log.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from sqlalchemy import exc as sa
@@ -50,6 +51,22 @@ def describe_failure(err: BaseException) -> str:
     if isinstance(err, WardenError):
         return err.message
     return type(err).__name__
+
+
+def database_reason(err: BaseException) -> str | None:
+    """Why the database could not be used, in the driver's own first line ("database "x" does
+    not exist", "connection refused"), with no URL; None when `err` is not the database's."""
+    if not (isinstance(err, sa.DBAPIError) or database_unreachable(err)):
+        return None
+    inner = err
+    while inner.__cause__ is not None:  # SQLAlchemy's wrappers, down to the driver's error
+        inner = inner.__cause__
+    if isinstance(inner, OSError) and inner.errno:
+        return os.strerror(inner.errno).lower()
+    if isinstance(inner, TimeoutError):
+        return "it did not answer in time"
+    lines = str(inner).strip().splitlines()
+    return lines[0] if lines else type(inner).__name__
 
 
 def rpc_error(service: str, method: str, err: Exception) -> WardenError:

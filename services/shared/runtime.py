@@ -35,7 +35,12 @@ from services.shared.errors import ServiceUnavailable
 from services.shared.failures import database_unreachable, describe_failure
 from services.shared.metrics import Sample
 from services.shared.metrics.http import serve_metrics
-from services.shared.storage.db import SERVICES_WITH_DATABASE, create_engine, ensure_migrated
+from services.shared.storage.db import (
+    SERVICES_WITH_DATABASE,
+    create_engine,
+    ensure_migrated,
+    unusable,
+)
 
 log = logging.getLogger("warden.runtime")
 
@@ -212,8 +217,10 @@ async def _connect(bus: Bus, wait_s: float, stop: asyncio.Event) -> bool:
         try:
             # aiormq logs an error for every refused attempt; ours says it once.
             with _quiet_loggers("aiormq", "aio_pika"):
-                attempt = asyncio.ensure_future(bus.start())  # bounded by its own timeout
-                if not await _until_stopped(attempt, stop, cancel=False):
+                # Bounded by its own timeout; cancelled at once by SIGTERM (it closes what
+                # it opened).
+                attempt = asyncio.ensure_future(bus.start())
+                if not await _until_stopped(attempt, stop):
                     return False
             return True
         except ServiceUnavailable as err:
@@ -229,12 +236,9 @@ async def _connect(bus: Bus, wait_s: float, stop: asyncio.Event) -> bool:
     return False
 
 
-async def _until_stopped(
-    task: asyncio.Future[Any], stop: asyncio.Event, *, cancel: bool = True
-) -> bool:
-    """Await `task` unless `stop` is set first (SIGINT/SIGTERM): then cancel it (or, with
-    `cancel=False`, let it end by itself, for work whose cancelling leaves work behind) and
-    return False."""
+async def _until_stopped(task: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Await `task` unless `stop` is set first (SIGINT/SIGTERM): then cancel it and return
+    False."""
     stopping = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -243,8 +247,7 @@ async def _until_stopped(
     if task.done():
         task.result()  # its error, if any
         return True
-    if cancel:
-        task.cancel()
+    task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
     return False
@@ -266,7 +269,13 @@ async def _start_with_retries(
             return attempt.result()
         except Exception as err:
             if not database_unreachable(err):
-                raise
+                # Refused for good (no such database, user or password): one line, no retry.
+                refused = None
+                if name in SERVICES_WITH_DATABASE:
+                    refused = unusable(name, ctx.settings.storage.database_url_for(name), err)
+                if refused is None:
+                    raise
+                raise refused from err
             reason = f"{name}: {describe_failure(err)}"
             if time.monotonic() + delay > deadline:
                 raise ServiceUnavailable(

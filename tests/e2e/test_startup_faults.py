@@ -162,3 +162,67 @@ def test_a_busy_gateway_port_is_one_clear_line(tmp_path: Path) -> None:
     assert "Traceback" not in output
     assert f"cannot listen on 127.0.0.1:{port}" in output
     assert "gateway.port" in output
+
+
+def one_clear_line(output: str) -> str:
+    """The last line of `output`, checked to be `warden: ...` after no traceback."""
+    assert "Traceback" not in output, output
+    assert " object at 0x" not in output, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("warden: "), output
+    return last
+
+
+@pytest.mark.timeout(120)
+def test_db_upgrade_against_a_closed_port_is_one_clear_line(tmp_path: Path) -> None:
+    url = f"postgresql+asyncpg://postgres:s3cret@127.0.0.1:{free_port()}/warden"
+    env = env_for(tmp_path, storage_database_url=url)
+    code, output = finish(start(tmp_path, env, "db", "upgrade"), tmp_path, deadline_s=90)
+    assert code == 1, output
+    last = one_clear_line(output)
+    assert "storage.database_url" in last and "refused" in last
+    assert "s3cret" not in output
+
+
+@pytest.mark.timeout(120)
+def test_a_database_that_does_not_exist_is_one_clear_line(
+    tmp_path: Path, pg_url: str, amqp_url: str
+) -> None:
+    missing = pg_url.rsplit("/", 1)[0] + f"/warden_missing_{secrets.token_hex(4)}"
+    env = env_for(tmp_path, storage_database_url=missing, bus_amqp_url=amqp_url)
+    code, output = finish(start(tmp_path, env, "db", "upgrade"), tmp_path, deadline_s=90)
+    assert code == 1, output
+    assert "does not exist" in one_clear_line(output)
+    process = start(tmp_path, env, "run", "violations")
+    code, output = finish(process, tmp_path, deadline_s=90)
+    assert code != 0, output
+    last = one_clear_line(output)
+    assert "storage.database_url" in last and "does not exist" in last
+
+
+@pytest.mark.timeout(120)
+def test_a_missing_rabbitmq_vhost_is_named(tmp_path: Path, amqp_url: str) -> None:
+    vhost = f"warden-missing-{secrets.token_hex(4)}"
+    url = amqp_url.rsplit("/", 1)[0] + f"/{vhost}"
+    env = env_for(tmp_path, bus_amqp_url=url)
+    process = start(tmp_path, env, "run", "reservations", "--connect-wait", "0")
+    code, output = finish(process, tmp_path, deadline_s=90)
+    assert code == 1, output
+    last = one_clear_line(output)
+    assert vhost in last and "virtual host" in last and "bus.amqp_url" in last
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_during_a_connect_to_a_silent_broker_stops_at_once(tmp_path: Path) -> None:
+    with silent_listener() as server:
+        env = env_for(
+            tmp_path,
+            bus_amqp_url=f"amqp://guest:guest@127.0.0.1:{port_of(server)}/",
+            bus_connect_timeout_s="300",  # the attempt would outlast the deadline below
+        )
+        process = start(tmp_path, env, "run", "reservations")
+        wait_for_a_caller(process, tmp_path, server, deadline_s=60)
+        process.send_signal(signal.SIGTERM)
+        code, output = finish(process, tmp_path, deadline_s=30)
+    assert code == 0, output
+    assert "Traceback" not in output

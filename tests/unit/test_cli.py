@@ -343,3 +343,24 @@ def test_sim_ctl_start_process_keeps_its_command_apart_from_wardens(
     # Through `main`: nothing listens on the port, so it says so (not a KeyError).
     assert main([*argv, "--control-port", str(free_port())]) == 1
     assert "cannot reach the control API" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["WARDEN_BUS_PREFETCH=0", "WARDEN_MONITOR_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts"],
+    ids=["bad-value", "moved-key"],
+)
+def test_config_problems_are_printed_one_per_line(
+    config_path: Path,
+    variable: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name, value = variable.split("=", 1)
+    monkeypatch.setenv(name, value)
+
+    assert main(["db", "upgrade", "--config", str(config_path)]) == 2
+
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"warden: invalid configuration ({config_path}):"
+    assert len(lines) == 2 and lines[1].startswith("  ") and "\\n" not in lines[1]

@@ -202,3 +202,19 @@ def test_a_read_asked_again_is_answered_as_before_until_its_gpus_change() -> Non
     view.forget()  # drops what it held without moving any version
     view.load([reservation(4, ["g0"], 0, 1)], T0 - timedelta(days=30), T0 + timedelta(days=60))
     assert [r["id"] for r in view.between(*window, ["g0"])] == [4]
+
+
+def test_kept_answers_hold_a_bounded_number_of_reservations_together() -> None:
+    from services.gateway.calendar import ANSWER_ITEMS_KEPT
+
+    many = 2_000
+    view = loaded(*(reservation(n, [f"g{n % 8}"], n / 100, 0.5) for n in range(1, many + 1)))
+    everything = (T0 - timedelta(days=1), T0 + timedelta(days=30))
+    first = view.between(*everything)
+    assert len(first) == many and view.between(*everything) is first  # kept: asked again
+    # Other ranges of a caller's choosing, each holding every reservation: past the bound,
+    # the kept answers are dropped instead of piling up.
+    for minutes in range(1, ANSWER_ITEMS_KEPT // many + 2):
+        view.between(everything[0] - timedelta(minutes=minutes), everything[1])
+    again = view.between(*everything)
+    assert again == first and again is not first

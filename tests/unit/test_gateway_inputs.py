@@ -39,8 +39,36 @@ def test_text_problems_name_the_field(data: Any, field: str, words: str) -> None
     assert words in problems[field]
 
 
-def test_tabs_newlines_and_any_printable_text_pass() -> None:
-    assert text_problems({"description": "line 1\n\tline 2\r\n", "title": "Zürich 训练 🚀"}) == {}
+def test_multiline_fields_take_line_feeds_and_tabs_and_any_printable_text_passes() -> None:
+    data = {
+        "description": "line 1\n\tline 2\n",
+        "tasks": [{"command": "cd /data\npython train.py"}],
+        "title": "Zürich 训练 🚀 a\u200db",  # a zero-width joiner is printable text
+    }
+    assert text_problems(data) == {}
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"title": "cr \r x"}, "title", "control characters (U+000D)"),
+        ({"title": "two\nlines"}, "title", "one line (U+000A"),
+        ({"name": "tab\there"}, "name", "one line (U+0009"),
+        ({"title": "invoice\u202efdp.exe"}, "title", "bidi controls or line separators (U+202E)"),
+        ({"title": "isolate\u2066x"}, "title", "bidi"),
+        ({"title": "ls\u2028x"}, "title", "U+2028"),
+        ({"description": "crlf\r\nx"}, "description", "control characters (U+000D)"),
+        ({"description": "flipped\u202ex"}, "description", "U+202E"),
+        ({"tasks": [{"env": {"A": "x\ny"}}]}, "tasks[0].env.A", "one line"),
+        ({"key\twith tab": 1}, "(a key)", "one line"),
+    ],
+)
+def test_one_line_fields_refuse_line_breaks_and_no_field_takes_cr_or_bidi_controls(
+    data: Any, field: str, words: str
+) -> None:
+    problems = text_problems(data)
+    assert list(problems) == [field]
+    assert words in problems[field]
 
 
 def test_nesting_deeper_than_the_limit_is_a_problem_without_recursion() -> None:
@@ -75,6 +103,12 @@ async def test_a_nul_in_a_body_is_a_422_naming_the_field(client: TestClient[Any,
     assert status == 422
     assert body["error"] == "validation_failed"
     assert "username" in body["details"]["errors"]
+
+
+async def test_a_carriage_return_in_a_username_is_a_422(client: TestClient[Any, Any]) -> None:
+    status, body = await login_body(client, b'{"username": "cr \\r x", "password": "x"}')
+    assert (status, body["error"]) == (422, "validation_failed")
+    assert "U+000D" in body["details"]["errors"]["username"][0]
 
 
 async def test_a_lone_surrogate_in_a_body_is_a_422(client: TestClient[Any, Any]) -> None:
@@ -132,3 +166,22 @@ def test_a_query_that_validated_is_kept_by_its_text_and_a_bad_one_is_refused_eve
         with pytest.raises(ValidationFailed):
             load(make_mocked_request("GET", "/x?n=one"))
     assert loads == ["1", "one", "one"]
+
+
+def test_a_long_query_is_validated_each_time_and_never_kept() -> None:
+    from services.gateway.routing import QUERY_KEPT_CHARS
+
+    loads: list[str] = []
+
+    class Counted(Schema):
+        name = fields.String(required=True)
+
+        def load(self, data: Any, **kwargs: Any) -> Any:
+            loads.append(data.get("name"))
+            return super().load(data, **kwargs)
+
+    load = _query_loader(Counted())
+    long_name = "x" * QUERY_KEPT_CHARS
+    for _ in range(2):
+        assert load(make_mocked_request("GET", f"/x?name={long_name}")) == {"name": long_name}
+    assert loads == [long_name, long_name]  # chosen by the caller: nothing kept of it

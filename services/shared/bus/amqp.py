@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
@@ -35,6 +34,7 @@ from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustConnection,
 )
+from aio_pika.connection import make_url
 from aio_pika.exceptions import AMQPError, ChannelNotFoundEntity, DeliveryError
 from aiormq import spec
 
@@ -51,6 +51,7 @@ from services.shared.bus.base import (
     events_exchange,
     queue_name,
 )
+from services.shared.bus.connecting import redact, start_failure
 from services.shared.bus.deliveries import fast_consume
 from services.shared.contracts import Envelope, parse_envelope
 from services.shared.errors import (
@@ -118,30 +119,26 @@ class AmqpBus(Bus):
     async def start(self) -> None:
         if self._connection is not None:
             return
+        interval = self.settings.reconnect_interval_s
+        # What aio_pika.connect_robust does, with the connection in hand: a start cancelled
+        # (SIGTERM while a silent broker is being waited for) closes it at once, which stops
+        # the reconnecting it would otherwise go on with in the background.
+        connection = aio_pika.RobustConnection(
+            make_url(self.url, reconnect_interval=interval),
+            client_properties={"connection_name": self.name},
+            reconnect_interval=interval,
+        )
         try:
-            # aio-pika's own timeout: cancelling connect_robust instead would leave it
-            # reconnecting in the background.
-            self._connection = await aio_pika.connect_robust(
-                self.url,
-                client_properties={"connection_name": self.name},
-                timeout=self.settings.connect_timeout_s,
-                reconnect_interval=self.settings.reconnect_interval_s,
-            )
-        except TimeoutError as err:
-            raise ServiceUnavailable(
-                f"RabbitMQ at {_redact(self.url)} accepts connections but did not answer "
-                f"within {self.settings.connect_timeout_s:g}s",
-                {"amqp_url": _redact(self.url)},
-            ) from err
-        except (OSError, AMQPError) as err:
-            raise ServiceUnavailable(
-                f"cannot connect to RabbitMQ at {_redact(self.url)}: {err}",
-                {"amqp_url": _redact(self.url)},
-            ) from err
+            # aio-pika's own timeout bounds one attempt.
+            await connection.connect(timeout=self.settings.connect_timeout_s)
+        except BaseException as err:
+            await quietly(connection.close())
+            raise start_failure(self.url, self.settings.connect_timeout_s, err) from err
+        self._connection = connection
         self._publish_channel = await self._connection.channel(publisher_confirms=True)
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
-        log.info("connected to RabbitMQ at %s", _redact(self.url))
+        log.info("connected to RabbitMQ at %s", redact(self.url))
 
     @property
     def connected(self) -> bool:
@@ -153,14 +150,14 @@ class AmqpBus(Bus):
             self._lost = True
             log.warning(
                 "lost the connection to RabbitMQ at %s (%s); reconnecting",
-                _redact(self.url),
+                redact(self.url),
                 type(reason).__name__ if reason is not None else "closed",
             )
 
     def _on_reconnected(self, _connection: Any) -> None:
         self._lost = False
         self.reconnections += 1
-        log.info("reconnected to RabbitMQ at %s", _redact(self.url))
+        log.info("reconnected to RabbitMQ at %s", redact(self.url))
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -584,12 +581,3 @@ class AmqpBus(Bus):
         if not reply.get("ok"):
             raise error_from_dict(reply.get("error") or {})
         return reply.get("result")
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 # Services with tables of their own (the gateway keeps nothing durable); also read from here.
 from services import SERVICES_WITH_DATABASE
-from services.shared.errors import SchemaNotMigrated
+from services.shared.errors import SchemaNotMigrated, ServiceUnavailable
+from services.shared.failures import database_reason
 from services.shared.storage import sqlite_driver
 from services.shared.storage.store import sqlite_in_transaction
 
@@ -29,6 +30,20 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # services/
 
 
 CONNECT_TIMEOUT_S = 10.0
+
+
+def unusable(service: str, url: str, err: BaseException) -> ServiceUnavailable | None:
+    """A database error met while starting (or migrating) `service` as one line that names the
+    database (without its password), the reason and the key to check; None when `err` is not
+    the database's."""
+    reason = database_reason(err)
+    if reason is None:
+        return None
+    shown = make_url(url).render_as_string(hide_password=True)
+    return ServiceUnavailable(
+        f"{service}: cannot use the database at {shown}: {reason}; check storage.database_url",
+        {"storage.database_url": reason},
+    )
 
 
 def create_engine(url: str) -> AsyncEngine:

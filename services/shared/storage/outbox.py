@@ -4,6 +4,11 @@
 that caused it) and stores the envelope; the `Relay` publishes stored envelopes in order and
 deletes them. A crash between publishing and deleting publishes an envelope again with the
 same id, which consumers treat as a duplicate (delivery is at least once anyway).
+
+Several replicas share one PostgreSQL outbox: a relay claims the table for a batch (a
+transaction-scoped advisory lock, taken before reading and held until the batch is deleted),
+so each envelope goes out from one relay, in order, and twice only after a crash. SQLite's
+outbox is one process's, whose flushes already take turns.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +25,7 @@ from sqlalchemy import (
     Column,
     Integer,
     MetaData,
+    Select,
     Table,
     Text,
     delete,
@@ -87,6 +94,8 @@ class Relay:
         self._flushing = asyncio.Lock()
         self._stopping = False
         self._unprobe: Teardown | None = None
+        # PostgreSQL's advisory locks are one space per database: the table's name picks one.
+        self._lock_key = zlib.crc32(table.name.encode())
 
     def kick(self) -> None:
         self._wake.set()
@@ -128,29 +137,50 @@ class Relay:
     async def flush(self) -> int:
         """Publish everything waiting when it starts; returns how many envelopes went out.
         (What commits meanwhile kicks the relay again: a flush does not go on reading it.)"""
-        table = self.table
         sent = 0
         async with self._flushing:
             while True:
-                async with self.store.read() as conn:
-                    rows = (
-                        await conn.execute(
-                            select(table.c.id, table.c.envelope)
-                            .order_by(table.c.id)
-                            .limit(self.batch)
-                        )
-                    ).all()
-                if not rows:
+                if self.store.is_sqlite:
+                    count = await self._publish_batch()
+                else:
+                    count = await self._publish_claimed_batch()
+                sent += count
+                if count < self.batch:
                     return sent
-                for row in rows:
-                    await self.bus.publish(parse_envelope(row.envelope))
-                # On the loop's thread: a create group waiting for the write lock waits for
-                # no trip to SQLite's thread.
-                async with self.store.write(on_loop=True) as conn:
-                    await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
-                sent += len(rows)
-                if len(rows) < self.batch:
-                    return sent
+
+    async def _publish_batch(self) -> int:
+        """SQLite: read, publish, then delete in a short write (the write lock is not held
+        while publishing: the creates' groups would wait for the broker)."""
+        async with self.store.read() as conn:
+            rows = (await conn.execute(self._waiting())).all()
+        for row in rows:
+            await self.bus.publish(parse_envelope(row.envelope))
+        if rows:
+            # On the loop's thread: a create group waiting for the write lock waits for
+            # no trip to SQLite's thread.
+            async with self.store.write(on_loop=True) as conn:
+                await conn.execute(
+                    delete(self.table).where(self.table.c.id.in_([r.id for r in rows]))
+                )
+        return len(rows)
+
+    async def _publish_claimed_batch(self) -> int:
+        """PostgreSQL: the batch is claimed (another replica's relay waits for this one's
+        commit, then reads what is left), published and deleted in one transaction."""
+        async with self.store.write() as conn:
+            await conn.execute(select(func.pg_advisory_xact_lock(self._lock_key)))
+            rows = (await conn.execute(self._waiting())).all()
+            for row in rows:
+                await self.bus.publish(parse_envelope(row.envelope))
+            if rows:
+                await conn.execute(
+                    delete(self.table).where(self.table.c.id.in_([r.id for r in rows]))
+                )
+        return len(rows)
+
+    def _waiting(self) -> Select[tuple[int, str]]:
+        table = self.table
+        return select(table.c.id, table.c.envelope).order_by(table.c.id).limit(self.batch)
 
     async def _run(self) -> None:
         retrying = Retrying(log, f"publishing {self.table.name}")
