@@ -28,6 +28,13 @@ from tests.support.metrics import fresh_metrics  # noqa: F401 (for the tests tha
 from tests.support.sshd import Sshd
 from tests.support.unix_user import UnixUser, throwaway_user
 
+# pytest-xdist's workers (`make test` runs two) start with COLUMNS=80 and LINES=24 in their
+# environment. The `warden` tables fit $COLUMNS, so a test sees what a pipe gets, as it does
+# without workers, unless it sets COLUMNS itself (tests/e2e/test_cli_tables.py).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 AMQP_URL = os.environ.get("WARDEN_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 PG_URL = os.environ.get("WARDEN_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

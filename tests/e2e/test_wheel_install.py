@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -63,13 +64,35 @@ class Wheels:
     client: Path
 
 
+# What a build of the checkout leaves out: environments, caches, earlier builds.
+_NOT_SOURCE = {".venv", "build", "dist", "site", ".data", ".mypy_cache", ".pytest_cache"}
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout (its .git too, for the version) without what a build leaves out: a build
+    in the checkout itself would write gpu_warden.egg-info there, whose version every later
+    `import services` in the checkout reads instead of the installed one."""
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        top = Path(directory) == ROOT
+        return {
+            n
+            for n in names
+            if n == "node_modules" or n.endswith(".egg-info") or (top and n in _NOT_SOURCE)
+        }
+
+    shutil.copytree(ROOT, dest, ignore=ignore, symlinks=True)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
     out = tmp_path_factory.mktemp("dist")
+    source = _source_copy(tmp_path_factory.mktemp("source") / "warden")
     # The sdist, then the wheel from it (unpacked elsewhere): what the sdist lacks, the wheel
     # lacks too, and no leftover of an earlier in-tree build (build/) gets in.
-    run(sys.executable, "-m", "build", "--outdir", out, ROOT)
-    run(sys.executable, ROOT / "bin/build-client", "--outdir", out)
+    run(sys.executable, "-m", "build", "--outdir", out, source)
+    run(sys.executable, source / "bin/build-client", "--outdir", out)
     (server,) = out.glob("gpu_warden-*.whl")
     (client,) = out.glob("gpu_warden_client-*.whl")
     return Wheels(server, client)
