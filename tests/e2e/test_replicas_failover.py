@@ -95,6 +95,10 @@ class System:
     jobs: list[int] = field(default_factory=list)
     created: list[int] = field(default_factory=list)  # reservations answered 201 to the load
     answers: Counter[int] = field(default_factory=Counter)  # every status the load got
+    # Titles of the load's creates answered 409: a create the killed replica committed but did
+    # not answer is redelivered (RPC requests are acknowledged after their answer) and refused
+    # as a conflict with itself. Each must be booked exactly once.
+    refused: list[str] = field(default_factory=list)
     _titles: itertools.count[int] = field(default_factory=itertools.count)
 
     def report(self) -> str:
@@ -269,6 +273,8 @@ async def load(system: System, gpus: list[str], stop: asyncio.Event) -> None:
         system.answers[status] += 1
         if status == 201:
             system.created.append(answer["id"])
+        elif status == 409:
+            system.refused.append(body["title"])
         if system.created:
             status, _ = await system.pool.call("GET", f"/reservations/{system.created[-1]}")
             system.answers[status] += 1
@@ -379,7 +385,10 @@ async def check_reservations(system: System) -> None:
     missing = set(system.created) - {r["id"] for r in page["items"]}
     found = [await system.pool.call("GET", f"/reservations/{n}") for n in sorted(missing)]
     assert not missing, (found, system.answers)
-    assert set(system.answers) <= {200, 201, *NO_ANSWER}, system.answers
+    titles = Counter(r["title"] for r in page["items"])
+    assert all(titles[title] == 1 for title in system.refused), (system.refused, titles)
+    assert set(system.answers) <= {200, 201, 409, *NO_ANSWER}, system.answers
+    assert system.answers[409] == len(system.refused), system.answers
 
 
 @contextlib.asynccontextmanager
