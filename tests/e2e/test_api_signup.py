@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import pytest_asyncio
 
 from tests.e2e.api import ApiClient, ApiSystem, running_system
 from tests.support.sshd import Sshd
-from tests.support.unix_user import UnixUser, throwaway_user
+from tests.support.unix_user import UnixUser
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
@@ -55,28 +55,6 @@ class Signup:
             "host": HOST,
             **changes,
         }
-
-
-@pytest.fixture(scope="module")
-def person() -> Iterator[UnixUser]:
-    with throwaway_user() as user:
-        yield user
-
-
-@pytest.fixture(scope="module")
-def manager() -> Iterator[UnixUser]:
-    """The host's management login (an ordinary user: it only asks `id`)."""
-    with throwaway_user() as user:
-        yield user
-
-
-@pytest.fixture(scope="module")
-def real_host(person: UnixUser, manager: UnixUser) -> Iterator[Sshd]:
-    # The person's keys come from their home, as on a real host; the management login's from
-    # the test sshd's own file.
-    match = [f"Match User {person.name}", "    AuthorizedKeysFile %h/.ssh/authorized_keys"]
-    with Sshd(user=manager.name, extra_config=match) as server:
-        yield server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

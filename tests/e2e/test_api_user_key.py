@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
 from tests.e2e.api import ApiSystem, running_system
 from tests.support.sshd import Sshd
-from tests.support.unix_user import UnixUser, throwaway_user
+from tests.support.unix_user import UnixUser
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
@@ -23,25 +23,6 @@ pytestmark = [
 ]
 
 HOST = "real-sshd"
-
-
-@pytest.fixture(scope="module")
-def person() -> Iterator[UnixUser]:
-    with throwaway_user() as user:
-        yield user
-
-
-@pytest.fixture(scope="module")
-def manager() -> Iterator[UnixUser]:
-    with throwaway_user() as user:
-        yield user
-
-
-@pytest.fixture(scope="module")
-def real_host(person: UnixUser, manager: UnixUser) -> Iterator[Sshd]:
-    match = [f"Match User {person.name}", "    AuthorizedKeysFile %h/.ssh/authorized_keys"]
-    with Sshd(user=manager.name, extra_config=match) as server:
-        yield server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
