@@ -12,7 +12,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from services.jobs.domain import TEMPLATE_KINDS
+from services.jobs.domain import HANDBACK_SIGNALS, TEMPLATE_KINDS, TIME_LIMIT_ACTIONS
 from services.shared.contracts import JOB_STATUSES, TASK_STATUSES
 from services.shared.errors import (
     Forbidden,
@@ -127,7 +127,44 @@ class DefinitionSchema(Schema):
         },
     )
     max_runtime_s = fields.Float(
-        load_default=None, allow_none=True, validate=validate.Range(min=1, max=366 * 86400)
+        load_default=None,
+        allow_none=True,
+        validate=validate.Range(min=1, max=366 * 86400),
+        metadata={"description": "its time limit: how long it may run (seconds)"},
+    )
+    # How a queued job gives its GPUs back to a reservation, and its time limit's action.
+    handback_signal = _Str(
+        load_default="TERM",
+        validate=validate.OneOf(HANDBACK_SIGNALS),
+        metadata={
+            "description": "the signal a queued job gets handback_grace_s before someone "
+            "else's reservation of its GPUs starts (to checkpoint); SIGKILL follows at its start"
+        },
+    )
+    handback_grace_s = fields.Float(
+        load_default=None,
+        allow_none=True,
+        validate=validate.Range(min=0, max=86400),
+        metadata={
+            "description": "seconds between the hand-back signal and the reservation's "
+            "start; null: [jobs] preempt_lead_s"
+        },
+    )
+    requeue = fields.Boolean(
+        load_default=None,
+        allow_none=True,
+        metadata={
+            "description": "a queued job that yielded to a reservation goes back to the "
+            "queue (keeping its place) to resume; null: [jobs] requeue_on_preempt"
+        },
+    )
+    on_time_limit = _Str(
+        load_default="tell",
+        validate=validate.OneOf(TIME_LIMIT_ACTIONS),
+        metadata={
+            "description": "past max_runtime_s its owner is told (tell); with stop it "
+            "is stopped too"
+        },
     )
 
     @validates_schema
@@ -252,6 +289,21 @@ class JobSchema(Answer):
     enqueued_at = _Time(allow_none=True)
     stop_reason = _Str(allow_none=True)
     shared_gpus = fields.Boolean(metadata={"description": "its tasks may share a GPU"})
+    handback_signal = _Str(metadata={"description": ", ".join(HANDBACK_SIGNALS)})
+    handback_grace_s = fields.Float(allow_none=True)
+    requeue = fields.Boolean(allow_none=True)
+    on_time_limit = _Str(metadata={"description": ", ".join(TIME_LIMIT_ACTIONS)})
+    interruptions = _Int(
+        metadata={"description": "how many times it yielded its GPUs to a reservation"}
+    )
+    failure = _Str(
+        allow_none=True,
+        metadata={
+            "description": "how its last run failed: early (on its own, in its first "
+            "minutes: not retried), infrastructure (its GPU failed or its host was lost: requeued)"
+        },
+    )
+    failure_reason = _Str(allow_none=True)
 
 
 class JobDeletedSchema(Answer):

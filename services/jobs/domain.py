@@ -23,6 +23,8 @@ TASK_ENDED = frozenset({"succeeded", "failed", "stopped"})
 TASK_ACTIVE = frozenset({"starting", "running", "lost"})
 
 TEMPLATE_KINDS = ("torchrun", "tf_config", "tf_cluster_spec")
+HANDBACK_SIGNALS = ("TERM", "USR1", "INT")  # what a queued job may ask for before it yields
+TIME_LIMIT_ACTIONS = ("tell", "stop")
 TF_ROLES = ("chief", "worker", "ps", "evaluator")
 
 
@@ -72,6 +74,19 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Handback:
+    """How a job gives its GPUs back: the signal it gets `grace_s` before someone else's
+    reservation of its GPUs starts (None: `[jobs] preempt_lead_s`), whether it then goes back
+    to the queue (None: `[jobs] requeue_on_preempt`), and what happens when it runs past its
+    time limit (`max_runtime_s`): its owner is told, and with "stop" it is stopped too."""
+
+    signal: str = "TERM"
+    grace_s: float | None = None
+    requeue: bool | None = None
+    on_time_limit: str = "tell"
+
+
+@dataclass(frozen=True)
 class Job:
     id: int
     owner: str
@@ -83,6 +98,7 @@ class Job:
     description: str = ""
     # The owner says its tasks may share a GPU (else a GPU named by two tasks is refused).
     shared_gpus: bool = False
+    handback: Handback = field(default_factory=Handback)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from services.jobs.aftercare import Aftercare
 from services.jobs.queue.model import (
     Booking,
     Demand,
@@ -46,6 +47,7 @@ class Engine:
         self.working = working
         self.supervisor = supervisor
         self.bus = bus
+        self.aftercare = Aftercare(working, supervisor, bus)
         self._loop: asyncio.Task[None] | None = None
 
     # -- start-up and shutdown ----------------------------------------------------------------
@@ -90,6 +92,9 @@ class Engine:
             self.working.busy[data["host"]] = busy
             self.working.kick()
 
+    async def on_gpu_health(self, data: Mapping[str, Any]) -> None:
+        await self.aftercare.on_gpu_health(data)
+
     async def on_reservation(self, event_type: str, data: Mapping[str, Any]) -> None:
         async with self.working.lock:
             self.working.book.apply(event_type, data)
@@ -102,6 +107,7 @@ class Engine:
         async with self.working.lock:
             now = self.working.clock()
             await self.supervisor.escalate_stops(now)
+            await self.aftercare.time_limits(now)
             launches = await self._timers(now)
         for state, placement in launches:
             await self._launch_checked(state, placement, from_queue=False)
@@ -235,6 +241,7 @@ class Engine:
                 gpus=frozenset(g for run in s.tasks if run.active for g in run.gpus),
                 preemptible=True,
                 interrupted_for=frozenset(s.interrupted_for),
+                lead=_grace(s),
             )
             for s in jobs.values()
             if s.active and s.from_queue
@@ -264,25 +271,33 @@ class Engine:
                 state = jobs.get(decision.job_id)
                 if state is None:
                     continue
-                if isinstance(decision, Interrupt):
-                    state.interrupted_for.add(decision.reservation_id)
-                    if state.stop_reason is None:
-                        state.stop_reason = (
-                            f"yields to reservation {decision.reservation_id}, "
-                            f"which starts at {decision.reservation_start.isoformat()}"
-                        )
-                    await self.working.commit(state)
-                    self.supervisor.signal(state, "INT")
-                elif isinstance(decision, Kill):
-                    state.interrupted_for.add(decision.reservation_id)
-                    state.stop_reason = state.stop_reason or (
-                        f"yields to reservation {decision.reservation_id}"
-                    )
-                    await self.working.commit(state)
-                    self.supervisor.signal(state, "KILL")
+                if isinstance(decision, Interrupt | Kill):
+                    await self._yield(state, decision)
                 elif isinstance(decision, Waiting):
                     state.waiting_reason = decision.reason
                 elif isinstance(decision, Start):
                     starts.append((state, decision.placement))
         for state, placement in starts:
             await self._launch_checked(state, placement, from_queue=True)
+
+    async def _yield(self, state: JobState, decision: Interrupt | Kill) -> None:
+        """Under the lock: a queued job makes way for a reservation: its hand-back signal
+        within its grace (Interrupt), SIGKILL at the reservation's start (Kill); the first of
+        a run counts as one interruption."""
+        state.interrupted_for.add(decision.reservation_id)
+        if state.stop_reason is None:
+            state.interruptions += 1
+            state.stop_reason = f"yields to reservation {decision.reservation_id}"
+            if isinstance(decision, Interrupt):
+                state.stop_reason += f", which starts at {decision.reservation_start.isoformat()}"
+        await self.working.commit(state)
+        if isinstance(decision, Interrupt):
+            self.supervisor.signal(state, state.job.handback.signal)
+        else:
+            self.supervisor.signal(state, "KILL")
+
+
+def _grace(state: JobState) -> timedelta | None:
+    """The job's own hand-back grace (None: the site's `preempt_lead_s`)."""
+    grace = state.job.handback.grace_s
+    return None if grace is None else timedelta(seconds=grace)

@@ -101,8 +101,13 @@ def event_handlers(engine: Engine) -> dict[tuple[str, str, str], EventHandler]:
     async def reservation_changed(envelope: Envelope) -> None:
         await engine.on_reservation(envelope.type, envelope.data)
 
+    async def gpu_health_changed(envelope: Envelope) -> None:
+        await engine.on_gpu_health(envelope.data)
+
     return {
         ("monitor", "gpu.discovered", "gpus"): gpu_discovered,
         ("monitor", "processes.observed", "busy_gpus"): processes_observed,
         ("reservations", "reservation.*", "reservations"): reservation_changed,
+        # A failed GPU under a running job: it is requeued when it ends (services.jobs.aftercare).
+        ("monitor", "gpu.health_changed", "gpu_health"): gpu_health_changed,
     }

@@ -42,6 +42,10 @@ def _job_values(state: JobState) -> dict[str, Any]:
         "signals_sent": ",".join(sorted(state.signals_sent)),
         "interrupted_for": json.dumps(sorted(state.interrupted_for)),
         "waiting_reason": state.waiting_reason,
+        "interruptions": state.interruptions,
+        "time_limit_told": state.time_limit_told,
+        "failure": state.failure,
+        "failure_reason": state.failure_reason,
         "created_at_ms": to_ms(state.created_at),
         "updated_at_ms": to_ms(state.updated_at),
     }
@@ -155,6 +159,10 @@ async def load_jobs(conn: AsyncConnection) -> list[JobState]:
                 signals_sent=set(filter(None, (row.signals_sent or "").split(","))),
                 interrupted_for=set(json.loads(row.interrupted_for)),
                 waiting_reason=row.waiting_reason,
+                interruptions=row.interruptions,
+                time_limit_told=bool(row.time_limit_told),
+                failure=row.failure,
+                failure_reason=row.failure_reason,
             )
         )
     return loaded

@@ -10,7 +10,7 @@ runs as its owner, who wrote it). Every remote command is
 built with `shlex.join`, where SCRIPT is one of the constants below (fixed text, reviewed once)
 and every value (a session name, a directory, the task's command, an environment pair) reaches
 the script only as a positional parameter, used in double quotes. The builders validate what
-they can (a session is `warden-<job>-<task>`, a signal one of INT, TERM, KILL, 0, an
+they can (a session is `warden-<job>-<task>`, a signal one of INT, TERM, USR1, KILL, 0, an
 environment name `[A-Za-z_][A-Za-z0-9_]*`) and the scripts check again.
 
 On the host, relative to the owner's home unless absolute, `<state_dir>/<session>/` (mode 700)
@@ -22,7 +22,7 @@ or `tmux attach -t warden-12-0`.
 
 The runner shell is the session's first process, so it leads the session's process group:
 SIGNAL signals that whole group (`kill -s INT -- -<pid>`), so `python train.py` under it gets
-the SIGINT. It survives INT and TERM itself (to write `exit`), `tee` ignores them (to keep
+the SIGINT. It survives INT, TERM and USR1 itself (to write `exit`), `tee` ignores them (to keep
 logging); SIGKILL ends all of them and no exit status is written (STATUS says `gone`).
 
 A pid is trusted only while it is the same process: same owner, and the host clock minus
@@ -48,7 +48,7 @@ from services.shared.remote.shell import CommandResult
 SCRIPT_NAME = "warden-job"
 RUNNER_NAME = "warden-task"
 MULTIPLEXERS = ("screen", "tmux")
-SIGNALS = ("INT", "TERM", "KILL", "0")
+SIGNALS = ("INT", "TERM", "USR1", "KILL", "0")
 START_TOLERANCE_S = 2  # `date` in the runner vs. the host clock minus etimes: 1 s each way
 START_WAIT_S = 5  # START waits this long for the runner's pid file
 MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -87,7 +87,7 @@ same() {{
 # working directory (absolute), command, NAME=value pairs. Writes `pid`, then runs the command
 # with its output to the terminal and appended to `log`, and writes its exit status to `exit`
 # (127 when the directory cannot be entered).
-# INT and TERM go to the whole process group. This shell and the `{ }` group catch them
+# INT, TERM and USR1 go to the whole process group. This shell and the `{ }` group catch them
 # (`:`), so they live on to write `exit`; a subshell resets caught traps, so each sets its
 # own. The command runs in a subshell that catches them with `exit`: the program running in
 # the foreground gets the signal (a program starts with caught signals at their default) and
@@ -98,7 +98,7 @@ same() {{
 RUNNER_SCRIPT = """\
 dir=$1 cwd=$2 cmd=$3
 shift 3
-trap : INT TERM
+trap : INT TERM USR1
 echo "$$ $(date +%s)" >"$dir/pid.tmp" && mv -f -- "$dir/pid.tmp" "$dir/pid"
 for pair do
     case ${pair%%=*} in ''|[0-9]*|*[!A-Za-z0-9_]*) continue ;; esac
@@ -106,15 +106,15 @@ for pair do
 done
 set --
 {
-    trap : INT TERM
+    trap : INT TERM USR1
     if cd -- "$cwd"; then
-        (trap exit INT TERM; eval "$cmd")
+        (trap exit INT TERM USR1; eval "$cmd")
         code=$?
     else
         code=127
     fi
     echo "$code" >"$dir/exit.tmp" && mv -f -- "$dir/exit.tmp" "$dir/exit"
-} 2>&1 | (trap '' INT TERM; exec tee -a -- "$dir/log")
+} 2>&1 | (trap '' INT TERM USR1; exec tee -a -- "$dir/log")
 """
 
 # args: multiplexer (screen|tmux), session, state dir, working directory (empty: home),
@@ -219,13 +219,13 @@ echo ok
 """
 )
 
-# args: state dir, session, signal (INT|TERM|KILL|0: only check).
+# args: state dir, session, signal (INT|TERM|USR1|KILL|0: only check).
 # prints: signalled | gone (no pid file, or its pid is another process now) | failed | invalid
 SIGNAL_SCRIPT = (
     _FUNCTIONS
     + """\
 state=$1 session=$2 sig=$3
-case $sig in INT|TERM|KILL|0) ;; *) echo invalid; exit 2 ;; esac
+case $sig in INT|TERM|USR1|KILL|0) ;; *) echo invalid; exit 2 ;; esac
 if [ -z "$state" ] || ! valid_session "$session"; then echo invalid; exit 2; fi
 dir=$(absolute "$state")/$session
 pid= start=

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from services.jobs.domain import Job, Param, Task, Template
+from services.jobs.domain import Handback, Job, Param, Task, Template
 
 
 def _param(raw: Mapping[str, Any]) -> Param:
@@ -36,6 +36,7 @@ def to_job(
         env=dict(definition.get("env") or {}),
         template=None if template is None else Template(template["kind"], template["options"]),
         shared_gpus=bool(definition.get("shared_gpus", False)),
+        handback=handback_of(definition),
         tasks=tuple(
             Task(
                 index=i,
@@ -63,6 +64,29 @@ def definition_of(job: Job) -> dict[str, Any]:
         else {"kind": job.template.kind, "options": dict(job.template.options)},
         "tasks": [task_dict(task) for task in job.tasks],
         "shared_gpus": job.shared_gpus,
+        **handback_dict(job.handback),
+    }
+
+
+def handback_of(definition: Mapping[str, Any]) -> Handback:
+    """The hand-back fields of a definition (each left out: its default)."""
+    default = Handback()
+    signal = definition.get("handback_signal")
+    on_time_limit = definition.get("on_time_limit")
+    return Handback(
+        signal=default.signal if signal is None else str(signal),
+        grace_s=definition.get("handback_grace_s"),
+        requeue=definition.get("requeue"),
+        on_time_limit=default.on_time_limit if on_time_limit is None else str(on_time_limit),
+    )
+
+
+def handback_dict(handback: Handback) -> dict[str, Any]:
+    return {
+        "handback_signal": handback.signal,
+        "handback_grace_s": handback.grace_s,
+        "requeue": handback.requeue,
+        "on_time_limit": handback.on_time_limit,
     }
 
 

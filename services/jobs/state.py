@@ -12,7 +12,7 @@ from typing import Any
 
 from services.jobs.domain import TASK_ACTIVE, TASK_ENDED, Job, job_status
 from services.jobs.scripts import session_name
-from services.jobs.spec import task_dict
+from services.jobs.spec import handback_dict, task_dict
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -63,6 +63,12 @@ class JobState:
     interrupted_for: set[int] = field(default_factory=set)  # reservations it yielded to
     waiting_reason: str | None = None
     signals_sent: set[str] = field(default_factory=set)  # of the current stop
+    interruptions: int = 0  # times it yielded its GPUs to a reservation
+    time_limit_told: bool = False  # its owner was told this run passed max_runtime_s
+    # How the last run failed (services.jobs.failures): "early" (its own error, not retried)
+    # or "infrastructure" (its GPU failed or its host was lost: requeued), and why.
+    failure: str | None = None
+    failure_reason: str | None = None
 
     @property
     def id(self) -> int:
@@ -122,6 +128,8 @@ class JobState:
             "max_runtime_s": self.max_runtime_s,
             "template": None if self.job.template is None else self.job.template.kind,
             "waiting_reason": self.waiting_reason,
+            "interruptions": self.interruptions,
+            "failure": self.failure,
             "tasks": [self.task_data(i) for i in range(len(self.tasks))],
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
@@ -141,6 +149,8 @@ class JobState:
             enqueued_at=_iso(self.enqueued_at),
             stop_reason=self.stop_reason,
             shared_gpus=self.job.shared_gpus,
+            failure_reason=self.failure_reason,
+            **handback_dict(self.job.handback),
         )
         for shown, spec, run in zip(data["tasks"], self.job.tasks, self.tasks, strict=True):
             shown.update(task_dict(spec))

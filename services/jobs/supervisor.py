@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -57,6 +57,8 @@ class TaskSupervisor:
         self.runner = runner
         self._background: set[asyncio.Task[None]] = set()
         self._polling: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Under the lock, before a task's end is written: (job, task index, status before).
+        self.on_task_ended: Callable[[JobState, int, str], None] | None = None
 
     # -- its background work ------------------------------------------------------------------
 
@@ -131,6 +133,8 @@ class TaskSupervisor:
         state.stop_reason = None
         state.signals_sent = set()
         state.waiting_reason = None
+        state.failure = state.failure_reason = None
+        state.time_limit_told = False
         self.working.avoid.pop(state.id, None)
         await self.working.commit(state, task_changes=changed)
         return [(task, state.tasks[task.index].run) for task in rendered]
@@ -197,13 +201,14 @@ class TaskSupervisor:
 
     # -- stopping ---------------------------------------------------------------------------
 
-    async def request_stop(self, state: JobState, reason: str) -> None:
-        """Under the lock: SIGINT now; the tick sends TERM and KILL after their grace."""
+    async def request_stop(self, state: JobState, reason: str, first_signal: str = "INT") -> None:
+        """Under the lock: SIGINT (or `first_signal`) now; the tick sends TERM and KILL after
+        their grace."""
         state.stop_reason = reason
         state.stop_requested_at = self.working.clock()
-        state.signals_sent = {"INT"}
+        state.signals_sent = {first_signal}
         await self.working.commit(state)
-        self.signal(state, "INT")
+        self.signal(state, first_signal)
 
     def signal(self, state: JobState, signal: str) -> None:
         """Send `signal` to each active task of the job, in the background."""
@@ -292,6 +297,8 @@ class TaskSupervisor:
                 before = run.status
                 if self._apply_probe(state, run, probe, now):
                     by_job.setdefault(state.id, []).append((index, before))
+                    if run.ended and self.on_task_ended is not None:
+                        self.on_task_ended(state, index, before)
             for job_id, changes in by_job.items():
                 state = self.working.jobs[job_id]
                 ended = [i for i, _ in changes if state.tasks[i].status in TASK_ENDED]

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 from services.shared.cluster.leadership import lease_table
@@ -50,6 +51,12 @@ jobs = Table(
     Column("signals_sent", String(32), nullable=False, server_default=""),
     Column("interrupted_for", Text, nullable=False, default="[]"),  # JSON reservation ids
     Column("waiting_reason", Text, nullable=True),
+    # Hand-back and failures (jobs_0005): times it yielded to a reservation, whether its owner
+    # was told it ran past its time limit, how its last run failed and why.
+    Column("interruptions", Integer, nullable=False, server_default="0"),
+    Column("time_limit_told", Boolean, nullable=False, server_default=false()),
+    Column("failure", String(16), nullable=True),
+    Column("failure_reason", Text, nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     Index("jobs_jobs_owner", "owner", "id"),

@@ -20,6 +20,7 @@ from typing import Any
 
 from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
+from services.jobs.failures import INFRASTRUCTURE
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
 from services.shared.cluster.host_directory import HostDirectory
@@ -172,13 +173,13 @@ class WorkingState:
         self.on_commit()
 
     def _requeue_if_preempted(self, state: JobState) -> bool:
-        """A queued job that yielded to a reservation goes back to the queue once it ended."""
+        """A queued job that yielded to a reservation, or whose GPU failed or host was lost,
+        goes back to the queue once it ended (unless it or `requeue_on_preempt` says not to);
+        it keeps its place (`enqueued_at`)."""
         if not (
             state.from_queue
-            and state.interrupted_for
-            and self.settings.requeue_on_preempt
+            and requeue_wanted(state, self.settings.requeue_on_preempt)
             and state.stop_requested_at is None
-            and state.stop_reason is not None
             and not state.active
             and all(run.status in TASK_ENDED for run in state.tasks)
         ):
@@ -188,3 +189,14 @@ class WorkingState:
         state.from_queue = False
         state.stop_reason = None
         return True
+
+
+def requeue_wanted(state: JobState, site_default: bool) -> bool:
+    """Whether the job's last run ended for a reason that sends it back to the queue: it yielded
+    to a reservation, or its GPU or host failed under it; and the job (or, where it says
+    nothing, the site) wants that."""
+    wanted = state.job.handback.requeue
+    if not (site_default if wanted is None else wanted):
+        return False
+    yielded = bool(state.interrupted_for) and state.stop_reason is not None
+    return yielded or state.failure == INFRASTRUCTURE

@@ -29,6 +29,8 @@ def job_note(data: Mapping[str, Any]) -> dict[str, Any] | None:
     kind = JOB_DONE.get(str(data.get("status")))
     if kind is None or data.get("previous_status") == data.get("status"):
         return None
+    if data.get("failure") == "early":
+        return None  # the jobs service told the owner itself, with the tail of its output
     name = data.get("name") or f"#{data['id']}"
     if kind == "job_finished":
         title, text = f"Job {name} finished", f"Your job {name} (#{data['id']}) succeeded."

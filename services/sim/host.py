@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -60,6 +60,9 @@ class SimTask:
     ignores: frozenset[str]  # signals the command ignores (`trap '' INT`)
     ended_at: float | None = None
     exit_code: int | None = None
+    # Signals the command handles (`trap 'save; exit 0' USR1`): it ends with this status.
+    handlers: Mapping[str, int] = field(default_factory=dict)
+    caught: str | None = None  # the handled signal that ended it
 
     def state(self, t: float) -> tuple[TaskState, int | None]:
         """(running | exited | gone, exit status) at `t`."""

@@ -6,8 +6,10 @@ that name runs) with one GPU process (owned by the login, one pid on each GPU na
 index in CUDA_VISIBLE_DEVICES, the command as its command line); the command decides how it
 ends: `sleep N` anywhere ends it after N s with status 0, `exit N` anywhere with N (at once,
 or after the sleep), anything else runs until signalled; `trap '' INT TERM` in it ignores
-those signals. SIGNAL: INT ends it with 130, TERM with 143, KILL with no status (STATUS says
-`gone`); 0 only checks. STATUS says running, exited, gone or unknown per session; LOG prints a
+those signals, `trap 'save; exit 0' USR1 TERM` handles them: the signal ends it with the
+handler's `exit` status (0 without one) and its log says it saved a checkpoint. SIGNAL: INT
+ends it with 130, TERM with 143, USR1 with 138, KILL with no status (STATUS says `gone`); 0
+only checks. STATUS says running, exited, gone or unknown per session; LOG prints a
 few `sim: ...` lines. Stopping a task's GPU process (`SimFleet.stop_process`, the violations'
 SIGNAL) ends the task too (137; 143 for SIGTERM), as its runner shell would write.
 """
@@ -38,7 +40,8 @@ from services.sim.shell import CommandResult, is_number
 _SLEEP_RE = re.compile(r"(?<![\w.-])sleep\s+([0-9]+(?:\.[0-9]+)?)(?![\w.])")
 _EXIT_RE = re.compile(r"(?<![\w.-])exit\s+([0-9]+)(?![\w.])")
 _TRAP_RE = re.compile(r"""trap\s+(?:''|"")((?:\s+(?:SIG)?(?:INT|TERM)\b)+)""")
-_SIGNAL_EXIT = {"INT": 130, "TERM": 143}
+_HANDLER_RE = re.compile(r"""trap\s+'([^']+)'((?:\s+(?:SIG)?(?:INT|TERM|USR1)\b)+)""")
+_SIGNAL_EXIT = {"INT": 130, "TERM": 143, "USR1": 138}
 
 
 def answer(
@@ -62,8 +65,19 @@ def answer(
     return None
 
 
+def _handlers(command: str) -> dict[str, int]:
+    """Signal -> the exit status its `trap '...' SIG` handler ends the command with."""
+    handlers = {}
+    for match in _HANDLER_RE.finditer(command):
+        exit_ = _EXIT_RE.search(match[1])
+        for word in match[2].split():
+            handlers[word.removeprefix("SIG")] = int(exit_[1]) % 256 if exit_ else 0
+    return handlers
+
+
 def _behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
     """(seconds until it ends by itself or None, its exit status then, signals it ignores)."""
+    command = _HANDLER_RE.sub("", command)  # a handler's `exit` is not the command's
     sleep = _SLEEP_RE.search(command)
     exit_ = _EXIT_RE.search(command)
     duration = float(sleep[1]) if sleep else (0.0 if exit_ else None)
@@ -143,6 +157,7 @@ def _start(
         ends_at=ends_at,
         natural_exit=natural_exit,
         ignores=ignores,
+        handlers=_handlers(command),
     )
     emit("tasks")
     if gpus:
@@ -183,6 +198,8 @@ def _signal(
     if signal == "0" or signal in task.ignores:
         return CommandResult("signalled\n", "", 0)
     task.ended_at, task.exit_code = now, _SIGNAL_EXIT.get(signal)
+    if signal in task.handlers:
+        task.exit_code, task.caught = task.handlers[signal], signal
     proc = host.scripted.pop(task.gpu_pid, None) if task.gpu_pid is not None else None
     if proc is not None:
         for index in proc.gpus:
@@ -213,6 +230,8 @@ def _log_text(task: SimTask, t: float) -> str:
         f"CUDA_VISIBLE_DEVICES={task.env.get('CUDA_VISIBLE_DEVICES', '')}",
     ]
     state, code = task.state(t)
+    if task.caught is not None and state != "running":
+        lines.append(f"sim: {task.session} caught SIG{task.caught} and saved a checkpoint")
     if state == "exited":
         lines.append(f"sim: {task.session} exited with status {code}")
     elif state == "gone":

@@ -215,7 +215,7 @@ def reference_preemptions(s: QueueState) -> list[Interrupt | Kill]:
         coming = [
             b
             for b in foreign
-            if s.now < b.start <= s.now + s.preempt_lead
+            if s.now < b.start <= s.now + (r.lead if r.lead is not None else s.preempt_lead)
             and b.reservation_id not in r.interrupted_for
         ]
         if covering:

@@ -59,6 +59,7 @@ class RunningJob:
     gpus: frozenset[str]
     preemptible: bool  # started from the queue
     interrupted_for: frozenset[int] = frozenset()  # reservation ids already signalled
+    lead: timedelta | None = None  # its own hand-back grace (None: QueueState.preempt_lead)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,8 +40,9 @@ default) there is no hold and starvation of large jobs is possible (a documented
 
 Preemption: a running job that came from the queue (`preemptible`) gets a `Kill` when a
 reservation of someone else (not its owner, the job's owner not a guest) on one of its GPUs
-covers now, else an `Interrupt` (SIGINT, once per reservation: `interrupted_for`) when such a
-reservation starts within `preempt_lead` (now < start <= now + lead). One decision per job and
+covers now, else an `Interrupt` (its hand-back signal, once per reservation: `interrupted_for`)
+when such a reservation starts within its lead (now < start <= now + lead; the lead is the
+job's own `RunningJob.lead`, its hand-back grace, else `preempt_lead`). One decision per job and
 pass, Kill before Interrupt, the earliest reservation first.
 
 Assumptions: each GPU's bookings are sorted by start and do not overlap (so they are sorted by
@@ -105,11 +106,12 @@ def schedule(state: QueueState) -> list[Decision]:
 
 
 def _preemptions(state: QueueState) -> list[Interrupt | Kill]:  # noqa: C901 - the preemption rule: interrupt, then kill, per running job
-    now, lead_end = state.now, state.now + state.preempt_lead
+    now = state.now
     out: list[Interrupt | Kill] = []
     for job in state.running:
         if not job.preemptible:
             continue
+        lead_end = now + (job.lead if job.lead is not None else state.preempt_lead)
         kill: Booking | None = None
         interrupt: Booking | None = None
         for uuid in job.gpus:

@@ -424,12 +424,19 @@ class JobSettings:
     )
     preempt_lead_s: float = option(
         300.0,
-        "A queued job gets SIGINT this many seconds before someone else's reservation of its "
-        "GPUs starts, SIGKILL at its start.",
+        "A queued job gets its hand-back signal (SIGTERM unless it declares another) this many "
+        "seconds before someone else's reservation of its GPUs starts, SIGKILL at its start "
+        "(a job's handback_grace_s overrides it).",
         min=0,
     )
     requeue_on_preempt: bool = option(
         True, "true: a job stopped for someone else's reservation goes back in the queue."
+    )
+    early_failure_s: float = option(
+        300.0,
+        "A job that fails on its own (non-zero exit status) within this many seconds of its "
+        "start is not retried, and its owner is told at once with the tail of its output.",
+        min=0,
     )
     reservation_stop_lead_s: float = option(
         60.0,

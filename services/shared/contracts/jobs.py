@@ -52,6 +52,10 @@ class JobData(Strict):
     max_runtime_s = Number(allow_none=True, load_default=None)
     template = Str(allow_none=True, load_default=None)  # the template's kind
     waiting_reason = Str(allow_none=True, load_default=None)  # why a queued job waits
+    interruptions = Integer(load_default=0)  # times it yielded its GPUs to a reservation
+    # How its last run failed: "early" (on its own in its first minutes: not retried, its
+    # owner told with the output's tail) or "infrastructure" (GPU failed, host lost: requeued).
+    failure = Str(allow_none=True, load_default=None)
     tasks = fields.List(fields.Nested(TaskData), required=True)
     created_at = fields.AwareDateTime(required=True)
     updated_at = fields.AwareDateTime(required=True)
