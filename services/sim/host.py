@@ -87,6 +87,7 @@ class SimTask:
             "gpu_pid": self.gpu_pid,
             "state": state,
             "exit_code": code,
+            "caught": self.caught,
         }
 
 

@@ -1841,12 +1841,23 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description how its last run failed: early (on its own, in its first minutes: not retried), infrastructure (its GPU failed or its host was lost: requeued) */
+            failure?: string | null;
+            failure_reason?: string | null;
+            handback_grace_s?: number | null;
+            /** @description TERM, USR1, INT */
+            handback_signal?: string;
             id: number;
+            /** @description how many times it yielded its GPUs to a reservation */
+            interruptions?: number;
             max_runtime_s?: number | null;
             name: string;
+            /** @description tell, stop */
+            on_time_limit?: string;
             owner: string;
             params?: components["schemas"]["JobParam"][];
             queued: boolean;
+            requeue?: boolean | null;
             reservation_id?: number | null;
             /** @description its tasks may share a GPU */
             shared_gpus?: boolean;
@@ -1873,14 +1884,39 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @default null */
+            /**
+             * @description seconds between the hand-back signal and the reservation's start; null: [jobs] preempt_lead_s
+             * @default null
+             */
+            handback_grace_s: number | null;
+            /**
+             * @description the signal a queued job gets handback_grace_s before someone else's reservation of its GPUs starts (to checkpoint); SIGKILL follows at its start
+             * @default TERM
+             * @enum {string}
+             */
+            handback_signal: "TERM" | "USR1" | "INT";
+            /**
+             * @description its time limit: how long it may run (seconds)
+             * @default null
+             */
             max_runtime_s: number | null;
             name: string;
+            /**
+             * @description past max_runtime_s its owner is told (tell); with stop it is stopped too
+             * @default tell
+             * @enum {string}
+             */
+            on_time_limit: "tell" | "stop";
             /** @description admins only: the job runs as this user (default: you) */
             owner?: string;
             params?: components["schemas"]["Param"][];
             /** @default false */
             queued: boolean;
+            /**
+             * @description a queued job that yielded to a reservation goes back to the queue (keeping its place) to resume; null: [jobs] requeue_on_preempt
+             * @default null
+             */
+            requeue: boolean | null;
             /** @default null */
             reservation_id: number | null;
             /**
@@ -1908,12 +1944,37 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @default null */
+            /**
+             * @description seconds between the hand-back signal and the reservation's start; null: [jobs] preempt_lead_s
+             * @default null
+             */
+            handback_grace_s: number | null;
+            /**
+             * @description the signal a queued job gets handback_grace_s before someone else's reservation of its GPUs starts (to checkpoint); SIGKILL follows at its start
+             * @default TERM
+             * @enum {string}
+             */
+            handback_signal: "TERM" | "USR1" | "INT";
+            /**
+             * @description its time limit: how long it may run (seconds)
+             * @default null
+             */
             max_runtime_s: number | null;
             name: string;
+            /**
+             * @description past max_runtime_s its owner is told (tell); with stop it is stopped too
+             * @default tell
+             * @enum {string}
+             */
+            on_time_limit: "tell" | "stop";
             params?: components["schemas"]["Param"][];
             /** @default false */
             queued: boolean;
+            /**
+             * @description a queued job that yielded to a reservation goes back to the queue (keeping its place) to resume; null: [jobs] requeue_on_preempt
+             * @default null
+             */
+            requeue: boolean | null;
             /** @default null */
             reservation_id: number | null;
             /**
