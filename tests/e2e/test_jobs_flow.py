@@ -307,7 +307,8 @@ async def test_a_queued_job_waits_for_free_gpus_and_yields_to_a_reservation(
     fleet.stop_process(host, squatter)
     await system.job_status(job_id, "running")
 
-    # bob reserves the GPU from a minute from now: alice's job gets SIGINT (the lead is 5 min)
+    # bob reserves the GPU from a minute from now: alice's job gets SIGTERM, its default
+    # hand-back signal (the lead is 5 min)
     # and goes back to the queue
     start = datetime.now(UTC) + timedelta(minutes=1)
     reservation = await system.bus.call(
@@ -336,7 +337,7 @@ async def test_a_queued_job_waits_for_free_gpus_and_yields_to_a_reservation(
         for c in system.of("task.status_changed", job_id)
         if c["task"]["status"] == "stopped"
     ]
-    assert stopped[0]["exit_code"] == 130
+    assert stopped[0]["exit_code"] == 143
     assert str(reservation["id"]) in (stopped[0]["reason"] or "")
     # it does not start again while bob's reservation is coming within its window
     await asyncio.sleep(1.0)

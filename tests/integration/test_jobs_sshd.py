@@ -209,6 +209,29 @@ async def test_sigint_stops_a_task_that_cleans_up_and_its_exit_code_lands(setup:
     assert "not after a stop" not in log
 
 
+async def test_sigusr1_reaches_a_task_that_checkpoints_and_its_exit_code_lands(
+    setup: Setup,
+) -> None:
+    """The hand-back signal USR1: the runner shell and tee survive it, the program handles it."""
+    program = (
+        "import signal, sys, time\n"
+        "def save(*_):\n"
+        "    print('saving a checkpoint', flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGUSR1, save)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    command = f"python3 -c {shlex.quote(program)}; echo 'not after a hand-back'"
+    assert (await setup.start(0, command)).status == "started"
+    await setup.logged(0, "ready")
+    answer = await setup.runner.signal(setup.host, setup.owner.name, setup.session(0), "USR1")
+    assert answer == "signalled"
+    assert await setup.ended(0) == Probe("exited", exit_code=0)
+    log = await setup.logged(0, "saving a checkpoint")
+    assert "not after a hand-back" not in log
+
+
 async def test_sigint_ends_a_plain_command_with_130(setup: Setup) -> None:
     assert (await setup.start(0, "echo ready; sleep 120")).status == "started"
     await setup.logged(0, "ready")
