@@ -351,4 +351,8 @@ def describe_job(job: Mapping[str, Any]) -> str:
     text = f"job {job.get('id', '?')} ({job.get('name', '')}): {job.get('status', '?')}"
     if job.get("waiting_reason"):
         text += f" ({job['waiting_reason']})"
+    if job.get("failure_reason"):
+        text += f" ({job.get('failure')}: {job['failure_reason']})"
+    if job.get("interruptions"):
+        text += f", handed back {job['interruptions']} times"
     return printable(text)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from marshmallow import ValidationError
 
+from services.client.render import describe_job
 from services.jobs import failures
 from services.jobs.api import DefinitionSchema
 from services.jobs.domain import Handback, Job, Task
@@ -167,3 +168,17 @@ def test_the_early_failure_note_carries_the_tail_of_the_output() -> None:
     assert title == "Job train failed (exit status 1)"
     assert "after 12 s" in text and "not retried" in text and text.endswith(tail)
     assert "no output" in failures.early_failure_note(5, "train", 0, 1, 1.0, "")[1]
+
+
+# --- the CLI's line for a job ----------------------------------------------------------------
+
+
+def test_the_cli_says_how_a_job_failed_and_how_often_it_handed_back() -> None:
+    job = {"id": 5, "name": "typo", "status": "failed", "interruptions": 0}
+    assert describe_job(job) == "job 5 (typo): failed"
+    job.update(failure="early", failure_reason="task 0 exited with status 2 on its own")
+    assert describe_job(job) == (
+        "job 5 (typo): failed (early: task 0 exited with status 2 on its own)"
+    )
+    resumed = {"id": 6, "name": "resnet", "status": "queued", "interruptions": 2}
+    assert describe_job(resumed) == "job 6 (resnet): queued, handed back 2 times"
