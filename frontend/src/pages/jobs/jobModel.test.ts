@@ -73,6 +73,7 @@ describe('form <-> API body', () => {
     expect(body.queued).toBe(true)
     expect(body.max_runtime_s).toBe(5400)
     expect(body.shared_gpus).toBe(false)
+    expect(body).toMatchObject({ handback_signal: 'TERM', handback_grace_s: null, requeue: true, on_time_limit: 'tell' })
     expect(body.template).toEqual({ kind: 'torchrun', options: { style: 'env' } })
     expect(body.params).toEqual([{ name: '--epochs', value: '90', separator: '=' }])
     expect(body.env).toEqual({ WANDB_MODE: 'offline' })
@@ -97,7 +98,7 @@ describe('form <-> API body', () => {
       id: 7, name: 'tf', owner: 'alice', status: 'pending', queued: false, created_at: '', updated_at: '',
       description: 'd', params: [{ name: '--steps', value: '10', separator: '=' }], env: { A: '1' },
       template: { kind: 'torchrun', options: { style: 'args', nproc_per_node: 4 } },
-      reservation_id: 12, max_runtime_s: 600,
+      reservation_id: 12, max_runtime_s: 600, handback_signal: 'USR1', handback_grace_s: 90, requeue: false, on_time_limit: 'stop',
       tasks: [{ index: 0, host: 'sim-002', gpus: ['GPU-1-0'], session: 'warden-7-0', status: 'pending', command: 'x.py', cwd: '~/a', role: 'worker', params: [], env: { B: '2' } }],
     } as unknown as Job
     const form = jobToForm(job)
@@ -106,6 +107,7 @@ describe('form <-> API body', () => {
     const { body } = formToBody(form)
     expect(body.template).toEqual({ kind: 'torchrun', options: { style: 'args', nproc_per_node: 4 } })
     expect(body.reservation_id).toBe(12)
+    expect(body).toMatchObject({ handback_signal: 'USR1', handback_grace_s: 90, requeue: false, on_time_limit: 'stop' })
   })
 })
 

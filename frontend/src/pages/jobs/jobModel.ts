@@ -51,6 +51,10 @@ export interface JobForm {
   stopAt: string
   maxRuntimeMin: number | null
   sharedGpus: boolean // its tasks may run on the same GPU
+  handbackSignal: 'TERM' | 'USR1' | 'INT' // a queued job's signal before a reservation takes its GPUs
+  handbackGraceS: number | null // null: the site's preempt_lead_s
+  requeue: boolean // back to the queue after handing back
+  onTimeLimit: 'tell' | 'stop' // past its longest run
 }
 
 let nextKey = 1
@@ -75,6 +79,10 @@ export function emptyForm(): JobForm {
     stopAt: '',
     maxRuntimeMin: null,
     sharedGpus: false,
+    handbackSignal: 'TERM',
+    handbackGraceS: null,
+    requeue: true,
+    onTimeLimit: 'tell',
   }
 }
 
@@ -174,6 +182,10 @@ export function formToBody(form: JobForm): { body: JobBody; problems: string[] }
     stop_at: form.stopAt ? new Date(form.stopAt).toISOString() : null,
     max_runtime_s: form.maxRuntimeMin ? form.maxRuntimeMin * 60 : null,
     shared_gpus: form.sharedGpus,
+    handback_signal: form.handbackSignal,
+    handback_grace_s: form.handbackGraceS ?? null,
+    requeue: form.requeue,
+    on_time_limit: form.onTimeLimit,
   }
   if (form.owner.trim()) body.owner = form.owner.trim()
   if (!body.name) problems.push('the job needs a name')
@@ -230,6 +242,10 @@ export function jobToForm(job: Job): JobForm {
     stopAt: localInput(job.stop_at),
     maxRuntimeMin: job.max_runtime_s ? Math.round(job.max_runtime_s / 60) : null,
     sharedGpus: job.shared_gpus ?? false,
+    handbackSignal: job.handback_signal === 'USR1' || job.handback_signal === 'INT' ? job.handback_signal : 'TERM',
+    handbackGraceS: job.handback_grace_s ?? null,
+    requeue: job.requeue ?? true,
+    onTimeLimit: job.on_time_limit === 'stop' ? 'stop' : 'tell',
   }
 }
 
