@@ -430,7 +430,9 @@ class JobSettings:
         min=0,
     )
     requeue_on_preempt: bool = option(
-        True, "true: a job stopped for someone else's reservation goes back in the queue."
+        True,
+        "true: a queued job stopped for someone else's reservation, or whose GPU failed or "
+        "host was lost, goes back in the queue (a job's own `requeue` wins).",
     )
     early_failure_s: float = option(
         300.0,
