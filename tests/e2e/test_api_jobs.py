@@ -324,6 +324,9 @@ async def test_invalid_definitions_are_400_or_422_never_500(system: ApiSystem) -
         ({**good, "max_runtime_s": 0}, "max_runtime_s"),
         ({**good, "reservation_id": "1"}, "reservation_id"),
         ({**good, "owner": ""}, "owner"),
+        ({**good, "handback_signal": "KILL"}, "handback_signal"),
+        ({**good, "handback_grace_s": -1}, "handback_grace_s"),
+        ({**good, "on_time_limit": "kill"}, "on_time_limit"),
     ]
     for body, field in schema_errors:
         answer = await alice.post("/jobs", body)
