@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 KEYS = ("model", "memory", "arch")
 MAX_TERMS = 16
@@ -88,8 +89,13 @@ def architecture_of(model: str) -> str | None:
 
 def gpu_labels(name: str | None, memory_total_mib: float | None) -> list[str]:
     """The labels of a GPU (see the module's docstring), in the order model, memory, arch."""
-    model = model_of(name or "")
-    size = memory_gb(name or "", memory_total_mib)
+    return list(_labels(name or "", memory_total_mib))
+
+
+@lru_cache(maxsize=4096)
+def _labels(name: str, memory_total_mib: float | None) -> tuple[str, ...]:
+    model = model_of(name)
+    size = memory_gb(name, memory_total_mib)
     labels: list[str] = []
     if model:
         labels.append(f"model={model}")
@@ -100,7 +106,7 @@ def gpu_labels(name: str | None, memory_total_mib: float | None) -> list[str]:
     architecture = architecture_of(model) if model else None
     if architecture:
         labels.append(f"arch={architecture}")
-    return labels
+    return tuple(labels)
 
 
 def union(labels: Iterable[Iterable[str]]) -> list[str]:

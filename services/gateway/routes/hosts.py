@@ -31,7 +31,10 @@ class HostPath(Schema):
     name = _Str(required=True, validate=validate.Length(min=1, max=255))
 
 
-_LABEL = {"description": "only the hosts that carry this label"}
+_LABEL = {
+    "description": "only the hosts that carry this label: an inventory label, or a label "
+    "of one of their GPUs (model=H200)"
+}
 
 
 class HostsQuery(Schema):
@@ -44,7 +47,9 @@ class GpusQuery(Schema):
     )
     label = _Str(
         validate=validate.Length(min=1, max=63),
-        metadata={"description": "only the GPUs of hosts that carry this label"},
+        metadata={
+            "description": "only the GPUs of hosts that carry this label (inventory or GPU)"
+        },
     )
 
 
@@ -88,6 +93,11 @@ class GpuStateSchema(Answer):
     fan_speed_percent = _figure()
     clock_sm_mhz = _figure()
     clock_memory_mhz = _figure()
+    labels = fields.List(
+        _Str(),
+        required=True,
+        metadata={"description": "labels from the hardware: model=, memory=, arch="},
+    )
     processes = fields.List(
         fields.Nested(ProcessOnGpuSchema),
         required=True,
@@ -117,6 +127,11 @@ class HostStateSchema(Answer):
         _Str(),
         required=True,
         metadata={"description": "the groups the host belongs to (set in the inventory)"},
+    )
+    gpu_labels = fields.List(
+        _Str(),
+        required=True,
+        metadata={"description": "every label of its GPUs (from the hardware), sorted"},
     )
     reachable = fields.Boolean(
         required=True, allow_none=True, metadata={"description": "null: not polled yet"}

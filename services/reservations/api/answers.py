@@ -190,6 +190,10 @@ class SlotGpuSchema(Answer):
     uuid = _Str(required=True)
     host = _Str(required=True)
     index = fields.Integer(required=True, allow_none=True)
+    labels = fields.List(
+        _Str(),
+        metadata={"description": "labels from the hardware: model=, memory=, arch="},
+    )
 
 
 class SlotSchema(Answer):
@@ -205,6 +209,10 @@ class GpuSchema(Answer):
     name = _Str(required=True)
     memory_total_mib = fields.Integer(allow_none=True)
     present = fields.Boolean(required=True)
+    labels = fields.List(
+        _Str(),
+        metadata={"description": "labels from the hardware: model=, memory=, arch="},
+    )
 
 
 class IdleNoticeSchema(Answer):

@@ -30,6 +30,7 @@ from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.usage.totals import from_row, summary
 from services.shared.errors import NotFound
+from services.shared.gpu_labels import gpu_labels
 
 # --- GPUs ---------------------------------------------------------------------------------------
 
@@ -61,6 +62,7 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "memory_total_mib": gpu.memory_total_mib,
         "present": gpu.present,
+        "labels": gpu_labels(gpu.name, gpu.memory_total_mib),
     }
 
 
