@@ -34,6 +34,7 @@ class RuleSchema(Answer):
     all_gpus = fields.Boolean(required=True)
     hosts = fields.List(_Str(), required=True)
     gpus = fields.List(_Str(), required=True)
+    labels = fields.List(_Str(), required=True)
     valid_from = _Time(required=True)
     valid_until = _Time(required=True, allow_none=True)
     windows = fields.List(fields.Nested(RuleWindowSchema), required=True)

@@ -27,6 +27,7 @@ from services.reservations.rules.domain import (
     WeeklyWindow,
 )
 from services.reservations.rules.intervals import intersect, merge, subtract, uncovered
+from services.shared.gpu_labels import gpu_labels, matches, selector_problem
 
 _DAY = timedelta(days=1)
 _WEEK = timedelta(days=7)
@@ -129,8 +130,11 @@ def rule_problems(rule: AccessRule) -> dict[str, str]:
     problems.update(_limits_problems(rule))
     if rule.idle_policy is not None:
         problems.update(policy_problems(rule.idle_policy))
-    if not (rule.all_gpus or rule.hosts or rule.gpus):
-        problems["objects"] = "grant all GPUs, or name hosts or GPUs"
+    if not (rule.all_gpus or rule.hosts or rule.gpus or rule.labels):
+        problems["objects"] = "grant all GPUs, or name hosts, GPUs or labels"
+    label_problem = selector_problem(rule.labels)
+    if label_problem:
+        problems["labels"] = label_problem
     return problems
 
 
@@ -194,15 +198,19 @@ def idle_policy_of(
 
 
 def rule_covers(rule: AccessRule, gpu: Gpu) -> bool:
-    return rule.all_gpus or gpu.host in rule.hosts or gpu.uuid in rule.gpus
+    if rule.labels and not matches(gpu_labels(gpu.name, gpu.memory_total_mib), rule.labels):
+        return False
+    named = rule.all_gpus or gpu.host in rule.hosts or gpu.uuid in rule.gpus
+    return named or (bool(rule.labels) and not (rule.hosts or rule.gpus))
 
 
 def _covers_uuid(rule: AccessRule, uuid: str, known: Mapping[str, Gpu]) -> bool:
-    """rule_covers for a GPU known by uuid only: its host comes from `known` if there."""
-    if rule.all_gpus or uuid in rule.gpus:
-        return True
+    """rule_covers for a GPU known by uuid only: its host and hardware come from `known` if
+    there (a rule with labels covers no GPU it does not know)."""
     gpu = known.get(uuid)
-    return gpu is not None and gpu.host in rule.hosts
+    if gpu is not None:
+        return rule_covers(rule, gpu)
+    return not rule.labels and (rule.all_gpus or uuid in rule.gpus)
 
 
 _Spans = Callable[[int], list[Interval]]
