@@ -372,9 +372,11 @@ def _labelled(candidates: list[Gpu], labels: Sequence[str]) -> list[Gpu]:
         return candidates
     kept = [g for g in candidates if matches(gpu_labels(g.name, g.memory_total_mib), labels)]
     if candidates and not kept:
+        # The terms no GPU meets, if any, are the ones to name; else no GPU meets them all.
+        failed = _failed_everywhere(candidates, labels)
         raise NotFound(
-            f"no GPU{_labelled_text(labels)} is offered",
-            {"labels": list(labels), "failed": _failed_everywhere(candidates, labels)},
+            f"no GPU{_labelled_text(failed or labels)} is offered",
+            {"labels": list(labels), "failed": failed or list(labels)},
         )
     return kept
 
