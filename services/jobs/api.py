@@ -14,7 +14,6 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from services.jobs.domain import TEMPLATE_KINDS
 from services.shared.contracts import JOB_STATUSES, TASK_STATUSES
-from services.shared.gpu_labels import selector_problem
 from services.shared.errors import (
     Forbidden,
     InvalidRequest,
@@ -25,6 +24,7 @@ from services.shared.errors import (
     WardenError,
     register_error,
 )
+from services.shared.gpu_labels import selector_problem
 from services.shared.remote.ssh import HostUnreachable
 from services.shared.rpc import Answer, methods_of
 from services.shared.usage_report import FactsSchema, PeriodArgs

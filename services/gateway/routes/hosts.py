@@ -47,9 +47,7 @@ class GpusQuery(Schema):
     )
     label = _Str(
         validate=validate.Length(min=1, max=63),
-        metadata={
-            "description": "only the GPUs of hosts that carry this label (inventory or GPU)"
-        },
+        metadata={"description": "only the GPUs of hosts that carry this label (inventory or GPU)"},
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 
@@ -183,8 +184,6 @@ class Placer:
                 try:
                     if d.gpus:
                         host, uuids = self.place_named(job, d, w, avoid, taken)
-                    elif (d.gpu_count or 0) > 0 and d.labels:
-                        host, uuids = self.place_labelled(job, d, w, avoid)
                     elif (d.gpu_count or 0) > 0:
                         host, uuids = self.place_any(job, d, w, avoid)
                     elif d.host is not None:
@@ -253,6 +252,8 @@ class Placer:
     def place_any(
         self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str]
     ) -> tuple[str, tuple[str, ...]]:
+        if d.labels:
+            return self.place_labelled(job, d, w, avoid)
         n = d.gpu_count or 0
         owner = job.owner
         if d.host is not None:
@@ -286,7 +287,7 @@ class Placer:
         if len(unlabelled) == len(self.state.gpus):
             raise Refused(f"no GPU labelled {selector_text(d.labels)} is known")
         try:
-            return self.place_any(job, d, w, avoid | unlabelled)
+            return self.place_any(job, replace(d, labels=()), w, avoid | unlabelled)
         except Refused as refused:
             raise Refused(
                 f"{refused.reason} (labelled {selector_text(d.labels)})", refused.busy_only
