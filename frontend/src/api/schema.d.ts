@@ -1503,7 +1503,7 @@ export interface components {
             host: string;
             index: number;
             /** @description labels from the hardware: model=, memory=, arch= */
-            labels: string[];
+            labels?: string[];
             /** @description null when not reported (never 0) */
             memory_total_mib: number | null;
             /** @description null when not reported (never 0) */
@@ -1635,7 +1635,7 @@ export interface components {
             down_since: string | null;
             gpu_error: string | null;
             /** @description every label of its GPUs (from the hardware), sorted */
-            gpu_labels: string[];
+            gpu_labels?: string[];
             /** @description ok, no_gpu, no_nvidia_smi or error: why gpus may be empty */
             gpu_status: string | null;
             gpus: components["schemas"]["GpuState"][];

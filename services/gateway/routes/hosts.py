@@ -92,9 +92,7 @@ class GpuStateSchema(Answer):
     clock_sm_mhz = _figure()
     clock_memory_mhz = _figure()
     labels = fields.List(
-        _Str(),
-        required=True,
-        metadata={"description": "labels from the hardware: model=, memory=, arch="},
+        _Str(), metadata={"description": "labels from the hardware: model=, memory=, arch="}
     )
     processes = fields.List(
         fields.Nested(ProcessOnGpuSchema),
@@ -127,9 +125,7 @@ class HostStateSchema(Answer):
         metadata={"description": "the groups the host belongs to (set in the inventory)"},
     )
     gpu_labels = fields.List(
-        _Str(),
-        required=True,
-        metadata={"description": "every label of its GPUs (from the hardware), sorted"},
+        _Str(), metadata={"description": "every label of its GPUs (from the hardware), sorted"}
     )
     reachable = fields.Boolean(
         required=True, allow_none=True, metadata={"description": "null: not polled yet"}

@@ -12,7 +12,7 @@ export interface GpuInfo {
   host: string
   index: number
   name: string | null
-  labels: string[] // from the hardware: model=, memory=, arch=
+  labels?: string[] // from the hardware: model=, memory=, arch=
 }
 
 /** Every GPU, by host then index. */
