@@ -61,7 +61,9 @@ async def test_a_rule_by_label_decides_and_find_slot_keeps_to_labels(system: Api
     assert made.status == 201, made.body
     assert made.body["labels"] == ["model=A100"] and made.body["all_gpus"] is False
     for rule in rules:  # the default rule: every GPU but the A100s
-        replaced = await admin.put(f"/rules/{rule['id']}", {**_body(rule), "labels": ["model!=A100"]})
+        replaced = await admin.put(
+            f"/rules/{rule['id']}", {**_body(rule), "labels": ["model!=A100"]}
+        )
         assert replaced.status == 200, replaced.body
 
     booking = {"gpus": [gpu["uuid"]], "start": _later(0), "end": _later(1), "title": "run"}
