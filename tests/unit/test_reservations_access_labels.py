@@ -10,6 +10,7 @@ from services.reservations.rules.access import (
     allowed_by_gpu,
     rule_covers,
     rule_problems,
+    use_refusals,
 )
 from services.reservations.rules.domain import AccessRule, Gpu, Limits, Member
 from tests.support.access_rules import MONDAY, H, booking, codes, rule
@@ -60,9 +61,18 @@ def test_a100_80gb_only_for_group_vision() -> None:
     refused = access_refusals(OTHERS, rules, FLEET, start, end, [])
     assert codes(refused) == ["not_allowed", "not_allowed"]
     assert [r.details["gpu"] for r in refused] == [g.uuid for g in A80]
+    # The refusal says which rule's label the GPU fails.
+    assert refused[0].message.endswith(
+        "no access rule covers that time; rule 'rule 2' is for GPUs labelled model!=A100-80GB"
+    )
+    assert refused[0].details["labels_failed"] == [
+        {"rule_id": 2, "rule_name": "rule 2", "failed": ["model!=A100-80GB"]}
+    ]
     assert access_refusals(OTHERS, rules, [*A40, H200], start, end, []) == []
     allowed = allowed_by_gpu(OTHERS, rules, FLEET, start, end)
     assert [uuid for uuid, spans in allowed.items() if spans] == [g.uuid for g in [*A40, H200]]
+    used = use_refusals(OTHERS, rules, [A80[1]], start, end)
+    assert "rule 'rule 2' is for GPUs labelled model!=A100-80GB" in used[0].message
 
 
 def test_a_quota_on_labelled_gpus_counts_only_them() -> None:

@@ -27,7 +27,13 @@ from services.reservations.rules.domain import (
     WeeklyWindow,
 )
 from services.reservations.rules.intervals import intersect, merge, subtract, uncovered
-from services.shared.gpu_labels import gpu_labels, matches, selector_problem
+from services.shared.gpu_labels import (
+    failed_terms,
+    gpu_labels,
+    matches,
+    selector_problem,
+    selector_text,
+)
 
 _DAY = timedelta(days=1)
 _WEEK = timedelta(days=7)
@@ -292,7 +298,7 @@ def access_refusals(
         blocking.update(helpers)
         never = subtract(gaps, merge(s for i in helpers for s in spans(i)))
         if never:
-            not_allowed.append(_not_allowed(member, gpu, never))
+            not_allowed.append(_not_allowed(member, gpu, never, applicable))
     by_rule = sorted(blocking, key=lambda i: (applicable[i].id, i))
     return not_allowed + [refusal for i in by_rule for refusal in failed[i]]
 
@@ -308,28 +314,56 @@ def use_refusals(
     for gpu in sorted(gpus, key=lambda g: (g.host, g.index, g.uuid)):
         gaps = uncovered(target, allowed[gpu.uuid])
         if gaps:
-            refusals.append(_not_allowed(member, gpu, gaps))
+            applicable = [rule for rule in rules if rule_applies_to(rule, member)]
+            refusals.append(_not_allowed(member, gpu, gaps, applicable))
     return refusals
 
 
-def _not_allowed(member: Member, gpu: Gpu, gaps: list[Interval]) -> Refusal:
+def _not_allowed(
+    member: Member, gpu: Gpu, gaps: list[Interval], applicable: Sequence[AccessRule] = ()
+) -> Refusal:
     periods = [period_text(gap) for gap in gaps[:_LISTED_GAPS]]
     if len(gaps) > _LISTED_GAPS:
         periods.append(f"{len(gaps) - _LISTED_GAPS} more periods")
     when = periods[0] if len(periods) == 1 else ", ".join(periods[:-1]) + " and " + periods[-1]
+    missed = _label_misses(applicable, gpu)
+    because = "".join(
+        f"; rule '{rule.name}' is for GPUs labelled {selector_text(terms)}"
+        for rule, terms in missed
+    )
+    details: dict[str, Any] = {
+        "gpu": gpu.uuid,
+        "host": gpu.host,
+        "index": gpu.index,
+        "uncovered": [gap.to_dict() for gap in gaps],
+    }
+    if missed:
+        details["labels_failed"] = [
+            {**_rule_details(rule), "failed": terms} for rule, terms in missed
+        ]
     return Refusal(
         code="not_allowed",
         message=(
             f"{member.username} may not use GPU {gpu.host}:{gpu.index} {when}: "
-            "no access rule covers that time"
+            f"no access rule covers that time{because}"
         ),
-        details={
-            "gpu": gpu.uuid,
-            "host": gpu.host,
-            "index": gpu.index,
-            "uncovered": [gap.to_dict() for gap in gaps],
-        },
+        details=details,
     )
+
+
+def _label_misses(rules: Sequence[AccessRule], gpu: Gpu) -> list[tuple[AccessRule, list[str]]]:
+    """The member's rules that would cover the GPU but for their labels, with the terms the
+    GPU fails: what a refusal names (at most _LISTED_GAPS of them)."""
+    missed = []
+    for rule in rules:
+        if not rule.labels:
+            continue
+        named = rule.all_gpus or gpu.host in rule.hosts or gpu.uuid in rule.gpus
+        if named or not (rule.hosts or rule.gpus):
+            failed = failed_terms(gpu_labels(gpu.name, gpu.memory_total_mib), rule.labels)
+            if failed:
+                missed.append((rule, failed))
+    return missed[:_LISTED_GAPS]
 
 
 def period_text(interval: Interval) -> str:
