@@ -93,3 +93,34 @@ def _body(rule: dict[str, Any]) -> dict[str, Any]:
     """A rule as PUT takes it back."""
     keys = ("name", "description", "users", "groups", "all_gpus", "hosts", "gpus", "timezone")
     return {key: rule[key] for key in keys} | {"windows": rule["windows"]}
+
+
+async def test_a_queued_task_waits_for_gpus_carrying_its_labels(system: ApiSystem) -> None:
+    alice = await system.as_user("alice")
+    await system.gpu(1, 1)  # every GPU known
+
+    async def waiting_reason(labels: list[str], count: int) -> str:
+        task = {"command": "sleep 600", "gpu_count": count, "labels": labels}
+        definition = {"name": "labelled", "queued": True, "max_runtime_s": 600, "tasks": [task]}
+        created = await alice.post("/jobs", definition)
+        assert created.status == 201, created.body
+        assert created.body["tasks"][0]["labels"] == labels
+        job_id = created.body["id"]
+
+        async def said() -> str | None:
+            answer = await alice.get(f"/jobs/{job_id}")
+            return answer.body.get("waiting_reason") or None
+
+        reason: str = await system.until(said, "the queued job saying why it waits")
+        assert (await alice.post(f"/jobs/{job_id}/stop")).status == 200
+        return reason
+
+    # The jobs service knows the sim's GPUs are A100-80GB: only too few of them on one host.
+    assert await waiting_reason(["model=A100-80GB"], 3) == (
+        "no host has 3 GPUs (labelled model=A100-80GB)"
+    )
+    assert await waiting_reason(["arch=hopper"], 1) == "no GPU labelled arch=hopper is known"
+    unplaced = {"command": "x", "host": "sim-001", "labels": ["arch=ampere"]}
+    refused = await alice.post("/jobs", {"name": "x", "queued": True, "tasks": [unplaced]})
+    assert refused.status == 400, refused.body
+    assert "tasks[0].labels" in refused.body["details"]["errors"]
