@@ -260,7 +260,7 @@ class Composition:
     ) -> bytes:
         """The JSON of `what` (hosts, host, gpus) for `caller`, made once per view; `label`:
         only the hosts that carry it, as an admin's label or a label of one of their GPUs
-        (and their GPUs)."""
+        (and their GPUs: for a GPU's label, only the GPUs that carry it)."""
         if host is not None and host not in self.hosts:
             raise NotFound(f"no host named {host!r}", {"host": host})
         key = (what, self.view_key(caller), host, label)
@@ -274,7 +274,8 @@ class Composition:
         if what == "host":
             found = shown[0].for_caller(caller)
         elif what == "gpus":
-            gpus = b",".join(one.gpus_json(caller) for one in shown if one.gpus)
+            parts = (_gpus_carrying(one, caller, label) for one in shown if one.gpus)
+            gpus = b",".join(part for part in parts if part)
             found = b"".join((b'{"gpus":[', gpus, b"],", stamp, b"}"))
         else:
             hosts = b",".join(one.for_caller(caller) for one in shown)
@@ -282,6 +283,19 @@ class Composition:
         if len(self._answers) < MAX_ANSWERS:
             self._answers[key] = found
         return found
+
+
+def _gpus_carrying(host: ShownHost, caller: Caller, label: str | None) -> bytes:
+    """The host's GPUs for `caller`: all of them, unless `label` is one of their hardware
+    labels and not the host's own, then those GPUs only (a host may mix models)."""
+    if label is None or label in host.fields.get("labels", ()):
+        return host.gpus_json(caller)
+    wanted = label.lower()
+    return b",".join(
+        gpu.for_caller(caller)
+        for gpu in host.gpus
+        if any(one.lower() == wanted for one in gpu.data.get("labels") or ())
+    )
 
 
 def _carries(host: dict[str, Any], label: str) -> bool:

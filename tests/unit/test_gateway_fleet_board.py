@@ -294,3 +294,9 @@ async def test_gpus_carry_hardware_labels_and_hosts_their_union_which_a_label_pi
     picked = json.loads(composed.answer(ADMIN, "hosts", label="arch=Hopper"))["hosts"]
     assert [h["name"] for h in picked] == ["mixed"]
     assert json.loads(composed.answer(ADMIN, "gpus", label="arch=volta"))["gpus"] == []
+    # /gpus by a hardware label: only the GPUs that carry it, not their host's others.
+    h200s = json.loads(composed.answer(ADMIN, "gpus", label="model=H200"))["gpus"]
+    assert [g["uuid"] for g in h200s] == ["GPU-H"]
+    # by the host's own label: every GPU of it
+    labbed = json.loads(composed.answer(ADMIN, "gpus", label="lab-b"))["gpus"]
+    assert [g["uuid"] for g in labbed] == ["GPU-H", "GPU-A"]

@@ -2877,7 +2877,7 @@ export interface operations {
             query?: {
                 /** @description only this host's */
                 host?: string;
-                /** @description only the GPUs of hosts that carry this label (inventory or GPU) */
+                /** @description only the GPUs of hosts that carry this inventory label, or only the GPUs that carry this hardware label (model=H200) */
                 label?: string;
             };
             header?: {

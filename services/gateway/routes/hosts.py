@@ -47,7 +47,10 @@ class GpusQuery(Schema):
     )
     label = _Str(
         validate=validate.Length(min=1, max=63),
-        metadata={"description": "only the GPUs of hosts that carry this label (inventory or GPU)"},
+        metadata={
+            "description": "only the GPUs of hosts that carry this inventory label, or only "
+            "the GPUs that carry this hardware label (model=H200)"
+        },
     )
 
 
