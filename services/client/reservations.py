@@ -80,8 +80,8 @@ def cmd_reserve(args: argparse.Namespace) -> int:
         raise UsageError("name GPUs or give --count, not both")
     if not args.gpus and not args.count:
         raise UsageError("name the GPUs (dgx1:0 dgx1:1, or uuids) or give --count N")
-    if (args.host or args.same_host) and not args.count:
-        raise UsageError("--host and --same-host go with --count")
+    if (args.host or args.same_host or args.labels) and not args.count:
+        raise UsageError("--host, --same-host and --label go with --count")
     now = utc_now()
     body = reservation_request(args, now)
     api = stored_api()
@@ -95,6 +95,7 @@ def cmd_reserve(args: argparse.Namespace) -> int:
             count=args.count,
             duration_minutes=minutes,
             host=args.host,
+            labels=args.labels or None,
             same_host=True if args.same_host else None,
             not_before=args.start.isoformat() if args.start else None,
         )
@@ -165,6 +166,15 @@ def add_parsers(commands: Subcommands, common: Sequence[argparse.ArgumentParser]
     )
     reserve.add_argument("--host", metavar="HOST", help="with --count: on this host")
     reserve.add_argument("--same-host", action="store_true", help="with --count: all on one host")
+    reserve.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="with --count: only GPUs carrying it, e.g. model=A100-80GB, arch=hopper, "
+        "memory=80GB, arch!=volta (repeatable: all must match)",
+    )
     reserve.add_argument(
         "--start", type=time_arg, metavar="TIME", help="now (default), +30m, 14:30 or ISO 8601"
     )

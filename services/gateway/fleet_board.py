@@ -32,6 +32,7 @@ from services.reservations import api as reservations_api
 from services.shared import fastjson
 from services.shared.contracts import GpuSample, HostSampled
 from services.shared.errors import NotFound
+from services.shared.gpu_labels import gpu_labels, union
 from services.shared.rpc import Method
 
 log = logging.getLogger("warden.gateway")
@@ -99,6 +100,7 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             gpu["name"] = reading.get("name")
             for figure in GPU_FIGURES:
                 gpu[figure] = reading.get(figure)
+            gpu["labels"] = gpu_labels(gpu["name"], gpu.get("memory_total_mib"))
             gpu["processes"] = by_gpu.get(uuid, [])
             gpu["reservation"], gpu["next_reservation"] = holders(uuid)
             gpu["reachable"] = reachable
@@ -107,6 +109,7 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
         host = {
             "name": raw["name"],
             "labels": list(raw.get("labels") or ()),
+            "gpu_labels": union(gpu["labels"] for gpu in gpus),
             "reachable": reachable,
             "down_since": raw.get("down_since"),
             "down_reason": raw.get("down_reason"),
@@ -256,7 +259,8 @@ class Composition:
         self, caller: Caller, what: str, host: str | None = None, label: str | None = None
     ) -> bytes:
         """The JSON of `what` (hosts, host, gpus) for `caller`, made once per view; `label`:
-        only the hosts that carry it (and their GPUs)."""
+        only the hosts that carry it, as an admin's label or a label of one of their GPUs
+        (and their GPUs: for a GPU's label, only the GPUs that carry it)."""
         if host is not None and host not in self.hosts:
             raise NotFound(f"no host named {host!r}", {"host": host})
         key = (what, self.view_key(caller), host, label)
@@ -265,12 +269,13 @@ class Composition:
             return found
         shown = list(self.hosts.values()) if host is None else [self.hosts[host]]
         if label is not None:
-            shown = [one for one in shown if label in one.fields.get("labels", ())]
+            shown = [one for one in shown if _carries(one.fields, label)]
         stamp = b'"generated_at":' + _dumps(self.generated_at)
         if what == "host":
             found = shown[0].for_caller(caller)
         elif what == "gpus":
-            gpus = b",".join(one.gpus_json(caller) for one in shown if one.gpus)
+            parts = (_gpus_carrying(one, caller, label) for one in shown if one.gpus)
+            gpus = b",".join(part for part in parts if part)
             found = b"".join((b'{"gpus":[', gpus, b"],", stamp, b"}"))
         else:
             hosts = b",".join(one.for_caller(caller) for one in shown)
@@ -278,6 +283,27 @@ class Composition:
         if len(self._answers) < MAX_ANSWERS:
             self._answers[key] = found
         return found
+
+
+def _gpus_carrying(host: ShownHost, caller: Caller, label: str | None) -> bytes:
+    """The host's GPUs for `caller`: all of them, unless `label` is one of their hardware
+    labels and not the host's own, then those GPUs only (a host may mix models)."""
+    if label is None or label in host.fields.get("labels", ()):
+        return host.gpus_json(caller)
+    wanted = label.lower()
+    return b",".join(
+        gpu.for_caller(caller)
+        for gpu in host.gpus
+        if any(one.lower() == wanted for one in gpu.data.get("labels") or ())
+    )
+
+
+def _carries(host: dict[str, Any], label: str) -> bool:
+    """The host has the admin's `label`, or one of its GPUs carries it (case aside)."""
+    if label in host.get("labels", ()):
+        return True
+    wanted = label.lower()
+    return any(one.lower() == wanted for one in host.get("gpu_labels", ()))
 
 
 class Rpc(Protocol):

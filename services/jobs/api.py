@@ -24,6 +24,7 @@ from services.shared.errors import (
     WardenError,
     register_error,
 )
+from services.shared.gpu_labels import selector_problem
 from services.shared.remote.ssh import HostUnreachable
 from services.shared.rpc import Answer, methods_of
 from services.shared.usage_report import FactsSchema, PeriodArgs
@@ -89,12 +90,27 @@ class TemplateSchema(Schema):
     options = fields.Dict(keys=_Str(), load_default=dict)
 
 
+def _label_selector(terms: list[str]) -> None:
+    problem = selector_problem(terms)
+    if problem:
+        raise ValidationError(problem)
+
+
 class TaskSchema(Schema):
     host = _Str(load_default=None, allow_none=True, validate=validate.Length(min=1, max=255))
     command = _Str(required=True, validate=validate.Length(min=1, max=65536))
     gpus = fields.List(_GpuRef(), load_default=list, validate=validate.Length(max=64))
     gpu_count = fields.Integer(
         load_default=None, allow_none=True, strict=True, validate=validate.Range(min=1, max=64)
+    )
+    labels = fields.List(
+        _Str(),
+        load_default=list,
+        validate=_label_selector,
+        metadata={
+            "description": "with gpu_count: only GPUs carrying every label "
+            "(model=A100-80GB, arch=hopper, memory=80GB; key!=value: not carrying it)"
+        },
     )
     cwd = _Str(load_default="", validate=validate.Length(max=4096))
     params = fields.List(fields.Nested(ParamSchema), load_default=list)
@@ -247,6 +263,7 @@ class JobTaskSchema(Answer):
     host = _Str(required=True, allow_none=True, metadata={"description": "null: not placed yet"})
     gpus = fields.List(_Str(), required=True, metadata={"description": "GPU uuids"})
     gpu_count = _Int(allow_none=True)
+    labels = fields.List(_Str(), metadata={"description": "with gpu_count: the GPUs' labels"})
     status = _Str(required=True, metadata={"description": ", ".join(TASK_STATUSES)})
     session = _Str(required=True, metadata={"description": "the screen/tmux session on the host"})
     exit_code = _Int(allow_none=True)

@@ -127,6 +127,8 @@ class JobCalls:
                     else f"unknown host {host!r} (known: {known})"
                 )
                 continue
+            if raw.get("labels") and raw.get("gpu_count") is None:
+                problems[f"{where}.labels"] = "labels go with gpu_count: any N GPUs carrying them"
             if raw.get("gpu_count") is not None and not queued:
                 problems[f"{where}.gpu_count"] = (
                     "only a queued job may ask for any N GPUs (the scheduler picks them)"

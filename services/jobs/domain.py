@@ -67,6 +67,7 @@ class Task:
     command: str  # shell code run as the owner (their own account), e.g. "python train.py"
     gpus: tuple[str, ...] = ()  # GPU uuids (resolved from indexes when the job is saved)
     gpu_count: int | None = None  # instead of `gpus`: any this many GPUs on one host
+    labels: tuple[str, ...] = ()  # with gpu_count: only GPUs carrying these (gpu_labels)
     cwd: str = ""  # working directory on the host (empty: the owner's home)
     params: tuple[Param, ...] = ()  # this task's own parameters, after the job's
     env: Mapping[str, str] = field(default_factory=dict)  # this task's own variables

@@ -85,6 +85,7 @@ class Engine:
 
     def on_gpu_discovered(self, data: Mapping[str, Any]) -> None:
         self.working.gpus[data["uuid"]] = (data["host"], data.get("index"))
+        self.working.learn_labels(data)
 
     def on_processes(self, data: Mapping[str, Any]) -> None:
         busy = frozenset(p["gpu_uuid"] for p in data["processes"])
@@ -212,7 +213,7 @@ class Engine:
         held = {g for s in jobs.values() for run in s.tasks if run.active for g in run.gpus}
         busy = {g for on_host in self.working.busy.values() for g in on_host} | held
         gpus = {
-            uuid: Gpu(uuid, host, index, uuid in busy)
+            uuid: Gpu(uuid, host, index, uuid in busy, self.working.gpu_labels.get(uuid, ()))
             for uuid, (host, index) in self.working.gpus.items()
             if host in self.working.hosts  # not a removed host's: no new work goes there
         }
@@ -228,7 +229,10 @@ class Engine:
                 job_id=s.id,
                 owner=s.owner,
                 enqueued_at=s.enqueued_at or s.created_at,
-                demands=tuple(Demand(t.index, t.host, t.gpus, t.gpu_count) for t in s.job.tasks),
+                demands=tuple(
+                    Demand(t.index, t.host, t.gpus, t.gpu_count, labels=t.labels)
+                    for t in s.job.tasks
+                ),
                 max_runtime=None if s.max_runtime_s is None else timedelta(seconds=s.max_runtime_s),
             )
             for s in jobs.values()

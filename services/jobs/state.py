@@ -107,6 +107,7 @@ class JobState:
             "host": run.host or spec.host,
             "gpus": list(run.gpus or spec.gpus),
             "gpu_count": spec.gpu_count,
+            "labels": list(spec.labels),
             "status": run.status,
             "session": session_name(self.id, index),
             "exit_code": run.exit_code,

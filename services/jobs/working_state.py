@@ -26,6 +26,7 @@ from services.jobs.tables import outbox
 from services.shared.cluster.host_directory import HostDirectory
 from services.shared.config import Settings
 from services.shared.errors import Forbidden, NotFound
+from services.shared.gpu_labels import gpu_labels
 from services.shared.reservation_book import ReservationBook
 from services.shared.storage.outbox import add_event
 from services.shared.storage.store import Store
@@ -61,6 +62,7 @@ class WorkingState:
         self.book = ReservationBook()
         self.book_loaded = False
         self.gpus: dict[str, tuple[str, int | None]] = {}  # uuid -> (host, index)
+        self.gpu_labels: dict[str, tuple[str, ...]] = {}  # uuid -> its hardware labels
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
         self.lock = asyncio.Lock()
@@ -92,6 +94,15 @@ class WorkingState:
         """GPUs the reservations service listed; what a gpu.discovered event said stays."""
         for gpu in gpus:
             self.gpus.setdefault(gpu["uuid"], (gpu["host"], gpu.get("index")))
+            if gpu["uuid"] not in self.gpu_labels:
+                self.learn_labels(gpu)
+
+    def learn_labels(self, gpu: Mapping[str, Any]) -> None:
+        """A GPU's hardware labels, from its name and memory (a gpu.discovered event or the
+        reservations' list): what queued tasks' `labels` are matched against."""
+        self.gpu_labels[gpu["uuid"]] = tuple(
+            gpu_labels(gpu.get("name"), gpu.get("memory_total_mib"))
+        )
 
     def hosts_gone(self, placement: Mapping[int, tuple[str, Sequence[str]]]) -> str | None:
         """Why a placement may not start: a host of it is not in the inventory now (removed

@@ -111,6 +111,8 @@ access_rules = Table(
     Column("all_gpus", Boolean, nullable=False, default=False),
     Column("hosts", JSON, nullable=False),
     Column("gpus", JSON, nullable=False),  # GPU uuids
+    # A label selector (services.shared.gpu_labels): ["model=A100-80GB"]; NULL or []: none.
+    Column("labels", JSON, nullable=True),
     Column("valid_from_ms", BigInteger, nullable=False),
     Column("valid_until_ms", BigInteger, nullable=True),
     # [{"days": [0..6], "start": "HH:MM", "end": "HH:MM"}] in `timezone`; empty: any time.

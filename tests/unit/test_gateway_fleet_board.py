@@ -262,3 +262,41 @@ async def test_each_host_shows_its_labels_and_a_label_picks_hosts_and_their_gpus
     assert [g["uuid"] for g in gpus] == ["GPU-9"]
     assert json.loads(composed.answer(ADMIN, "gpus", label="none"))["gpus"] == []
     assert len(json.loads(composed.answer(ADMIN, "gpus"))["gpus"]) == 3
+
+
+async def test_gpus_carry_hardware_labels_and_hosts_their_union_which_a_label_picks() -> None:
+    class MixedRpc(FakeRpc):
+        async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any:
+            if method is not monitor_api.SNAPSHOT:
+                return await super().__call__(method, args)
+            h200 = {"uuid": "GPU-H", "index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771}
+            a100 = {"uuid": "GPU-A", "index": 1, "name": "NVIDIA A100-SXM4-40GB"}
+            a100["memory_total_mib"] = 40960
+            host = {"name": "mixed", "reachable": True, "labels": ["lab-b"], "processes": []}
+            bare = {"name": "bare", "reachable": True, "sample": {"gpus": []}, "processes": []}
+            return {
+                "hosts": [{**host, "sample": {"gpus": [h200, a100]}}, bare],
+                "generated_at": NOW.isoformat(),
+            }
+
+    composed = await board_on(loaded()).composition(MixedRpc())
+    hosts = json.loads(composed.answer(ADMIN, "hosts"))["hosts"]
+    mixed = hosts[0]
+    assert mixed["labels"] == ["lab-b"]  # the admin's, unchanged
+    assert [g["labels"] for g in mixed["gpus"]] == [
+        ["model=H200", "model=H200-141GB", "memory=141GB", "arch=hopper"],
+        ["model=A100", "model=A100-40GB", "memory=40GB", "arch=ampere"],
+    ]
+    assert mixed["gpu_labels"] == sorted(
+        {label for gpu in mixed["gpus"] for label in gpu["labels"]}
+    )
+    assert hosts[1]["gpu_labels"] == []
+    picked = json.loads(composed.answer(ADMIN, "hosts", label="arch=Hopper"))["hosts"]
+    assert [h["name"] for h in picked] == ["mixed"]
+    assert json.loads(composed.answer(ADMIN, "gpus", label="arch=volta"))["gpus"] == []
+    # /gpus by a hardware label: only the GPUs that carry it, not their host's others.
+    h200s = json.loads(composed.answer(ADMIN, "gpus", label="model=H200"))["gpus"]
+    assert [g["uuid"] for g in h200s] == ["GPU-H"]
+    # by the host's own label: every GPU of it
+    labbed = json.loads(composed.answer(ADMIN, "gpus", label="lab-b"))["gpus"]
+    assert [g["uuid"] for g in labbed] == ["GPU-H", "GPU-A"]

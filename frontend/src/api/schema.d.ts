@@ -1502,6 +1502,8 @@ export interface components {
             fan_speed_percent: number | null;
             host: string;
             index: number;
+            /** @description labels from the hardware: model=, memory=, arch= */
+            labels?: string[];
             /** @description null when not reported (never 0) */
             memory_total_mib: number | null;
             /** @description null when not reported (never 0) */
@@ -1632,6 +1634,8 @@ export interface components {
             /** Format: date-time */
             down_since: string | null;
             gpu_error: string | null;
+            /** @description every label of its GPUs (from the hardware), sorted */
+            gpu_labels?: string[];
             /** @description ok, no_gpu, no_nvidia_smi or error: why gpus may be empty */
             gpu_status: string | null;
             gpus: components["schemas"]["GpuState"][];
@@ -2089,6 +2093,8 @@ export interface components {
             /** @description null: not placed yet */
             host: string | null;
             index: number;
+            /** @description with gpu_count: the GPUs' labels */
+            labels?: string[];
             params?: components["schemas"]["JobParam"][];
             pid?: number | null;
             port?: number | null;
@@ -2349,6 +2355,7 @@ export interface components {
             hosts: string[];
             id: number;
             idle_policy: (Record<string, never> | null) | components["schemas"]["IdlePolicy"];
+            labels: string[];
             max_duration_s: number | null;
             max_gpu_hours_per_week: number | null;
             max_gpus: number | null;
@@ -2378,6 +2385,8 @@ export interface components {
              * @default null
              */
             idle_policy: components["schemas"]["IdlePolicyArgs"] | (Record<string, never> | null);
+            /** @description only GPUs carrying every label (model=A100-80GB, arch!=volta); alone: every GPU that carries them */
+            labels?: string[];
             /** @default null */
             max_duration_s: number | null;
             /** @default null */
@@ -2414,6 +2423,7 @@ export interface components {
             hosts: string[];
             id: number;
             idle_policy: (Record<string, never> | null) | components["schemas"]["IdlePolicy"];
+            labels: string[];
             max_duration_s: number | null;
             max_gpu_hours_per_week: number | null;
             max_gpus: number | null;
@@ -2558,6 +2568,8 @@ export interface components {
         SlotGpu: {
             host: string;
             index: number | null;
+            /** @description labels from the hardware: model=, memory=, arch= */
+            labels?: string[];
             uuid: string;
         } & {
             [key: string]: unknown;
@@ -2616,6 +2628,8 @@ export interface components {
             gpus?: unknown[];
             /** @default null */
             host: string | null;
+            /** @description with gpu_count: only GPUs carrying every label (model=A100-80GB, arch=hopper, memory=80GB; key!=value: not carrying it) */
+            labels?: string[];
             params?: components["schemas"]["Param"][];
             /** @default worker */
             role: string;
@@ -2924,7 +2938,7 @@ export interface operations {
             query?: {
                 /** @description only this host's */
                 host?: string;
-                /** @description only the GPUs of hosts that carry this label */
+                /** @description only the GPUs of hosts that carry this inventory label, or only the GPUs that carry this hardware label (model=H200) */
                 label?: string;
             };
             header?: {
@@ -3204,7 +3218,7 @@ export interface operations {
     list_hosts: {
         parameters: {
             query?: {
-                /** @description only the hosts that carry this label */
+                /** @description only the hosts that carry this label: an inventory label, or a label of one of their GPUs (model=H200) */
                 label?: string;
             };
             header?: never;
@@ -4610,6 +4624,8 @@ export interface operations {
                 host?: string;
                 gpu_model?: string;
                 same_host?: boolean;
+                /** @description only GPUs carrying every label: model=A100-80GB, memory=80GB, arch=hopper; key!=value: not carrying it (labels=a,b or labels=a&labels=b) */
+                labels?: string[];
             };
             header?: never;
             path?: never;

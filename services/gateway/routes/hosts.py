@@ -31,7 +31,10 @@ class HostPath(Schema):
     name = _Str(required=True, validate=validate.Length(min=1, max=255))
 
 
-_LABEL = {"description": "only the hosts that carry this label"}
+_LABEL = {
+    "description": "only the hosts that carry this label: an inventory label, or a label "
+    "of one of their GPUs (model=H200)"
+}
 
 
 class HostsQuery(Schema):
@@ -44,7 +47,10 @@ class GpusQuery(Schema):
     )
     label = _Str(
         validate=validate.Length(min=1, max=63),
-        metadata={"description": "only the GPUs of hosts that carry this label"},
+        metadata={
+            "description": "only the GPUs of hosts that carry this inventory label, or only "
+            "the GPUs that carry this hardware label (model=H200)"
+        },
     )
 
 
@@ -88,6 +94,9 @@ class GpuStateSchema(Answer):
     fan_speed_percent = _figure()
     clock_sm_mhz = _figure()
     clock_memory_mhz = _figure()
+    labels = fields.List(
+        _Str(), metadata={"description": "labels from the hardware: model=, memory=, arch="}
+    )
     processes = fields.List(
         fields.Nested(ProcessOnGpuSchema),
         required=True,
@@ -117,6 +126,9 @@ class HostStateSchema(Answer):
         _Str(),
         required=True,
         metadata={"description": "the groups the host belongs to (set in the inventory)"},
+    )
+    gpu_labels = fields.List(
+        _Str(), metadata={"description": "every label of its GPUs (from the hardware), sorted"}
     )
     reachable = fields.Boolean(
         required=True, allow_none=True, metadata={"description": "null: not polled yet"}

@@ -28,6 +28,7 @@ from services.reservations.api import (
 )
 from services.shared import fastjson
 from services.shared.errors import InvalidRequest
+from services.shared.gpu_labels import selector_problem
 
 _Str = fields.String
 _Time = fields.AwareDateTime
@@ -105,6 +106,13 @@ class OverviewQuery(Schema):
     )
 
 
+def label_selector(terms: list[str]) -> None:
+    """A label selector (`services.shared.gpu_labels`): a 422 naming the first bad term."""
+    problem = selector_problem(terms)
+    if problem:
+        raise ValidationError(problem)
+
+
 class SlotQuery(Schema):
     count = fields.Integer(required=True, validate=validate.Range(min=1, max=1024))
     duration_minutes = fields.Integer(
@@ -114,6 +122,14 @@ class SlotQuery(Schema):
     host = _Str(validate=validate.Length(min=1, max=255))
     gpu_model = _Str(validate=validate.Length(min=1, max=255))
     same_host = fields.Boolean(load_default=False)
+    labels = fields.List(
+        _Str(validate=validate.Length(min=1, max=64)),
+        validate=label_selector,
+        metadata={
+            "description": "only GPUs carrying every label: model=A100-80GB, memory=80GB, "
+            "arch=hopper; key!=value: not carrying it (labels=a,b or labels=a&labels=b)"
+        },
+    )
 
 
 # --- helpers shared with other routes ----------------------------------------------------------

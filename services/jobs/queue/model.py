@@ -20,6 +20,7 @@ class Gpu:
     host: str
     index: int | None
     busy: bool  # processes seen by the monitor, or held by a running Warden job
+    labels: tuple[str, ...] = ()  # from the hardware (services.shared.gpu_labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class Demand:
     host: str | None
     gpus: tuple[str, ...] = ()  # named GPUs (uuids)
     gpu_count: int | None = None  # or any this many on one host (`host`, or any when None)
+    labels: tuple[str, ...] = ()  # with gpu_count: only GPUs that meet this label selector
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 
 from services.jobs.queue.model import Booking, Demand, Gpu, QueuedJob, QueueState
+from services.shared.gpu_labels import matches, selector_text
 
 _US = timedelta(microseconds=1)
 _NEVER = 1 << 62  # µs from now: no blocking booking within the horizon
@@ -88,6 +90,7 @@ class Placer:
         self._failed: dict[tuple[str | None, int], int] = {}  # (owner|None, n) -> least w
         self._settled = True  # no GPU taken for a job still being placed (memo allowed)
         self.probe_busy = False  # whether a refusal must tell if only busy GPUs block
+        self._unlabelled: dict[tuple[str, ...], frozenset[str]] = {}
 
     # --- GPU limits
 
@@ -249,6 +252,8 @@ class Placer:
     def place_any(
         self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str]
     ) -> tuple[str, tuple[str, ...]]:
+        if d.labels:
+            return self.place_labelled(job, d, w, avoid)
         n = d.gpu_count or 0
         owner = job.owner
         if d.host is not None:
@@ -273,6 +278,29 @@ class Placer:
             )
             raise Refused(f"no host has {n} free GPUs for {_duration(w)}", busy_only)
         return host, self.pick(host, owner, w, n, avoid)
+
+    def place_labelled(
+        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str]
+    ) -> tuple[str, tuple[str, ...]]:
+        """place_any among the GPUs that meet the demand's labels (the others avoided)."""
+        unlabelled = self.unlabelled(d.labels)
+        if len(unlabelled) == len(self.state.gpus):
+            raise Refused(f"no GPU labelled {selector_text(d.labels)} is known")
+        try:
+            return self.place_any(job, replace(d, labels=()), w, avoid | unlabelled)
+        except Refused as refused:
+            raise Refused(
+                f"{refused.reason} (labelled {selector_text(d.labels)})", refused.busy_only
+            ) from None
+
+    def unlabelled(self, labels: tuple[str, ...]) -> frozenset[str]:
+        """The GPUs that do not meet `labels`, once per pass and selector."""
+        found = self._unlabelled.get(labels)
+        if found is None:
+            found = self._unlabelled[labels] = frozenset(
+                g.uuid for g in self.state.gpus.values() if not matches(g.labels, labels)
+            )
+        return found
 
     def pick(self, host: str, owner: str, w: int, n: int, avoid: frozenset[str]) -> tuple[str, ...]:
         """Up to n usable free GPUs of the host, lowest index first."""
@@ -358,13 +386,14 @@ class Placer:
                 local.update(d.gpus)
             elif (d.gpu_count or 0) > 0:
                 n = d.gpu_count or 0
+                shunned = avoid | self.unlabelled(d.labels) if d.labels else avoid
                 best: tuple[int, int, str] | None = None
                 best_gpus: list[str] = []
                 for host in [d.host] if d.host is not None else list(self.host_all):
                     usable = [
                         u
                         for u in self.host_all.get(host, ())
-                        if u not in avoid and u not in local and self.usable_by(u, owner, w)
+                        if u not in shunned and u not in local and self.usable_by(u, owner, w)
                     ]
                     if len(usable) < n:
                         continue

@@ -34,6 +34,7 @@ class RuleSchema(Answer):
     all_gpus = fields.Boolean(required=True)
     hosts = fields.List(_Str(), required=True)
     gpus = fields.List(_Str(), required=True)
+    labels = fields.List(_Str(), required=True)
     valid_from = _Time(required=True)
     valid_until = _Time(required=True, allow_none=True)
     windows = fields.List(fields.Nested(RuleWindowSchema), required=True)
@@ -190,6 +191,10 @@ class SlotGpuSchema(Answer):
     uuid = _Str(required=True)
     host = _Str(required=True)
     index = fields.Integer(required=True, allow_none=True)
+    labels = fields.List(
+        _Str(),
+        metadata={"description": "labels from the hardware: model=, memory=, arch="},
+    )
 
 
 class SlotSchema(Answer):
@@ -205,6 +210,10 @@ class GpuSchema(Answer):
     name = _Str(required=True)
     memory_total_mib = fields.Integer(allow_none=True)
     present = fields.Boolean(required=True)
+    labels = fields.List(
+        _Str(),
+        metadata={"description": "labels from the hardware: model=, memory=, arch="},
+    )
 
 
 class IdleNoticeSchema(Answer):

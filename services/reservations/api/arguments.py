@@ -8,11 +8,19 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from services.accounts.api import ActorArgs, FeedTokenArgs
+from services.shared.gpu_labels import selector_problem
 
 _Str = fields.String
 _Time = fields.AwareDateTime
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def _selector(terms: list[str]) -> None:
+    """A label selector (`services.shared.gpu_labels`): refused with the first bad term."""
+    problem = selector_problem(terms)
+    if problem:
+        raise ValidationError(problem)
 
 
 _GPU_REF = _Str(validate=validate.Length(min=1, max=128))
@@ -82,6 +90,12 @@ class FindSlotArgs(ActorArgs):
     host = _Str(load_default=None)
     gpu_model = _Str(load_default=None)
     same_host = fields.Boolean(load_default=False)
+    labels = fields.List(
+        _Str(),
+        load_default=list,
+        validate=_selector,
+        metadata={"description": "only GPUs carrying every label (model=A100-80GB, arch!=volta)"},
+    )
 
 
 class ActiveArgs(Schema):
@@ -155,6 +169,15 @@ class RuleArgs(ActorArgs):
     all_gpus = fields.Boolean(load_default=False)
     hosts = fields.List(_Name, load_default=list)
     gpus = fields.List(_Name, load_default=list)
+    labels = fields.List(
+        _Str(),
+        load_default=list,
+        validate=_selector,
+        metadata={
+            "description": "only GPUs carrying every label (model=A100-80GB, arch!=volta); "
+            "alone: every GPU that carries them"
+        },
+    )
     valid_from = _Time(load_default=None, validate=_SANE_TIME)
     valid_until = _Time(load_default=None, allow_none=True, validate=_SANE_TIME)
     windows = fields.List(fields.Nested(WindowArgs), load_default=list)

@@ -47,6 +47,7 @@ def access_rule(args: dict[str, Any], now: datetime) -> AccessRule:
         all_gpus=args["all_gpus"],
         hosts=frozenset(args["hosts"]),
         gpus=frozenset(args["gpus"]),
+        labels=tuple(dict.fromkeys(args["labels"])),
         windows=tuple(weekly_window(w) for w in args["windows"]),
         timezone=args["timezone"],
         limits=Limits(
@@ -174,6 +175,7 @@ class BookingCalls:
             gpu_model=args["gpu_model"],
             same_host=args["same_host"],
             now=self.changes.clock(),
+            labels=args["labels"],
         )
 
     async def active_reservations(self, args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from services.reservations.rules.intervals import merge
 from services.reservations.rules.planner import IdleFirst, Slot, earliest_slot
 from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
+from services.shared.gpu_labels import failed_terms, gpu_labels, matches, selector_text
 
 MAX_OVERVIEW = MAX_CALENDAR = api.MAX_RANGE
 SLOT_SEARCH_HORIZON = timedelta(weeks=8)
@@ -175,9 +176,11 @@ class Queries:
         gpu_model: str | None = None,
         same_host: bool = False,
         now: datetime | None = None,
+        labels: Sequence[str] = (),
     ) -> dict[str, Any]:
         """The earliest start where `username` may use `count` GPUs nobody reserved; for a
-        slot that starts now, GPUs idle now before those in use."""
+        slot that starts now, GPUs idle now before those in use. `labels`: only GPUs that
+        meet every term (`services.shared.gpu_labels`)."""
         horizon = not_before + SLOT_SEARCH_HORIZON
         async with self.store.read() as conn:
             directory = await self.directory.get(conn)
@@ -189,6 +192,7 @@ class Queries:
                 for g in known.values()
                 if _matches(g, host, gpu_model) and self.host_offered(g.host)
             ]
+            candidates = _labelled(candidates, labels)
             # Rules whose own limits already forbid this request cannot make room for it.
             usable = [
                 r
@@ -220,9 +224,9 @@ class Queries:
         if found is None:
             where = f" on {host}" if host else ""
             raise NotFound(
-                f"no {count} GPU{'s' if count > 1 else ''}{where} free for you for "
-                f"{duration} within {SLOT_SEARCH_HORIZON.days // 7} weeks",
-                {"count": count, "horizon": horizon.isoformat()},
+                f"no {count} GPU{'s' if count > 1 else ''}{where}{_labelled_text(labels)} "
+                f"free for you for {duration} within {SLOT_SEARCH_HORIZON.days // 7} weeks",
+                {"count": count, "horizon": horizon.isoformat(), "labels": list(labels)},
             )
         return {
             "start": found.start.isoformat(),
@@ -360,6 +364,36 @@ def _matches(gpu: Gpu, host: str | None, gpu_model: str | None) -> bool:
     if not gpu.present or (host is not None and gpu.host != host):
         return False
     return gpu_model is None or gpu_model.lower() in gpu.name.lower()
+
+
+def _labelled(candidates: list[Gpu], labels: Sequence[str]) -> list[Gpu]:
+    """The candidates that meet every label term; none at all is said at once, by label."""
+    if not labels:
+        return candidates
+    kept = [g for g in candidates if matches(gpu_labels(g.name, g.memory_total_mib), labels)]
+    if candidates and not kept:
+        # The terms no GPU meets, if any, are the ones to name; else no GPU meets them all.
+        failed = _failed_everywhere(candidates, labels)
+        raise NotFound(
+            f"no GPU{_labelled_text(failed or labels)} is offered",
+            {"labels": list(labels), "failed": failed or list(labels)},
+        )
+    return kept
+
+
+def _failed_everywhere(gpus: Sequence[Gpu], labels: Sequence[str]) -> list[str]:
+    """The terms no GPU meets (the ones to blame for an empty match), in the order given."""
+    met = {
+        term
+        for g in gpus
+        for term in labels
+        if term not in failed_terms(gpu_labels(g.name, g.memory_total_mib), [term])
+    }
+    return [term for term in labels if term not in met]
+
+
+def _labelled_text(labels: Sequence[str]) -> str:
+    return f" labelled {selector_text(labels)}" if labels else ""
 
 
 def _check_range(start: datetime, end: datetime, longest: timedelta) -> None:

@@ -30,6 +30,7 @@ from services.reservations.store import from_ms, iso_ms, now_ms, to_ms
 from services.reservations.tables import access_rules, gpu_slots, gpus, guests, reservations
 from services.reservations.usage.totals import from_row, summary
 from services.shared.errors import NotFound
+from services.shared.gpu_labels import gpu_labels
 
 # --- GPUs ---------------------------------------------------------------------------------------
 
@@ -61,6 +62,7 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "memory_total_mib": gpu.memory_total_mib,
         "present": gpu.present,
+        "labels": gpu_labels(gpu.name, gpu.memory_total_mib),
     }
 
 
@@ -99,6 +101,7 @@ def rule_from_row(row: Row[Any]) -> AccessRule:
         all_gpus=row.all_gpus,
         hosts=frozenset(row.hosts),
         gpus=frozenset(row.gpus),
+        labels=tuple(row.labels or ()),
         windows=windows_from_json(row.windows),
         timezone=row.timezone,
         limits=Limits(
@@ -122,6 +125,7 @@ def rule_values(rule: AccessRule) -> dict[str, Any]:
         "all_gpus": rule.all_gpus,
         "hosts": sorted(rule.hosts),
         "gpus": sorted(rule.gpus),
+        "labels": list(rule.labels),
         "valid_from_ms": to_ms(rule.valid_from),
         "valid_until_ms": None if rule.valid_until is None else to_ms(rule.valid_until),
         "windows": windows_to_json(rule.windows),
@@ -145,6 +149,7 @@ def rule_dict(row: Row[Any]) -> dict[str, Any]:
         "all_gpus": row.all_gpus,
         "hosts": list(row.hosts),
         "gpus": list(row.gpus),
+        "labels": list(row.labels or ()),
         "valid_from": iso_ms(row.valid_from_ms),
         "valid_until": iso_ms(row.valid_until_ms),
         "windows": list(row.windows),

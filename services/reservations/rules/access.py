@@ -27,6 +27,13 @@ from services.reservations.rules.domain import (
     WeeklyWindow,
 )
 from services.reservations.rules.intervals import intersect, merge, subtract, uncovered
+from services.shared.gpu_labels import (
+    failed_terms,
+    gpu_labels,
+    matches,
+    selector_problem,
+    selector_text,
+)
 
 _DAY = timedelta(days=1)
 _WEEK = timedelta(days=7)
@@ -129,8 +136,11 @@ def rule_problems(rule: AccessRule) -> dict[str, str]:
     problems.update(_limits_problems(rule))
     if rule.idle_policy is not None:
         problems.update(policy_problems(rule.idle_policy))
-    if not (rule.all_gpus or rule.hosts or rule.gpus):
-        problems["objects"] = "grant all GPUs, or name hosts or GPUs"
+    if not (rule.all_gpus or rule.hosts or rule.gpus or rule.labels):
+        problems["objects"] = "grant all GPUs, or name hosts, GPUs or labels"
+    label_problem = selector_problem(rule.labels)
+    if label_problem:
+        problems["labels"] = label_problem
     return problems
 
 
@@ -194,15 +204,19 @@ def idle_policy_of(
 
 
 def rule_covers(rule: AccessRule, gpu: Gpu) -> bool:
-    return rule.all_gpus or gpu.host in rule.hosts or gpu.uuid in rule.gpus
+    if rule.labels and not matches(gpu_labels(gpu.name, gpu.memory_total_mib), rule.labels):
+        return False
+    named = rule.all_gpus or gpu.host in rule.hosts or gpu.uuid in rule.gpus
+    return named or (bool(rule.labels) and not (rule.hosts or rule.gpus))
 
 
 def _covers_uuid(rule: AccessRule, uuid: str, known: Mapping[str, Gpu]) -> bool:
-    """rule_covers for a GPU known by uuid only: its host comes from `known` if there."""
-    if rule.all_gpus or uuid in rule.gpus:
-        return True
+    """rule_covers for a GPU known by uuid only: its host and hardware come from `known` if
+    there (a rule with labels covers no GPU it does not know)."""
     gpu = known.get(uuid)
-    return gpu is not None and gpu.host in rule.hosts
+    if gpu is not None:
+        return rule_covers(rule, gpu)
+    return not rule.labels and (rule.all_gpus or uuid in rule.gpus)
 
 
 _Spans = Callable[[int], list[Interval]]
@@ -284,7 +298,7 @@ def access_refusals(
         blocking.update(helpers)
         never = subtract(gaps, merge(s for i in helpers for s in spans(i)))
         if never:
-            not_allowed.append(_not_allowed(member, gpu, never))
+            not_allowed.append(_not_allowed(member, gpu, never, applicable))
     by_rule = sorted(blocking, key=lambda i: (applicable[i].id, i))
     return not_allowed + [refusal for i in by_rule for refusal in failed[i]]
 
@@ -300,28 +314,56 @@ def use_refusals(
     for gpu in sorted(gpus, key=lambda g: (g.host, g.index, g.uuid)):
         gaps = uncovered(target, allowed[gpu.uuid])
         if gaps:
-            refusals.append(_not_allowed(member, gpu, gaps))
+            applicable = [rule for rule in rules if rule_applies_to(rule, member)]
+            refusals.append(_not_allowed(member, gpu, gaps, applicable))
     return refusals
 
 
-def _not_allowed(member: Member, gpu: Gpu, gaps: list[Interval]) -> Refusal:
+def _not_allowed(
+    member: Member, gpu: Gpu, gaps: list[Interval], applicable: Sequence[AccessRule] = ()
+) -> Refusal:
     periods = [period_text(gap) for gap in gaps[:_LISTED_GAPS]]
     if len(gaps) > _LISTED_GAPS:
         periods.append(f"{len(gaps) - _LISTED_GAPS} more periods")
     when = periods[0] if len(periods) == 1 else ", ".join(periods[:-1]) + " and " + periods[-1]
+    missed = _label_misses(applicable, gpu)
+    because = "".join(
+        f"; rule '{rule.name}' is for GPUs labelled {selector_text(terms)}"
+        for rule, terms in missed
+    )
+    details: dict[str, Any] = {
+        "gpu": gpu.uuid,
+        "host": gpu.host,
+        "index": gpu.index,
+        "uncovered": [gap.to_dict() for gap in gaps],
+    }
+    if missed:
+        details["labels_failed"] = [
+            {**_rule_details(rule), "failed": terms} for rule, terms in missed
+        ]
     return Refusal(
         code="not_allowed",
         message=(
             f"{member.username} may not use GPU {gpu.host}:{gpu.index} {when}: "
-            "no access rule covers that time"
+            f"no access rule covers that time{because}"
         ),
-        details={
-            "gpu": gpu.uuid,
-            "host": gpu.host,
-            "index": gpu.index,
-            "uncovered": [gap.to_dict() for gap in gaps],
-        },
+        details=details,
     )
+
+
+def _label_misses(rules: Sequence[AccessRule], gpu: Gpu) -> list[tuple[AccessRule, list[str]]]:
+    """The member's rules that would cover the GPU but for their labels, with the terms the
+    GPU fails: what a refusal names (at most _LISTED_GAPS of them)."""
+    missed = []
+    for rule in rules:
+        if not rule.labels:
+            continue
+        named = rule.all_gpus or gpu.host in rule.hosts or gpu.uuid in rule.gpus
+        if named or not (rule.hosts or rule.gpus):
+            failed = failed_terms(gpu_labels(gpu.name, gpu.memory_total_mib), rule.labels)
+            if failed:
+                missed.append((rule, failed))
+    return missed[:_LISTED_GAPS]
 
 
 def period_text(interval: Interval) -> str:

@@ -91,7 +91,9 @@ class IdlePolicy:
 class AccessRule:
     """Grants subjects (users, groups) the use of objects (GPUs) in a period and windows.
 
-    Objects: every GPU when `all_gpus`, else the GPUs of `hosts` plus the GPUs in `gpus`.
+    Objects: every GPU when `all_gpus`, else the GPUs of `hosts` plus the GPUs in `gpus`;
+    with `labels` (a selector, `services.shared.gpu_labels`) only those of them that carry
+    the labels, or, when it names no other object, every GPU that does.
     No windows: at any time within [valid_from, valid_until).
     """
 
@@ -104,6 +106,7 @@ class AccessRule:
     all_gpus: bool = False
     hosts: frozenset[str] = frozenset()
     gpus: frozenset[str] = frozenset()
+    labels: tuple[str, ...] = ()  # e.g. ("model=A100-80GB",): every term must hold
     windows: tuple[WeeklyWindow, ...] = ()
     timezone: str = "UTC"
     limits: Limits = field(default_factory=Limits)

@@ -30,6 +30,8 @@ class TaskData(Strict):
     host = Str(required=True, allow_none=True)  # None: a queued task not placed yet
     gpus = fields.List(Str(), required=True)
     gpu_count = Integer(allow_none=True, load_default=None)
+    # With gpu_count: only GPUs carrying these labels (services.shared.gpu_labels).
+    labels = fields.List(Str(), load_default=list)
     status = Str(required=True, validate=validate.OneOf(TASK_STATUSES))
     session = Str(required=True)  # screen/tmux session name on the host
     exit_code = Integer(allow_none=True, load_default=None)

@@ -24,6 +24,7 @@ const rule: Rule = {
   all_gpus: false,
   hosts: ['sim-001'],
   gpus: [],
+  labels: [],
   valid_from: '2020-01-01T00:00:00+00:00',
   valid_until: null,
   windows: [{ days: [0, 1, 2, 3, 4], start: '08:00', end: '18:00' }],
@@ -172,5 +173,24 @@ describe('idle policy', () => {
     expect(validateForm({ ...emptyForm(), idleGrace: '0' }).idleGrace).toBeUndefined()
     const problems = validateForm({ ...emptyForm(), idleOn: true, idleGrace: '0', idleUtil: '150', idleFor: '' })
     expect(problems).toMatchObject({ idleGrace: 'more than zero', idleUtil: 'at most 100 %', idleFor: 'more than zero' })
+  })
+})
+
+describe('rules by GPU label', () => {
+  it('says the labels in the sentence and sends them as terms', () => {
+    const r = { ...rule, hosts: [], labels: ['model=A100-80GB'], windows: [], max_gpus: null, max_duration_s: null }
+    expect(ruleSentence(r)).toBe('group ml: every GPU labelled model=A100-80GB, any time')
+    const onHost = { ...r, hosts: ['sim-001'], labels: ['arch=ampere', 'memory!=40GB'] }
+    expect(ruleSentence(onHost)).toBe('group ml: GPUs of sim-001 labelled arch=ampere, memory!=40GB, any time')
+    const form = ruleToForm(onHost)
+    expect(form.labels).toBe('arch=ampere, memory!=40GB')
+    expect(formToBody({ ...form, labels: ' model=H200,arch=hopper  ' }).labels).toEqual(['model=H200', 'arch=hopper'])
+  })
+  it('accepts labels as the only objects and names a bad term', () => {
+    const form = { ...emptyForm(), name: 'vision', groups: ['vision'], labels: 'model=A100-80GB' }
+    expect(validateForm(form)).toEqual({})
+    expect(validateForm({ ...form, labels: '' }).objects).toMatch(/labels/)
+    expect(validateForm({ ...form, labels: 'gpu=A100' }).labels).toBe('gpu=A100: the label keys are model, memory, arch')
+    expect(validateForm({ ...form, labels: 'A100' }).labels).toMatch(/write key=value/)
   })
 })

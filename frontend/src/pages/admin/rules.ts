@@ -23,6 +23,7 @@ export interface RuleForm {
   allGpus: boolean
   hosts: string[]
   gpus: string[] // uuids
+  labels: string // a label selector, comma-separated: "model=A100-80GB, arch!=volta"
   validFrom: string // <input type="datetime-local">, '' = now
   validUntil: string // '' = open-ended
   timezone: string
@@ -51,6 +52,7 @@ export function emptyForm(timezone = 'UTC'): RuleForm {
     allGpus: false,
     hosts: [],
     gpus: [],
+    labels: '',
     validFrom: '',
     validUntil: '',
     timezone,
@@ -77,6 +79,7 @@ export function ruleToForm(rule: Rule): RuleForm {
     allGpus: rule.all_gpus,
     hosts: [...rule.hosts],
     gpus: [...rule.gpus],
+    labels: (rule.labels ?? []).join(', '),
     validFrom: toLocalInput(new Date(rule.valid_from)),
     validUntil: rule.valid_until ? toLocalInput(new Date(rule.valid_until)) : '',
     timezone: rule.timezone,
@@ -117,6 +120,7 @@ export function formToBody(form: RuleForm): RuleBody {
     all_gpus: form.allGpus,
     hosts: form.allGpus ? [] : [...form.hosts],
     gpus: form.allGpus ? [] : [...form.gpus],
+    labels: labelTerms(form.labels),
     valid_from: form.validFrom ? fromLocalInput(form.validFrom) : null,
     valid_until: form.validUntil ? fromLocalInput(form.validUntil) : null,
     timezone: form.timezone || 'UTC',
@@ -157,7 +161,12 @@ export function validateForm(form: RuleForm): Record<string, string> {
   const problems: Record<string, string> = {}
   if (!form.name.trim()) problems.name = 'a rule needs a name'
   if (!form.users.length && !form.groups.length) problems.subjects = 'grant it to at least one user or group'
-  if (!form.allGpus && !form.hosts.length && !form.gpus.length) problems.objects = 'grant every GPU, or pick hosts or GPUs'
+  const labels = labelTerms(form.labels)
+  if (!form.allGpus && !form.hosts.length && !form.gpus.length && !labels.length) {
+    problems.objects = 'grant every GPU, or pick hosts, GPUs or labels'
+  }
+  const badLabel = labels.map(labelProblem).find((p) => p)
+  if (badLabel) problems.labels = badLabel
   if (form.validFrom && form.validUntil && new Date(form.validUntil) <= new Date(form.validFrom)) {
     problems.validUntil = 'must be later than “valid from”'
   }
@@ -222,12 +231,34 @@ export function subjectsText(rule: Pick<Rule, 'users' | 'groups'>): string {
   return parts.length ? parts.join(', ') : 'nobody'
 }
 
-export function objectsText(rule: Pick<Rule, 'all_gpus' | 'hosts' | 'gpus'>, names: GpuNames = {}): string {
-  if (rule.all_gpus) return 'every GPU'
+export function objectsText(rule: Pick<Rule, 'all_gpus' | 'hosts' | 'gpus'> & { labels?: string[] }, names: GpuNames = {}): string {
+  const labels = rule.labels ?? []
+  const labelled = labels.length ? ` labelled ${labels.join(', ')}` : ''
+  if (rule.all_gpus) return `every GPU${labelled}`
   const parts: string[] = []
   if (rule.hosts.length) parts.push(`GPUs of ${rule.hosts.join(', ')}`)
   if (rule.gpus.length) parts.push(`${rule.gpus.length === 1 ? 'GPU' : 'GPUs'} ${rule.gpus.map((u) => names[u] ?? u).join(', ')}`)
-  return parts.length ? parts.join(' and ') : 'no GPU'
+  if (!parts.length) return labels.length ? `every GPU${labelled}` : 'no GPU'
+  return parts.join(' and ') + labelled
+}
+
+/** The label keys a selector may name (services/shared/gpu_labels.py KEYS). */
+export const LABEL_KEYS = ['model', 'memory', 'arch'] as const
+
+/** "model=A100-80GB, arch!=volta" as the API's list of terms. */
+export function labelTerms(text: string): string[] {
+  return text
+    .split(/[,\s]+/)
+    .map((t) => t.trim())
+    .filter((t) => t)
+}
+
+/** Why a selector term is refused (as the server says it), or '' when it is one. */
+export function labelProblem(term: string): string {
+  const found = /^([a-z]+)(!?=)([A-Za-z0-9][A-Za-z0-9._+-]*)$/.exec(term)
+  if (!found || term.length > 64) return `${term}: write key=value or key!=value (e.g. model=A100-80GB)`
+  if (!(LABEL_KEYS as readonly string[]).includes(found[1])) return `${term}: the label keys are ${LABEL_KEYS.join(', ')}`
+  return ''
 }
 
 function dateText(iso: string): string {

@@ -12,13 +12,14 @@ export interface GpuInfo {
   host: string
   index: number
   name: string | null
+  labels?: string[] // from the hardware: model=, memory=, arch=
 }
 
 /** Every GPU, by host then index. */
 export async function loadGpus(): Promise<GpuInfo[]> {
   const answer = await unwrap(api.GET('/api/v1/gpus', {}))
   return answer.gpus
-    .map((g) => ({ uuid: g.uuid, host: g.host, index: g.index, name: g.name ?? null }))
+    .map((g) => ({ uuid: g.uuid, host: g.host, index: g.index, name: g.name ?? null, labels: g.labels ?? [] }))
     .sort(byHostIndex)
 }
 
