@@ -34,6 +34,7 @@ class GpuIdentity:
     index: int
     name: str | None
     memory_total_mib: float | None
+    mig_parent_uuid: str | None = None
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -126,21 +127,21 @@ class HostState:
         seen = set()
         for gpu in gpus:
             seen.add(gpu.uuid)
-            identity = GpuIdentity(gpu.uuid, gpu.index, gpu.name, gpu.memory_total_mib)
+            identity = GpuIdentity(
+                gpu.uuid, gpu.index, gpu.name, gpu.memory_total_mib, gpu.mig_parent_uuid
+            )
             if self.gpus.get(gpu.uuid) != identity:
                 self.gpus[gpu.uuid] = identity
-                events.append(
-                    (
-                        "gpu.discovered",
-                        {
-                            "host": self.name,
-                            "uuid": gpu.uuid,
-                            "index": gpu.index,
-                            "name": gpu.name or "",
-                            "memory_total_mib": gpu.memory_total_mib,
-                        },
-                    )
-                )
+                found: dict[str, Any] = {
+                    "host": self.name,
+                    "uuid": gpu.uuid,
+                    "index": gpu.index,
+                    "name": gpu.name or "",
+                    "memory_total_mib": gpu.memory_total_mib,
+                }
+                if gpu.mig_parent_uuid is not None:  # a MIG instance
+                    found["mig_parent_uuid"] = gpu.mig_parent_uuid
+                events.append(("gpu.discovered", found))
         for uuid in sorted(set(self.gpus) - seen):
             gone = self.gpus.pop(uuid)
             events.append(

@@ -205,6 +205,10 @@ class GpuSchema(Answer):
     name = _Str(required=True)
     memory_total_mib = fields.Integer(allow_none=True)
     present = fields.Boolean(required=True)
+    mig_parent_uuid = _Str(
+        allow_none=True,
+        metadata={"description": "a MIG instance: the uuid of the GPU it is part of"},
+    )
 
 
 class IdleNoticeSchema(Answer):

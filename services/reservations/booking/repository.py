@@ -42,6 +42,7 @@ def _gpu(row: Row[Any]) -> Gpu:
         name=row.name,
         memory_total_mib=row.memory_total_mib,
         present=row.present,
+        mig_parent_uuid=row.mig_parent_uuid,
     )
 
 
@@ -61,6 +62,7 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "memory_total_mib": gpu.memory_total_mib,
         "present": gpu.present,
+        "mig_parent_uuid": gpu.mig_parent_uuid,
     }
 
 
