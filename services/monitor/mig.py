@@ -50,9 +50,7 @@ nvidia-smi 2>/dev/null | grep -E '^\\| +[0-9]|MIG devices|Processes:';; esac
 
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*?) \(UUID: (\S+?)\)\s*$")
 _MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (\S+?)\)\s*$")
-_MIG_ROW = re.compile(
-    r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+(\d+)\s*MiB\s*/\s*(\d+)\s*MiB"
-)
+_MIG_ROW = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+(\d+)\s*MiB\s*/\s*(\d+)\s*MiB")
 _PROCESS_ROW = re.compile(r"^\|\s+(\d+)\s+(\d+|N/A)\s+(\d+|N/A)\s+(\d+)\s+\S+\s")
 _OLD_MIG_UUID = re.compile(r"^MIG-(GPU-[^/]+)/(\d+)/(\d+)$")
 
@@ -126,9 +124,12 @@ def parse_mig_smi(lines: list[str]) -> tuple[_Table, list[tuple[int, int, int, i
         elif part == "mig" and (row := _MIG_ROW.match(line)):
             gpu, gi, ci, dev, used, total = map(int, row.groups())
             table[(gpu, dev)] = (gi, ci, used, total)
-        elif part == "processes" and (proc := _PROCESS_ROW.match(line)):
-            if proc[2] != "N/A" and proc[3] != "N/A":
-                pids.append((int(proc[1]), int(proc[2]), int(proc[3]), int(proc[4])))
+        elif (
+            part == "processes"
+            and (proc := _PROCESS_ROW.match(line))
+            and "N/A" not in (proc[2], proc[3])
+        ):
+            pids.append((int(proc[1]), int(proc[2]), int(proc[3]), int(proc[4])))
     return table, pids
 
 
@@ -166,12 +167,8 @@ def apply_mig(reading: HostReading, mig: MigReading) -> HostReading:
     if not instances:
         return reading
     known = {d.uuid for d in mig.devices}
-    by_place = {
-        (d.parent_index, d.gi, d.ci): d.uuid for d in mig.devices if d.gi is not None
-    }
-    by_old_uuid = {
-        (d.parent_uuid, d.gi, d.ci): d.uuid for d in mig.devices if d.gi is not None
-    }
+    by_place = {(d.parent_index, d.gi, d.ci): d.uuid for d in mig.devices if d.gi is not None}
+    by_old_uuid = {(d.parent_uuid, d.gi, d.ci): d.uuid for d in mig.devices if d.gi is not None}
     parent_index = {d.parent_uuid: d.parent_index for d in mig.devices}
     on_instance: dict[tuple[int, int], str] = {}  # (parent index, pid) -> instance uuid
     for gpu, gi, ci, pid in mig.pids:
@@ -180,10 +177,7 @@ def apply_mig(reading: HostReading, mig: MigReading) -> HostReading:
             on_instance[(gpu, pid)] = uuid
     processes = tuple(
         sorted(
-            (
-                _placed(p, known, parent_index, on_instance, by_old_uuid)
-                for p in reading.processes
-            ),
+            (_placed(p, known, parent_index, on_instance, by_old_uuid) for p in reading.processes),
             key=lambda p: (p.gpu_uuid, p.pid),
         )
     )

@@ -1,0 +1,151 @@
+"""A simulated GPU split by MIG, read over real SSH by the monitor's probe: its instances are
+GPUs of their own, each process on its instance, and the violations detector tells a booking of
+one instance from a squat on another.
+
+The fleet (1 host x 2 A100 80GB, no background churn) is served by `warden sim`'s server; the
+monitor reads it with its own `SshReader` and turns the reading into its events (`HostState`),
+and the detector sees the processes as the violations service gets them (`processes.observed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from services.monitor.readers import SshReader
+from services.monitor.state import HostState
+from services.shared.remote.ssh import SshHostShell, SshOptions
+from services.shared.reservation_book import Holding
+from services.sim.control import ControlApi
+from services.sim.model import SimFleet
+from services.violations.detector import SeenProcess, detect
+from tests.support.fleet import ServedFleet, served_fleet
+
+HOST = "sim-001"
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[ServedFleet]:
+    fleet = SimFleet(1, 2, seed=7, churn=False)
+    async with served_fleet(fleet, tmp_path) as running:
+        yield running
+
+
+async def poll(served: ServedFleet, state: HostState) -> list[tuple[str, dict[str, Any]]]:
+    """One poll of the host, as the monitor makes it: its events."""
+    options = SshOptions(known_hosts=str(served.known_hosts), connect_timeout_s=10.0)
+    reader = SshReader(SshHostShell(served.host(HOST), options))
+    try:
+        reading = await reader.read(20.0)
+    finally:
+        await reader.close()
+    return state.on_reading(reading, datetime.now(UTC))
+
+
+def holding(reservation_id: int, owner: str, uuid: str, index: int) -> Holding:
+    now = datetime.now(UTC)
+    return Holding(
+        reservation_id,
+        owner,
+        frozenset(),
+        now - timedelta(hours=1),
+        now + timedelta(hours=1),
+        {uuid: (HOST, index)},
+    )
+
+
+def seen(observed: dict[str, Any]) -> list[SeenProcess]:
+    return [
+        SeenProcess(p["pid"], p["user"], p["command"], p["gpu_uuid"])
+        for p in observed["processes"]
+    ]
+
+
+async def test_a_split_gpu_shows_its_instances_through_the_control_api(
+    served: ServedFleet,
+) -> None:
+    """`warden sim ctl split-gpu` and `start-process --mig` through the control API."""
+    async with ControlApi(served.server) as control, aiohttp.ClientSession() as http:
+        url = f"{control.url}/hosts/{HOST}"
+        async with http.post(f"{url}/gpus/0/mig", json={"profiles": ["4g.40gb", "2g.20gb"]}) as r:
+            assert r.status == 200
+            instances = (await r.json())["instances"]
+        async with http.post(
+            f"{url}/processes", json={"gpu": 0, "user": "erin", "command": "python x", "mig": 1}
+        ) as r:
+            assert r.status == 201
+            pid = (await r.json())["pid"]
+        async with http.post(f"{url}/gpus/1/mig", json={"profiles": ["9g.99gb"]}) as r:
+            assert r.status == 400
+            assert "not a MIG profile" in (await r.json())["message"]
+        async with http.post(f"{url}/gpus/0/mig", json={"profiles": ["4g.40gb"] * 2}) as r:
+            assert r.status == 400  # 8 compute slices: more than one GPU holds
+
+    events = await poll(served, HostState(HOST))
+    found = {d["uuid"]: d for kind, d in events if kind == "gpu.discovered"}
+    assert [(i["profile"], i["device"]) for i in instances] == [("4g.40gb", 0), ("2g.20gb", 1)]
+    second = found[instances[1]["uuid"]]
+    assert second["index"] == 1001
+    assert second["name"] == "NVIDIA A100-SXM4-80GB MIG 2g.20gb"
+    assert second["mig_parent_uuid"] in found
+    [observed] = [d for kind, d in events if kind == "processes.observed"]
+    assert [(p["pid"], p["gpu_uuid"]) for p in observed["processes"]] == [
+        (pid, instances[1]["uuid"])
+    ]
+
+
+async def test_a_booking_of_one_instance_and_a_squat_on_another_are_told_apart(
+    served: ServedFleet,
+) -> None:
+    fleet = served.server.fleet
+    instances = fleet.split_gpu(HOST, 0, ["3g.40gb", "3g.40gb"])
+    mig_a, mig_b = instances[0]["uuid"], instances[1]["uuid"]
+    alice = fleet.start_process(HOST, 0, "alice", "python train.py", mig=0)
+    bob_on_b = fleet.start_process(HOST, 0, "bob", "python serve.py", mig=1)
+    bob_on_a = fleet.start_process(HOST, 0, "bob", "python squat.py", mig=0)
+    whole = fleet.start_process(HOST, 1, "carol", "python other.py")
+
+    state = HostState(HOST)
+    events = await poll(served, state)
+    gpus = {d["uuid"]: d for kind, d in events if kind == "gpu.discovered"}
+    parent = gpus[mig_a]["mig_parent_uuid"]
+    assert gpus[parent]["index"] == 0 and "mig_parent_uuid" not in gpus[parent]
+    assert sorted(d["index"] for d in gpus.values()) == [0, 1, 1000, 1001]
+    [observed] = [d for kind, d in events if kind == "processes.observed"]
+    on = {p["pid"]: p["gpu_uuid"] for p in observed["processes"]}
+    assert on[alice] == on[bob_on_a] == mig_a
+    assert on[bob_on_b] == mig_b
+    assert on[whole] not in (parent, mig_a, mig_b)
+
+    # alice booked instance A; instance B is nobody's
+    alices = holding(1, "alice", mig_a, 1000)
+    books = {mig_a: alices}
+    offences = detect(HOST, seen(observed), books.get, mode="reservations", allow=())
+    assert [(o.offender, o.gpu_uuid, o.holding) for o in offences] == [("bob", mig_a, alices)]
+    assert [p.pid for p in offences[0].processes] == [bob_on_a]  # not bob's on B
+
+    # carol books B too: bob's process there squats on carol's instance, alice's stays fine
+    carols = holding(2, "carol", mig_b, 1001)
+    books[mig_b] = carols
+    offences = detect(HOST, seen(observed), books.get, mode="reservations", allow=())
+    assert [(o.offender, o.gpu_uuid, [p.pid for p in o.processes]) for o in offences] == [
+        ("bob", mig_a, [bob_on_a]),
+        ("bob", mig_b, [bob_on_b]),
+    ]
+
+
+async def test_a_gpu_back_from_mig_mode_is_whole_again(served: ServedFleet) -> None:
+    fleet = served.server.fleet
+    [first] = fleet.split_gpu(HOST, 1, ["7g.80gb"])
+    state = HostState(HOST)
+    await poll(served, state)
+    fleet.split_gpu(HOST, 1, [])
+    events = await poll(served, state)
+    assert [(kind, d["uuid"]) for kind, d in events if kind == "gpu.disappeared"] == [
+        ("gpu.disappeared", first["uuid"])
+    ]
