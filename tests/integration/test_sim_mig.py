@@ -9,6 +9,7 @@ and the detector sees the processes as the violations service gets them (`proces
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ from services.shared.reservation_book import Holding
 from services.sim.control import ControlApi
 from services.sim.model import SimFleet
 from services.violations.detector import SeenProcess, detect
+from tests.integration import test_sim as sim_tests
 from tests.support.fleet import ServedFleet, served_fleet
 
 HOST = "sim-001"
@@ -61,8 +63,7 @@ def holding(reservation_id: int, owner: str, uuid: str, index: int) -> Holding:
 
 def seen(observed: dict[str, Any]) -> list[SeenProcess]:
     return [
-        SeenProcess(p["pid"], p["user"], p["command"], p["gpu_uuid"])
-        for p in observed["processes"]
+        SeenProcess(p["pid"], p["user"], p["command"], p["gpu_uuid"]) for p in observed["processes"]
     ]
 
 
@@ -149,3 +150,43 @@ async def test_a_gpu_back_from_mig_mode_is_whole_again(served: ServedFleet) -> N
     assert [(kind, d["uuid"]) for kind, d in events if kind == "gpu.disappeared"] == [
         ("gpu.disappeared", first["uuid"])
     ]
+
+
+MIG_FAKE_SMI = """\
+#!/bin/sh
+case "$1" in
+  --query-gpu=*) what=gpus ;;
+  --query-compute-apps=*) what=apps ;;
+  -L) what=list ;;
+  "") what=smi ;;
+  *) echo "fake nvidia-smi: unexpected $*" >&2; exit 2 ;;
+esac
+cat "$SIM_DIR/$what.out"
+exit "$(cat "$SIM_DIR/$what.rc")"
+"""
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_rendering_of_a_split_gpu_matches_the_real_script(
+    tmp_path: Path, shell: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real PROBE_COMMAND, with nvidia-smi answering as the simulator does: the MIG
+    sections come out as the simulator renders them (the shell's case, printf and grep)."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell} here")
+    fleet = SimFleet(1, 4, seed=3, churn=True, login_shell=shell)  # type: ignore[arg-type]
+    now = fleet.now() + 3600.0
+    fleet.split_gpu(HOST, 1, ["3g.40gb", "2g.20gb", "1g.10gb"])
+    fleet.start_process(HOST, 1, "grace", "python small.py", 5000, mig=2)
+    rendered = fleet.render_probe_output(HOST, now)
+    data = tmp_path / "data"
+    data.mkdir()
+    listing = fleet.run_command(HOST, "nvidia-smi -L", now, login="warden")
+    smi = rendered.split("@@mig-smi\n")[1].split("@@end\n")[0]
+    for what, text in (("list", listing.stdout), ("smi", smi)):
+        (data / f"{what}.out").write_text(text)
+        (data / f"{what}.rc").write_text("0")
+    monkeypatch.setattr(sim_tests, "FAKE_SMI", MIG_FAKE_SMI)
+    real = sim_tests._real_probe(tmp_path, shell, fleet, HOST, now)
+    assert sim_tests.markers(real) == [*sim_tests.MARKERS[:-1], "@@mig-smi", "@@end"]
+    assert real[real.index("@@gpus\n") :] == rendered[rendered.index("@@gpus\n") :]
