@@ -18,8 +18,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.jobs.runner import TaskRunner
 from services.monitor.readers import SshReader
 from services.monitor.state import HostState
+from services.shared.config import Settings
 from services.shared.remote.ssh import SshHostShell, SshOptions
 from services.shared.reservation_book import Holding
 from services.sim.control import ControlApi
@@ -190,3 +192,23 @@ def test_rendering_of_a_split_gpu_matches_the_real_script(
     real = sim_tests._real_probe(tmp_path, shell, fleet, HOST, now)
     assert sim_tests.markers(real) == [*sim_tests.MARKERS[:-1], "@@mig-smi", "@@end"]
     assert real[real.index("@@gpus\n") :] == rendered[rendered.index("@@gpus\n") :]
+
+
+async def test_a_job_task_given_an_instance_runs_on_it(served: ServedFleet) -> None:
+    """A task whose CUDA_VISIBLE_DEVICES is `MIG-<uuid>` (what the jobs service exports for an
+    instance) runs its GPU process on that instance, as the probe sees it."""
+    fleet = served.server.fleet
+    instances = fleet.split_gpu(HOST, 0, ["3g.40gb", "3g.40gb"])
+    settings = Settings(ssh=served.ssh_settings(connect_timeout_s=5.0), hosts=(served.host(HOST),))
+    runner = TaskRunner(settings)
+    env = {"CUDA_VISIBLE_DEVICES": instances[1]["uuid"]}
+    try:
+        started = await runner.start(served.host(HOST), "alice", "warden-9-0", "", "python t", env)
+    finally:
+        await runner.close()
+    assert started.status == "started"
+    events = await poll(served, HostState(HOST))
+    [observed] = [d for kind, d in events if kind == "processes.observed"]
+    assert [(p["user"], p["gpu_uuid"]) for p in observed["processes"]] == [
+        ("alice", instances[1]["uuid"])
+    ]
