@@ -18,6 +18,7 @@ from tests.support.reservations_service import (  # noqa: F401 (fixtures)
     book,
     database_url,
     service,
+    uuid_of,
 )
 
 MIG_A = "MIG-aaaaaaaa-0000-5000-8000-000000000001"
@@ -89,3 +90,18 @@ async def test_a_gpu_is_bookable_whole_again_once_its_instances_are_gone(
 
     await service.until(gone, "the instances leaving")
     await book(service, "alice", [G0], 0, 1)
+
+
+async def test_the_earliest_slot_offers_instances_not_the_split_gpu(service: Service) -> None:
+    await split(service)
+    slot = await service.call(
+        "find_slot", actor="alice", count=5, duration_minutes=60, host="dgx1", same_host=True
+    )
+    # dgx1's 4 GPUs, one split in two: 3 whole GPUs and the 2 instances, never GPU 0 whole
+    assert {g["uuid"] for g in slot["gpus"]} == {
+        G1,
+        uuid_of("dgx1", 2),
+        uuid_of("dgx1", 3),
+        MIG_A,
+        MIG_B,
+    }

@@ -187,7 +187,9 @@ class Queries:
             candidates = [
                 g
                 for g in known.values()
-                if _matches(g, host, gpu_model) and self.host_offered(g.host)
+                if _matches(g, host, gpu_model)
+                and self.host_offered(g.host)
+                and g.uuid not in directory.instances  # split by MIG: its instances are offered
             ]
             # Rules whose own limits already forbid this request cannot make room for it.
             usable = [
