@@ -69,7 +69,7 @@ async def test_each_instance_is_booked_alone_and_the_split_gpu_is_refused_whole(
     reasons = refused.value.details["reasons"]
     assert [r["code"] for r in reasons] == ["mig_split"]
     assert reasons[0]["instances"] == [MIG_A, MIG_B]
-    assert "dgx1:1000, dgx1:1001" in reasons[0]["message"]
+    assert "dgx1:0/mig0, dgx1:0/mig1" in reasons[0]["message"]
     await book(service, "bob", [G1], 3, 4)  # a whole GPU that is not split: as before
 
 

@@ -21,7 +21,7 @@ def test_a_split_gpu_is_refused_with_its_instances_named() -> None:
     [refusal] = split_refusals([WHOLE, PARENT, MIG_A], split)
     assert refusal.code == "mig_split"
     assert refusal.message.startswith(
-        "GPU dgx1:0 is split into MIG instances (dgx1:1000, dgx1:1001)"
+        "GPU dgx1:0 is split into MIG instances (dgx1:0/mig0, dgx1:0/mig1)"
     )
     assert refusal.details["instances"] == ["MIG-a", "MIG-b"]
     assert split_refusals([WHOLE, MIG_A, MIG_B], split) == []

@@ -8,6 +8,17 @@ from collections.abc import Iterable, Mapping
 from services.reservations.rules.domain import Gpu, Refusal
 
 
+MIG_INDEX_BASE = 1000  # the monitor's: an instance's index is 1000 x (its GPU + 1) + MIG Dev
+
+
+def place(gpu: Gpu) -> str:
+    """`host:index`, or `host:0/mig1` for a MIG instance (index 1001)."""
+    if gpu.index >= MIG_INDEX_BASE:
+        parent, device = gpu.index // MIG_INDEX_BASE - 1, gpu.index % MIG_INDEX_BASE
+        return f"{gpu.host}:{parent}/mig{device}"
+    return f"{gpu.host}:{gpu.index}"
+
+
 def instances_by_parent(gpus: Iterable[Gpu]) -> dict[str, tuple[Gpu, ...]]:
     """The present MIG instances of each split GPU (by the parent's uuid), in index order."""
     found: dict[str, list[Gpu]] = {}
@@ -30,7 +41,7 @@ def split_refusals(
         parts = instances.get(gpu.uuid)
         if not parts:
             continue
-        names = ", ".join(f"{p.host}:{p.index}" for p in parts)
+        names = ", ".join(place(p) for p in parts)
         refusals.append(
             Refusal(
                 "mig_split",
