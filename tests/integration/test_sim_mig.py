@@ -26,7 +26,7 @@ from services.shared.remote.ssh import SshHostShell, SshOptions
 from services.shared.reservation_book import Holding
 from services.sim.control import ControlApi
 from services.sim.model import SimFleet
-from services.violations.detector import SeenProcess, detect
+from services.violations.detector import SeenProcess, detect, with_mig_parents
 from tests.integration import test_sim as sim_tests
 from tests.support.fleet import ServedFleet, served_fleet
 
@@ -212,3 +212,27 @@ async def test_a_job_task_given_an_instance_runs_on_it(served: ServedFleet) -> N
     assert [(p["user"], p["gpu_uuid"]) for p in observed["processes"]] == [
         ("alice", instances[1]["uuid"])
     ]
+
+
+async def test_a_booking_of_the_whole_gpu_made_before_the_split_covers_its_instances(
+    served: ServedFleet,
+) -> None:
+    fleet = served.server.fleet
+    parent = fleet.snapshot(HOST)["hosts"][0]["gpus"][0]["uuid"]
+    instances = fleet.split_gpu(HOST, 0, ["3g.40gb", "3g.40gb"])
+    bob = fleet.start_process(HOST, 0, "bob", "python squat.py", mig=1)
+    alice = fleet.start_process(HOST, 0, "alice", "python train.py", mig=0)
+    events = await poll(served, HostState(HOST))
+    parents = {
+        d["uuid"]: d["mig_parent_uuid"]
+        for kind, d in events
+        if kind == "gpu.discovered" and "mig_parent_uuid" in d
+    }
+    [observed] = [d for kind, d in events if kind == "processes.observed"]
+    alices = holding(1, "alice", parent, 0)
+    books = with_mig_parents({parent: alices}.get, parents)
+    offences = detect(HOST, seen(observed), books, mode="reservations", allow=())
+    assert [
+        (o.offender, o.gpu_uuid, o.holding, [p.pid for p in o.processes]) for o in offences
+    ] == [("bob", instances[1]["uuid"], alices, [bob])]
+    assert alice not in {p.pid for o in offences for p in o.processes}
