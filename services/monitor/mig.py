@@ -21,8 +21,10 @@ compute-apps query, which Warden reads for the processes' memory, usually names 
   instance 1 of GPU 0 is index 1001, written `host:1001` (or `host:0/mig1`), never the same as a
   whole GPU's index;
 - its name is the parent's name and the profile (`NVIDIA A100-SXM4-40GB MIG 3g.20gb`, as NVML
-  names a MIG device); memory used and total are the instance's; utilisation, temperature and
-  power are not reported per instance (None);
+  names a MIG device); memory used and total are the instance's; temperature and power are not
+  reported per instance (None), nor is utilisation, except that an instance with no process on
+  it is at 0 % (nothing can run there) when every process of its GPU was placed on an instance:
+  so a reservation of an unused instance can be found idle, and one of a used instance never is;
 - `mig_parent_uuid` names the parent, which stays in the reading (its temperature and power are
   the board's) and is "split": not bookable whole while it has instances.
 
@@ -181,6 +183,7 @@ def apply_mig(reading: HostReading, mig: MigReading) -> HostReading:
             key=lambda p: (p.gpu_uuid, p.pid),
         )
     )
+    instances = _idle_instances(instances, processes)
     gpus = tuple(sorted((*reading.gpus, *instances), key=lambda g: g.index))
     return replace(reading, gpus=gpus, processes=processes)
 
@@ -194,6 +197,20 @@ def _instance_gpu(device: MigDevice, parent: GpuReading) -> GpuReading:
         memory_total_mib=device.memory_total_mib,
         mig_parent_uuid=device.parent_uuid,
     )
+
+
+def _idle_instances(
+    instances: list[GpuReading], processes: tuple[ProcessReading, ...]
+) -> list[GpuReading]:
+    """0 % utilisation for an instance without a process, when no process of its GPU is left
+    unplaced (it might run on that instance); None (not reported) for the others."""
+    used = {p.gpu_uuid for p in processes}
+    return [
+        replace(gpu, utilization_gpu_percent=0.0)
+        if gpu.uuid not in used and gpu.mig_parent_uuid not in used
+        else gpu
+        for gpu in instances
+    ]
 
 
 def _placed(

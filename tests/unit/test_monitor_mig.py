@@ -70,6 +70,7 @@ def test_the_probe_makes_each_instance_a_gpu_and_places_the_processes() -> None:
     assert (first.memory_used_mib, first.memory_total_mib) == (9865, 19968)
     assert first.mig_parent_uuid == PARENT
     assert first.utilization_gpu_percent is None  # not reported per instance, not 0
+    assert by_uuid[INSTANCE_2].utilization_gpu_percent == 0  # no process can run there
     assert by_uuid[PARENT].mig_parent_uuid is None
     assert by_uuid[PARENT].temperature_c == 45  # the board's figures stay on the parent
     placed = {p.pid: (p.gpu_uuid, p.user) for p in reading.processes}
@@ -93,6 +94,8 @@ def test_a_process_the_tables_do_not_place_stays_on_the_parent() -> None:
     kept = [line for line in text.splitlines() if "180391      C" not in line]
     reading = parse_probe_output("\n".join(kept) + "\n")
     assert {p.pid: p.gpu_uuid for p in reading.processes}[180391] == PARENT
+    # it might run on any instance: none of them is claimed idle
+    assert [g.utilization_gpu_percent for g in reading.gpus if g.mig_parent_uuid] == [None] * 3
 
 
 def test_drivers_before_r470_name_instances_by_gpu_and_gi_ci() -> None:
