@@ -169,8 +169,11 @@ def apply_mig(reading: HostReading, mig: MigReading) -> HostReading:
     if not instances:
         return reading
     known = {d.uuid for d in mig.devices}
-    by_place = {(d.parent_index, d.gi, d.ci): d.uuid for d in mig.devices if d.gi is not None}
-    by_old_uuid = {(d.parent_uuid, d.gi, d.ci): d.uuid for d in mig.devices if d.gi is not None}
+    placed = [(d, d.gi, d.ci) for d in mig.devices]
+    by_place = {(d.parent_index, gi, ci): d.uuid for d, gi, ci in placed if gi is not None}
+    by_old_uuid: dict[tuple[str, int, int], str] = {
+        (d.parent_uuid, gi, ci): d.uuid for d, gi, ci in placed if gi is not None and ci is not None
+    }
     parent_index = {d.parent_uuid: d.parent_index for d in mig.devices}
     on_instance: dict[tuple[int, int], str] = {}  # (parent index, pid) -> instance uuid
     for gpu, gi, ci, pid in mig.pids:

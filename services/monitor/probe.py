@@ -107,7 +107,7 @@ class GpuReading:
     fan_speed_percent: float | None = None
     clock_sm_mhz: float | None = None
     clock_memory_mhz: float | None = None
-    mig_parent_uuid: str | None = None  # a MIG instance: the GPU it is part of
+    mig_parent_uuid: str | None = field(default=None, kw_only=True)  # MIG instance: its GPU
 
 
 @dataclass(frozen=True)

@@ -154,10 +154,10 @@ def smi_table_rows(
                 "  1   0    0    0    0 |\n"
             )
     out.append(f"| Processes:{'':<76}|\n")
-    for index, instance, pid, name, mib in processes:
+    for index, instance, pid, name, process_mib in processes:
         gi = "N/A" if instance is None else str(instance.gi)
         ci = "N/A" if instance is None else str(instance.ci)
-        memory = "N/A" if mib is None else f"{mib}MiB"
+        memory = "N/A" if process_mib is None else f"{process_mib}MiB"
         out.append(
             f"|  {index:>3}  {gi:>3}  {ci:>3}  {pid:>9}      C   {name[:38]:<38}  {memory:>10} |\n"
         )

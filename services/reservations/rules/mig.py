@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 
 from services.reservations.rules.domain import Gpu, Refusal
 
-
 MIG_INDEX_BASE = 1000  # the monitor's: an instance's index is 1000 x (its GPU + 1) + MIG Dev
 
 
