@@ -186,7 +186,7 @@ def apply_mig(reading: HostReading, mig: MigReading) -> HostReading:
             key=lambda p: (p.gpu_uuid, p.pid),
         )
     )
-    instances = _idle_instances(instances, processes)
+    instances = idle_instances(instances, processes)
     gpus = tuple(sorted((*reading.gpus, *instances), key=lambda g: g.index))
     return replace(reading, gpus=gpus, processes=processes)
 
@@ -202,7 +202,7 @@ def _instance_gpu(device: MigDevice, parent: GpuReading) -> GpuReading:
     )
 
 
-def _idle_instances(
+def idle_instances(
     instances: list[GpuReading], processes: tuple[ProcessReading, ...]
 ) -> list[GpuReading]:
     """0 % utilisation for an instance without a process, when no process of its GPU is left
