@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from services.monitor.fleet_view import FleetView, transitions
 from services.monitor.mig import (
     mig_index,
     mig_place,
@@ -14,6 +16,7 @@ from services.monitor.mig import (
     parse_mig_smi,
 )
 from services.monitor.probe import PROBE_COMMAND, parse_probe_output
+from services.monitor.state import HostState
 from tests.unit.test_monitor_probe import FAKE_BIN
 
 MIG = Path(__file__).parents[1] / "fixtures" / "nvidia_smi" / "mig"
@@ -154,3 +157,20 @@ def test_the_probe_command_on_a_host_without_mig_prints_an_empty_section(
     )
     assert "@@mig\n@@end\n" in done.stdout
     assert [gpu.index for gpu in parse_probe_output(done.stdout).gpus] == [0]
+
+
+def test_a_host_with_instances_moved_between_replicas_announces_them_once() -> None:
+    reading = parse_probe_output((MIG / "probe_split.txt").read_text())
+    before = HostState("h1")
+    now = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+    found = [d for kind, d in before.on_reading(reading, now) if kind == "gpu.discovered"]
+    assert {d["uuid"]: d.get("mig_parent_uuid") for d in found}[INSTANCE_2] == PARENT
+    by_events, joined = FleetView(), FleetView()
+    for data in found:
+        by_events.apply("gpu.discovered", data)
+    joined.load([transitions(before)])
+    for view in (by_events, joined):
+        after = view.seed("h1")
+        assert after is not None
+        events = after.on_reading(reading, now + timedelta(seconds=5))
+        assert [kind for kind, _ in events] == ["host.sampled", "processes.observed"]
