@@ -37,6 +37,11 @@ class GpuIdentity:
     mig_parent_uuid: str | None = None
 
 
+def _mig_parent(gpu: GpuReading) -> dict[str, str]:
+    """A MIG instance's `mig_parent_uuid` (nothing for a whole GPU)."""
+    return {} if gpu.mig_parent_uuid is None else {"mig_parent_uuid": gpu.mig_parent_uuid}
+
+
 def _iso(when: datetime | None) -> str | None:
     return when.isoformat() if when is not None else None
 
@@ -132,16 +137,19 @@ class HostState:
             )
             if self.gpus.get(gpu.uuid) != identity:
                 self.gpus[gpu.uuid] = identity
-                found: dict[str, Any] = {
-                    "host": self.name,
-                    "uuid": gpu.uuid,
-                    "index": gpu.index,
-                    "name": gpu.name or "",
-                    "memory_total_mib": gpu.memory_total_mib,
-                }
-                if gpu.mig_parent_uuid is not None:  # a MIG instance
-                    found["mig_parent_uuid"] = gpu.mig_parent_uuid
-                events.append(("gpu.discovered", found))
+                events.append(
+                    (
+                        "gpu.discovered",
+                        {
+                            "host": self.name,
+                            "uuid": gpu.uuid,
+                            "index": gpu.index,
+                            "name": gpu.name or "",
+                            "memory_total_mib": gpu.memory_total_mib,
+                            **_mig_parent(gpu),
+                        },
+                    )
+                )
         for uuid in sorted(set(self.gpus) - seen):
             gone = self.gpus.pop(uuid)
             events.append(
