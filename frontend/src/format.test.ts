@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { dateTime, duration, gpuName, gpuOrder, mib, minutesOfDay, percent, plural, timeOfDay, toLocalInput, when } from './format'
+import { dateTime, duration, gpuName, gpuOrder, mib, minutesOfDay, percent, plural, splitGpus, timeOfDay, toLocalInput, when } from './format'
 
 describe('format', () => {
   it('shows a missing figure as a dash, never 0', () => {
@@ -49,5 +49,6 @@ describe('MIG instances', () => {
     expect(gpuName(null)).toBe('GPU')
     const order = [1000, 1, 2000, 0, 1001].sort((a, b) => gpuOrder(a) - gpuOrder(b))
     expect(order).toEqual([0, 1000, 1001, 1, 2000])
+    expect([...splitGpus([0, 1, 1000, 1001, 3002])]).toEqual([0, 2])
   })
 })

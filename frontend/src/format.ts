@@ -26,6 +26,13 @@ export function gpuName(index: number | null | undefined): string {
   return `GPU ${Math.floor(index / MIG_INDEX_BASE) - 1}/mig${index % MIG_INDEX_BASE}`
 }
 
+/** The indexes of a host's GPUs that are split into MIG instances (not bookable whole). */
+export function splitGpus(indexes: Iterable<number>): Set<number> {
+  const split = new Set<number>()
+  for (const index of indexes) if (index >= MIG_INDEX_BASE) split.add(Math.floor(index / MIG_INDEX_BASE) - 1)
+  return split
+}
+
 /** Where a GPU sorts among its host's: a GPU's MIG instances right after it. */
 export function gpuOrder(index: number | null | undefined): number {
   if (index == null) return 0
