@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from services.jobs.api import _GpuRef
 from services.jobs.domain import Job, Task
 from services.jobs.engine import Engine
 from services.jobs.render import GPU_ENV, render_task
@@ -47,3 +48,11 @@ def test_a_task_placed_on_an_instance_sees_it_by_its_uuid() -> None:
     job = Job(1, "alice", "train", (Task(0, "h1", "python train.py"),))
     task = render_task(job, job.tasks[0], host="h1", gpus=[MIG_A])
     assert task.env[GPU_ENV] == MIG_A
+
+
+def test_a_task_names_an_instance_by_its_place() -> None:
+    ref = _GpuRef()
+    assert ref.deserialize("0/mig1") == 1001
+    assert ref.deserialize(1001) == 1001
+    assert ref.deserialize("3") == 3
+    assert ref.deserialize("MIG-a") == "MIG-a"
