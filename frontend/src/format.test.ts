@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { dateTime, duration, mib, minutesOfDay, percent, plural, timeOfDay, toLocalInput, when } from './format'
+import { dateTime, duration, gpuName, gpuOrder, mib, minutesOfDay, percent, plural, splitGpus, timeOfDay, toLocalInput, when } from './format'
 
 describe('format', () => {
   it('shows a missing figure as a dash, never 0', () => {
@@ -39,5 +39,16 @@ describe('one way of writing times, the browser locale\'s, everywhere', () => {
 describe('counts', () => {
   it('says "1 host" and "2 hosts"', () => {
     expect(`1 ${plural(1, 'host')}, 2 ${plural(2, 'host')}, 0 ${plural(0, 'GPU')}`).toBe('1 host, 2 hosts, 0 GPUs')
+  })
+})
+
+describe('MIG instances', () => {
+  it('names an instance under its GPU and sorts it right after it', () => {
+    expect(gpuName(3)).toBe('GPU 3')
+    expect(gpuName(1001)).toBe('GPU 0/mig1')
+    expect(gpuName(null)).toBe('GPU')
+    const order = [1000, 1, 2000, 0, 1001].sort((a, b) => gpuOrder(a) - gpuOrder(b))
+    expect(order).toEqual([0, 1000, 1001, 1, 2000])
+    expect([...splitGpus([0, 1, 1000, 1001, 3002])]).toEqual([0, 2])
   })
 })

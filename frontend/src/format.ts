@@ -15,6 +15,31 @@ export function watts(value: number | null | undefined): string {
   return value == null ? DASH : `${Math.round(value)} W`
 }
 
+// A MIG instance's index is 1000 × (its GPU's index + 1) + its number on that GPU (MIG Dev):
+// instance 1 of GPU 0 is index 1001, written "GPU 0/mig1" (`host:0/mig1` in the CLI).
+export const MIG_INDEX_BASE = 1000
+
+/** "GPU 3", or "GPU 0/mig1" for a MIG instance. */
+export function gpuName(index: number | null | undefined): string {
+  if (index == null) return 'GPU'
+  if (index < MIG_INDEX_BASE) return `GPU ${index}`
+  return `GPU ${Math.floor(index / MIG_INDEX_BASE) - 1}/mig${index % MIG_INDEX_BASE}`
+}
+
+/** The indexes of a host's GPUs that are split into MIG instances (not bookable whole). */
+export function splitGpus(indexes: Iterable<number>): Set<number> {
+  const split = new Set<number>()
+  for (const index of indexes) if (index >= MIG_INDEX_BASE) split.add(Math.floor(index / MIG_INDEX_BASE) - 1)
+  return split
+}
+
+/** Where a GPU sorts among its host's: a GPU's MIG instances right after it. */
+export function gpuOrder(index: number | null | undefined): number {
+  if (index == null) return 0
+  if (index < MIG_INDEX_BASE) return index * MIG_INDEX_BASE
+  return (Math.floor(index / MIG_INDEX_BASE) - 1) * MIG_INDEX_BASE + (index % MIG_INDEX_BASE) + 1
+}
+
 export function celsius(value: number | null | undefined): string {
   return value == null ? DASH : `${Math.round(value)} °C`
 }

@@ -89,11 +89,16 @@ def processes_text(processes: Iterable[Mapping[str, Any]] | None) -> str:
     return ", ".join(shown) if shown else NONE
 
 
+MIG_INDEX_BASE = 1000  # a MIG instance's index: 1000 x (its GPU's index + 1) + its MIG Dev
+
+
 def gpu_place(gpu: Mapping[str, Any]) -> str:
-    """`host:index`, or the uuid of a GPU without an index."""
+    """`host:index` (`host:0/mig1` for a MIG instance), or the uuid of a GPU without an index."""
     index = gpu.get("index")
     if index is None:
         return str(gpu.get("uuid") or "?")
+    if isinstance(index, int) and index >= MIG_INDEX_BASE:
+        return f"{gpu.get('host', '?')}:{index // MIG_INDEX_BASE - 1}/mig{index % MIG_INDEX_BASE}"
     return f"{gpu.get('host', '?')}:{index}"
 
 
@@ -117,13 +122,13 @@ def model_text(name: Any) -> str:
     return text.removeprefix("NVIDIA ") or text
 
 
-def _by_place(gpu: Mapping[str, Any]) -> tuple[str, int, str]:
+def _by_place(gpu: Mapping[str, Any]) -> tuple[str, int, int, str]:
+    """Host, then index; a MIG instance right after the GPU it is part of."""
     index = gpu.get("index")
-    return (
-        str(gpu.get("host", "")),
-        index if isinstance(index, int) else 1 << 30,
-        str(gpu.get("uuid", "")),
-    )
+    place, part = (index, 0) if isinstance(index, int) else (1 << 30, 0)
+    if isinstance(index, int) and index >= MIG_INDEX_BASE:
+        place, part = index // MIG_INDEX_BASE - 1, index % MIG_INDEX_BASE + 1
+    return (str(gpu.get("host", "")), place, part, str(gpu.get("uuid", "")))
 
 
 # The columns that may be cut (with their floors) give way when a row is wider than the terminal.

@@ -8,6 +8,7 @@ its commands, environment and logs.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
@@ -57,14 +58,20 @@ NAME_MAX = 255
 MAX_TASKS = 256
 
 
+_MIG_PLACE = re.compile(r"([0-9]{1,3})/mig([0-9])")  # instance 1 of GPU 0: `0/mig1`
+
+
 class _GpuRef(fields.Field):
-    """A GPU by index (an int, or a string of digits) or by uuid."""
+    """A GPU by index (an int, or a string of digits) or by uuid; a MIG instance also by its
+    place `0/mig1` (index 1001: 1000 x (GPU + 1) + MIG Dev)."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int | str:
         if isinstance(value, bool):
             raise ValidationError("a GPU index (0, 1, ...) or uuid")
         if isinstance(value, int) and value >= 0:
             return value
+        if isinstance(value, str) and (place := _MIG_PLACE.fullmatch(value)):
+            return 1000 * (int(place[1]) + 1) + int(place[2])
         if isinstance(value, str) and value.isdigit() and len(value) < 4:
             return int(value)
         if isinstance(value, str) and 0 < len(value) <= 128 and value.isprintable():

@@ -86,6 +86,8 @@ class Engine:
     def on_gpu_discovered(self, data: Mapping[str, Any]) -> None:
         self.working.gpus[data["uuid"]] = (data["host"], data.get("index"))
         self.working.learn_labels(data)
+        if data.get("mig_parent_uuid"):  # a GPU split by MIG takes work on its instances only
+            self.working.split[data["uuid"]] = data["mig_parent_uuid"]
 
     def on_processes(self, data: Mapping[str, Any]) -> None:
         busy = frozenset(p["gpu_uuid"] for p in data["processes"])
@@ -212,6 +214,7 @@ class Engine:
         jobs, settings = self.working.jobs, self.working.settings
         held = {g for s in jobs.values() for run in s.tasks if run.active for g in run.gpus}
         busy = {g for on_host in self.working.busy.values() for g in on_host} | held
+        busy |= set(self.working.split.values())
         gpus = {
             uuid: Gpu(uuid, host, index, uuid in busy, self.working.gpu_labels.get(uuid, ()))
             for uuid, (host, index) in self.working.gpus.items()

@@ -64,6 +64,7 @@ class WorkingState:
         self.gpus: dict[str, tuple[str, int | None]] = {}  # uuid -> (host, index)
         self.gpu_labels: dict[str, tuple[str, ...]] = {}  # uuid -> its hardware labels
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
+        self.split: dict[str, str] = {}  # MIG instance uuid -> the GPU it splits (never placed)
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -96,6 +97,8 @@ class WorkingState:
             self.gpus.setdefault(gpu["uuid"], (gpu["host"], gpu.get("index")))
             if gpu["uuid"] not in self.gpu_labels:
                 self.learn_labels(gpu)
+            if gpu.get("mig_parent_uuid") and gpu.get("present", True):
+                self.split.setdefault(gpu["uuid"], gpu["mig_parent_uuid"])
 
     def learn_labels(self, gpu: Mapping[str, Any]) -> None:
         """A GPU's hardware labels, from its name and memory (a gpu.discovered event or the

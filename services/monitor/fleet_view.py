@@ -37,6 +37,7 @@ def transitions(state: HostState) -> dict[str, Any]:
                 "index": gpu.index,
                 "name": gpu.name,
                 "memory_total_mib": gpu.memory_total_mib,
+                "mig_parent_uuid": gpu.mig_parent_uuid,
             }
             for gpu in state.gpus.values()
         ],
@@ -60,7 +61,11 @@ class FleetView:
         host = self._host(data["host"])
         if event_type == "gpu.discovered":
             host.gpus[data["uuid"]] = GpuIdentity(
-                data["uuid"], data["index"], data["name"] or None, data["memory_total_mib"]
+                data["uuid"],
+                data["index"],
+                data["name"] or None,
+                data["memory_total_mib"],
+                data.get("mig_parent_uuid"),
             )
         elif event_type == "gpu.disappeared":
             host.gpus.pop(data["uuid"], None)
@@ -77,7 +82,13 @@ class FleetView:
             host.reachable = data["reachable"]
             host.down_since, host.down_reason = _when(data["down_since"]), data["down_reason"]
             host.gpus = {
-                g["uuid"]: GpuIdentity(g["uuid"], g["index"], g["name"], g["memory_total_mib"])
+                g["uuid"]: GpuIdentity(
+                    g["uuid"],
+                    g["index"],
+                    g["name"],
+                    g["memory_total_mib"],
+                    g.get("mig_parent_uuid"),
+                )
                 for g in data["gpus"]
             }
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, TypeVar
 
+from services.monitor.nvml_mig import read_instances, with_instances
 from services.monitor.probe import GpuReading, GpuStatus, ProcessReading
 
 T = TypeVar("T")
@@ -64,6 +65,7 @@ def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
         return NvmlReading(GpuStatus.ERROR, error=f"NVML: {err}")
     gpus: list[GpuReading] = []
     processes: list[ProcessReading] = []
+    split = []  # the MIG instances of each GPU in MIG mode, with their processes
     for index in range(count):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
@@ -107,8 +109,10 @@ def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
                     started_at=proc.started_at(process.pid),
                 )
             )
+        split.append(read_instances(nvml, handle, gpus[-1], proc))
     processes.sort(key=lambda p: (p.gpu_uuid, p.pid))
-    return NvmlReading(GpuStatus.OK, tuple(gpus), tuple(processes))
+    shown, placed = with_instances(gpus, processes, split)
+    return NvmlReading(GpuStatus.OK, shown, placed)
 
 
 def _float(value: Any) -> float | None:
@@ -225,3 +229,30 @@ class FakeNvml:
             type("Process", (), {"pid": pid, "usedGpuMemory": used})()
             for pid, used in gpu.processes
         ]
+
+
+@dataclass
+class FakeMigGpu(FakeGpu):
+    """A GPU in MIG mode: its instances are FakeGpus of their own (None: an empty slot)."""
+
+    mig: list[FakeGpu | None] = field(default_factory=list)
+
+
+class FakeMigNvml(FakeNvml):
+    """`FakeNvml` with the MIG calls of `nvml_mig.read_instances`."""
+
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    def nvmlDeviceGetMigMode(self, gpu: FakeGpu) -> list[int]:
+        on = int(isinstance(gpu, FakeMigGpu) and bool(gpu.mig))
+        return [on, on]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, gpu: FakeGpu) -> int:
+        return 7 if isinstance(gpu, FakeMigGpu) else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu: FakeGpu, index: int) -> FakeGpu:
+        slots = gpu.mig if isinstance(gpu, FakeMigGpu) else []
+        found = slots[index] if index < len(slots) else None
+        if found is None:
+            raise FakeNvmlError("Not Found")
+        return found

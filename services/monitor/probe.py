@@ -20,6 +20,8 @@ introduced by a marker line starting with `@@`:
     @@apps-rc <exit status>
     @@ps
     <ps -o pid=,user:64=,etimes=,args= -p <pids of the compute apps>>          (none: empty)
+    @@mig
+    <GPUs split into MIG instances: see `services.monitor.mig`>
     @@end
 
 CPU utilisation comes from the difference of two `@@stat` readings of consecutive ticks, so
@@ -35,6 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+
+from services.monitor.mig import MIG_PROBE_SECTIONS, apply_mig, parse_mig_sections
 
 GPU_FIELDS = (
     "uuid",
@@ -75,7 +79,7 @@ echo "@@apps-rc $rc"
 echo '@@ps'
 pids=$(printf '%s\\n' "$apps" | awk -F', *' '$1 ~ /^[0-9]+$/ {{print $1}}' | sort -u | paste -sd, -)
 [ -n "$pids" ] && ps -o pid=,user:64=,etimes=,args= -p "$pids" 2>/dev/null
-echo '@@end'
+{MIG_PROBE_SECTIONS}echo '@@end'
 """
 
 
@@ -103,6 +107,7 @@ class GpuReading:
     fan_speed_percent: float | None = None
     clock_sm_mhz: float | None = None
     clock_memory_mhz: float | None = None
+    mig_parent_uuid: str | None = field(default=None, kw_only=True)  # MIG instance: its GPU
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,8 @@ def cpu_percent(previous: CpuCounters | None, current: CpuCounters | None) -> fl
 # MIG: with MIG enabled, `--query-gpu` lists the physical GPUs only, with `[N/A]` utilisation
 # (so None here). Compute-app rows usually carry the parent GPU's uuid (`GPU-...`); some drivers
 # report the MIG device's uuid instead (`MIG-<uuid>`, or `MIG-GPU-<uuid>/<gi>/<ci>` before R470).
-# The uuid is kept exactly as reported: a process may name a uuid that no GpuReading has.
+# `services.monitor.mig` reads which instance each process runs on from the `@@mig` sections and
+# makes each instance a GpuReading; a process it cannot place keeps the uuid it was reported with.
 
 _NOT_REPORTED = frozenset(
     {
@@ -440,7 +446,7 @@ def parse_probe_output(text: str) -> HostReading:
             )
             error = f"compute apps: {detail}"[:_ERROR_LINE_MAX]
 
-    return HostReading(
+    reading = HostReading(
         host_time=host_time,
         cpu=cpu,
         load=load,
@@ -451,6 +457,8 @@ def parse_probe_output(text: str) -> HostReading:
         gpus=tuple(gpus),
         processes=_join_processes(apps, sections.get("ps", ()), host_time),
     )
+    mig = parse_mig_sections(sections.get("mig", []), sections.get("mig-smi", []))
+    return apply_mig(reading, mig)
 
 
 def _join_processes(

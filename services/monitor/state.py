@@ -34,6 +34,12 @@ class GpuIdentity:
     index: int
     name: str | None
     memory_total_mib: float | None
+    mig_parent_uuid: str | None = None
+
+
+def _mig_parent(gpu: GpuReading) -> dict[str, str]:
+    """A MIG instance's `mig_parent_uuid` (nothing for a whole GPU)."""
+    return {} if gpu.mig_parent_uuid is None else {"mig_parent_uuid": gpu.mig_parent_uuid}
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -126,7 +132,9 @@ class HostState:
         seen = set()
         for gpu in gpus:
             seen.add(gpu.uuid)
-            identity = GpuIdentity(gpu.uuid, gpu.index, gpu.name, gpu.memory_total_mib)
+            identity = GpuIdentity(
+                gpu.uuid, gpu.index, gpu.name, gpu.memory_total_mib, gpu.mig_parent_uuid
+            )
             if self.gpus.get(gpu.uuid) != identity:
                 self.gpus[gpu.uuid] = identity
                 events.append(
@@ -138,6 +146,7 @@ class HostState:
                             "index": gpu.index,
                             "name": gpu.name or "",
                             "memory_total_mib": gpu.memory_total_mib,
+                            **_mig_parent(gpu),
                         },
                     )
                 )

@@ -94,6 +94,7 @@ gpus = Table(
     Column("memory_total_mib", Float, nullable=True),
     # False once the monitor reports it missing; it stays known with its reservations.
     Column("present", Boolean, nullable=False, default=True),
+    Column("mig_parent_uuid", String(96), nullable=True),  # a MIG instance: its GPU
     Column("first_seen_ms", BigInteger, nullable=False),
     Column("last_change_ms", BigInteger, nullable=False),
     Index("ix_reservations_gpus_host", "host", "gpu_index"),

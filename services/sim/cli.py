@@ -24,6 +24,7 @@ import asyncssh
 
 from services.shared import toml
 from services.sim.control import ControlApi
+from services.sim.mig import parse_mig_option
 from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
 from services.sim.server import (
     KEY_ALGORITHM,
@@ -58,6 +59,13 @@ def _gpus(value: str) -> int | list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError("a GPU index, or indexes like 0,1") from None
     return indexes[0] if len(indexes) == 1 else indexes
+
+
+def _mig(value: str) -> dict[int, tuple[str, ...]]:
+    try:
+        return parse_mig_option(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _seconds(value: str) -> float | str | None:
@@ -121,6 +129,13 @@ def add_parser(
         "--gpu-model", choices=sorted(GPU_MODELS), default=DEFAULT_GPU_MODEL, metavar="NAME"
     )
     sim.add_argument(
+        "--mig",
+        type=_mig,
+        metavar="SPLIT",
+        help="split GPUs of every host into MIG instances, e.g. 0:3g.40gb,3g.40gb "
+        "(several GPUs: 0:3g.40gb,3g.40gb;1:7g.80gb)",
+    )
+    sim.add_argument(
         "--write-config",
         metavar="PATH",
         help="write a TOML [[hosts]] snippet there, with known_hosts and a client key "
@@ -165,6 +180,9 @@ def add_parser(
         "--command", dest="process_command", required=True, help="the command line ps shows"
     )
     start.add_argument("--memory-mib", type=int, default=1024, help="GPU memory it uses")
+    start.add_argument(
+        "--mig", type=int, metavar="DEV", help="on a split GPU: the MIG instance (MIG Dev) it uses"
+    )
     stop = action("stop-process", "stop a process")
     stop.add_argument("--pid", type=int, required=True)
     hang = action("hang", "commands answer after a delay, or never")
@@ -177,6 +195,11 @@ def add_parser(
     smi.add_argument("--mode", choices=NVIDIA_SMI_MODES, required=True)
     remove = action("remove-gpu", "a GPU disappears from nvidia-smi")
     remove.add_argument("--gpu", type=int, required=True)
+    split = action("split-gpu", "split a GPU into MIG instances (or end MIG mode)")
+    split.add_argument("--gpu", type=int, required=True)
+    split.add_argument(
+        "--profiles", required=True, help="e.g. 3g.40gb,3g.40gb; `none` ends MIG mode"
+    )
     show = action("show", "print the fleet (or one host) as JSON", host=False)
     show.add_argument("--host", help="only this host")
     return sim
@@ -203,6 +226,8 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
                 "command": args.process_command,
                 "used_memory_mib": args.memory_mib,
             }
+            if args.mig is not None:
+                body["mig"] = args.mig
             return "POST", f"{base}/processes", body
         case "stop-process":
             return "DELETE", f"{base}/processes/{args.pid}", None
@@ -214,6 +239,9 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
             return "POST", f"{base}/nvidia-smi", {"mode": args.mode}
         case "remove-gpu":
             return "POST", f"{base}/gpus/{args.gpu}/remove", None
+        case "split-gpu":
+            profiles = [] if args.profiles == "none" else args.profiles.split(",")
+            return "POST", f"{base}/gpus/{args.gpu}/mig", {"profiles": profiles}
         case _:
             return "GET", base if host else "/fleet", None
 
@@ -299,7 +327,10 @@ def _serve(args: argparse.Namespace) -> int:  # noqa: C901 - starts the fleet, i
             churn_period_s=args.churn_period,
             gpu_model=args.gpu_model,
         )
-    except Exception as err:  # InvalidRequest: a bad option
+        for name in fleet.hosts:
+            for index, profiles in (args.mig or {}).items():
+                fleet.split_gpu(name, index, profiles)
+    except Exception as err:  # InvalidRequest, NotFound: a bad option
         print(f"warden sim: {err}", file=sys.stderr)
         return 2
     authorized: list[asyncssh.SSHKey | str | Path] = []

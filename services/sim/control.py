@@ -3,7 +3,7 @@
     GET    /fleet                               every host: state, GPUs, processes, port
     GET    /hosts/{host}                        one host
     POST   /hosts/{host}/processes              {gpu, user, command, used_memory_mib,
-                                                 ignore_sigterm, pid} -> {pid}
+                                                 ignore_sigterm, pid, mig} -> {pid}
     DELETE /hosts/{host}/processes/{pid}
     POST   /hosts/{host}/logins                 {user} -> {tty}: a terminal session
     DELETE /hosts/{host}/logins/{tty}           (tty: pts/N) the session ends
@@ -14,6 +14,8 @@
     POST   /hosts/{host}/down                   {down: bool}
     POST   /hosts/{host}/nvidia-smi             {mode: ok | missing | failing | no_devices}
     POST   /hosts/{host}/gpus/{index}/remove
+    POST   /hosts/{host}/gpus/{index}/mig       {profiles: ["3g.40gb", ...]}: split it into MIG
+                                                instances ([]: MIG mode off) -> {instances}
 
 Errors use the gateway's envelope `{"error", "message", "details"}`: bad input is a 400, an
 unknown host, GPU or process a 404. Listens on 127.0.0.1 unless told otherwise.
@@ -84,6 +86,7 @@ async def start_process(request: web.Request) -> web.Response:
         used_memory_mib=body.get("used_memory_mib", 1024),
         ignore_sigterm=body.get("ignore_sigterm", False),
         pid=body.get("pid"),
+        mig=body.get("mig"),
     )
     return web.json_response({"host": host, "pid": pid}, status=201)
 
@@ -160,6 +163,14 @@ async def remove_gpu(request: web.Request) -> web.Response:
     return web.json_response(_host_view(server, host))
 
 
+async def split_gpu(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    index = _int(request.match_info["index"], "index")
+    body = await _body(request)
+    instances = server.fleet.split_gpu(host, index, body.get("profiles", []))
+    return web.json_response({"host": host, "gpu": index, "instances": instances})
+
+
 def create_control_app(server: SimServer) -> web.Application:
     app = web.Application(middlewares=[error_middleware])
     app[SERVER] = server
@@ -175,6 +186,7 @@ def create_control_app(server: SimServer) -> web.Application:
     app.router.add_post("/hosts/{host}/down", down)
     app.router.add_post("/hosts/{host}/nvidia-smi", nvidia_smi)
     app.router.add_post("/hosts/{host}/gpus/{index}/remove", remove_gpu)
+    app.router.add_post("/hosts/{host}/gpus/{index}/mig", split_gpu)
     return app
 
 

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from services.sim.mig import SimMig
+
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 RAMP_S = 20.0  # a GPU reaches its working utilisation this fast after a job starts
 COOL_S = 90.0  # and cools down this fast after the last one ends
@@ -128,6 +130,7 @@ class SimProcess:
     ends_at: float | None = None  # background jobs end by themselves; scripted ones do not
     scripted: bool = False
     ignore_sigterm: bool = False  # SIGTERM leaves it running (SIGKILL does not)
+    mig: int | None = None  # on a GPU split by MIG: the instance (MIG Dev) it was started on
 
     @property
     def process_name(self) -> str:
@@ -145,6 +148,7 @@ class SimProcess:
             "ends_at": self.ends_at,
             "scripted": self.scripted,
             "ignore_sigterm": self.ignore_sigterm,
+            "mig": self.mig,
         }
 
 
@@ -179,6 +183,7 @@ class SimGpu:
     wave: tuple[float, float, float, float]
     removed: bool = False
     last_stop: float | None = None  # a scripted or killed process left this GPU then
+    mig: tuple[SimMig, ...] = ()  # split into MIG instances (services.sim.mig)
 
 
 @dataclass

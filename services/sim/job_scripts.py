@@ -90,8 +90,10 @@ def _behaviour(command: str) -> tuple[float | None, int, frozenset[str]]:
 
 
 def _visible_gpus(host: SimHost, visible: str) -> tuple[int, ...]:
-    """The GPUs CUDA_VISIBLE_DEVICES names (uuids or indexes); others are skipped."""
+    """The GPUs CUDA_VISIBLE_DEVICES names (uuids or indexes; a MIG instance's uuid names its
+    GPU); others are skipped."""
     by_uuid = {g.uuid: g.index for g in host.gpus if not g.removed}
+    by_uuid.update({m.uuid: g.index for g in host.gpus if not g.removed for m in g.mig})
     found = []
     for word in visible.split(","):
         word = word.strip()
@@ -100,6 +102,16 @@ def _visible_gpus(host: SimHost, visible: str) -> tuple[int, ...]:
         elif word.isdigit() and int(word) in by_uuid.values():
             found.append(int(word))
     return tuple(sorted(set(found)))
+
+
+def _visible_instance(host: SimHost, visible: str) -> int | None:
+    """The MIG instance (MIG Dev) CUDA_VISIBLE_DEVICES names first, as CUDA uses only one."""
+    for word in visible.split(","):
+        for gpu in host.gpus:
+            for m in gpu.mig:
+                if m.uuid == word.strip():
+                    return m.device
+    return None
 
 
 def _start(
@@ -142,6 +154,7 @@ def _start(
             ends_at=ends_at,
             scripted=True,
             ignore_sigterm="TERM" in ignores,
+            mig=_visible_instance(host, env.get("CUDA_VISIBLE_DEVICES", "")),
         )
     host.tasks[(login, session)] = SimTask(
         user=login,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, Literal, cast
 
@@ -40,6 +40,7 @@ from services.sim.host import (
     TerminalSession,
     make_host,
 )
+from services.sim.mig import check_instance, make_instances
 from services.sim.probe_output import NVIDIA_SMI_FAILED
 from services.sim.shell import UNSUPPORTED, CommandResult, LoginShell, script_call
 from services.violations.scripts import SCRIPT_NAME as VIOLATION_SCRIPT_NAME
@@ -284,14 +285,17 @@ class SimFleet:
         started_at: float | None = None,
         ignore_sigterm: bool = False,
         pid: int | None = None,
+        mig: int | None = None,
     ) -> int:
         """Start a process on one GPU (or several: one pid on each); returns its pid.
 
         `pid`: this one (it must be free) instead of the next, as when the kernel reuses a
-        pid; `ignore_sigterm`: SIGTERM (the SIGNAL script's) leaves it running.
+        pid; `ignore_sigterm`: SIGTERM (the SIGNAL script's) leaves it running; `mig`: on a GPU
+        split by MIG, the instance (its MIG Dev number) it runs on.
         """
         h = self._host(host)
         gpus = self._gpu_indexes(h, gpu_index)
+        check_instance(h.gpus, gpus, mig)
         if not isinstance(ignore_sigterm, bool):
             raise InvalidRequest(
                 "ignore_sigterm must be true or false", {"ignore_sigterm": ignore_sigterm}
@@ -332,6 +336,7 @@ class SimFleet:
             started_at=t,
             scripted=True,
             ignore_sigterm=ignore_sigterm,
+            mig=mig,
         )
         self._emit(host, "processes")
         return pid
@@ -387,6 +392,24 @@ class SimFleet:
             )
         h.nvidia_smi = cast(NvidiaSmiMode, mode)
         self._emit(host, "nvidia_smi")
+
+    def split_gpu(self, host: str, index: int, profiles: Sequence[str]) -> list[dict[str, Any]]:
+        """Split GPU `index` into MIG instances of `profiles` (e.g. ["3g.40gb", "3g.40gb"]),
+        replacing any earlier split; an empty list ends MIG mode. Returns the instances."""
+        h = self._host(host)
+        self._gpu_indexes(h, index)
+        gpu = h.gpus[index]
+        if not isinstance(profiles, list | tuple):
+            raise InvalidRequest('profiles must be a list such as ["3g.40gb"]')
+        gpu.mig = (
+            make_instances(
+                f"{self.seed}/{host}", index, gpu.model.name, gpu.model.memory_total_mib, profiles
+            )
+            if profiles
+            else ()
+        )
+        self._emit(host, "gpus")
+        return [asdict(m) for m in gpu.mig]
 
     def remove_gpu(self, host: str, index: int) -> None:
         """The GPU disappears from nvidia-smi's output (the others keep their index)."""

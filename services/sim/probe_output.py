@@ -18,6 +18,7 @@ from typing import Literal
 from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
 from services.sim.gpus import GpuMetrics, SimGpu, SimProcess, gpu_metrics
 from services.sim.host import SimHost
+from services.sim.mig import instance_of, list_lines, smi_table_rows
 from services.sim.shell import CommandResult, LoginShell, line_of
 
 NA = "[N/A]"
@@ -61,6 +62,11 @@ _GPU_FIELD_TEXT: dict[str, Callable[[GpuMetrics], str]] = {
 # One renderer per field PROBE_COMMAND asks for, in its order (a field the model does not know
 # prints as [N/A], as nvidia-smi does for a field a board does not support).
 _GPU_ROW = tuple(_GPU_FIELD_TEXT.get(f, lambda _m: NA) for f in GPU_FIELDS)
+# A GPU in MIG mode reports no utilisation of its own (its instances' is not summed).
+_SPLIT_GPU_ROW = tuple(
+    (lambda _m: NA) if f.startswith("utilization.") else text
+    for f, text in zip(GPU_FIELDS, _GPU_ROW, strict=True)
+)
 _APP_FIELD_TEXT: dict[str, Callable[[SimProcess, str], str]] = {
     "pid": lambda p, _uuid: str(p.pid),
     "gpu_uuid": lambda _p, uuid: uuid,
@@ -90,10 +96,8 @@ def answer(host: SimHost, command: str, now: float, shell: LoginShell) -> Comman
     if command == CHECK_LIST:
         failure = _nvidia_smi_failure(host, shell, 1)
         if failure is None:
-            lines = "".join(
-                f"GPU {g.index}: {g.model.name} (UUID: {g.uuid})\n"
-                for g in host.gpus
-                if not g.removed
+            lines = list_lines(
+                [(g.index, g.model.name, g.uuid, g.mig) for g in host.gpus if not g.removed]
             )
             return CommandResult(lines, "", 0)
         return _failed(host, failure)
@@ -123,7 +127,7 @@ def render(host: SimHost, now: float, shell: LoginShell) -> str:
         apps_text, apps_rc = _nvidia_smi_failure(host, shell, _PROBE_APPS_LINE) or ("", 0)
         if apps_text.rstrip("\n"):  # $(...) drops trailing newlines; printf adds one
             out.append(apps_text.rstrip("\n") + "\n")
-        out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@end\n")
+        out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@mig\n@@end\n")
         return "".join(out)
     apps = []
     listed: dict[int, SimProcess] = {}
@@ -131,7 +135,7 @@ def render(host: SimHost, now: float, shell: LoginShell) -> str:
         if gpu.removed:
             continue
         procs = by_gpu[gpu.index]
-        out.append(_gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index])))
+        out.append(_gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index]), split=bool(gpu.mig)))
         for proc in procs:
             apps.append(_app_row(proc, gpu))
             listed[proc.pid] = proc
@@ -140,8 +144,30 @@ def render(host: SimHost, now: float, shell: LoginShell) -> str:
     out.append("@@apps-rc 0\n@@ps\n")
     pid_width = max(5, len(str(host.pid_max - 1)))
     out.extend(_ps_row(listed[pid], t, pid_width) for pid in sorted(listed))
+    out.append(_mig_sections(host, by_gpu))
     out.append("@@end\n")
     return "".join(out)
+
+
+def _mig_sections(host: SimHost, by_gpu: dict[int, list[SimProcess]]) -> str:
+    """`@@mig` and `@@mig-smi`: `nvidia-smi -L` and the plain nvidia-smi's table rows, on a host
+    with a GPU split by MIG (only the marker on others, as the probe prints it)."""
+    gpus = [g for g in host.gpus if not g.removed]
+    if not any(g.mig for g in gpus):
+        return "@@mig\n"
+    used: dict[tuple[int, int], int] = {}
+    rows = []
+    for gpu in gpus:
+        for m in gpu.mig:
+            used[(gpu.index, m.device)] = 12  # what an instance with no process holds
+        for proc in by_gpu[gpu.index]:
+            instance = instance_of(gpu.mig, proc.pid, proc.mig) if gpu.mig else None
+            if instance is not None:
+                used[(gpu.index, instance.device)] += proc.used_memory_mib or 0
+            rows.append((gpu.index, instance, proc.pid, proc.process_name, proc.used_memory_mib))
+    listing = list_lines([(g.index, g.model.name, g.uuid, g.mig) for g in gpus])
+    tables = smi_table_rows([(g.index, g.model.name, g.mig) for g in gpus], used, rows)
+    return f"@@mig\n{listing}@@mig-smi\n{tables}"
 
 
 def nvidia_smi_query(
@@ -160,7 +186,8 @@ def nvidia_smi_query(
             continue
         procs = by_gpu[gpu.index]
         if what == "gpus":
-            rows.append(_gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index])))
+            metrics = gpu_metrics(gpu, t, procs, ends[gpu.index])
+            rows.append(_gpu_row(metrics, split=bool(gpu.mig)))
         else:
             rows.extend(_app_row(proc, gpu) for proc in procs)
     return CommandResult("".join(rows), "", 0)
@@ -236,8 +263,9 @@ def _meminfo(host: SimHost, t: float, nprocs: int) -> str:
     return f"{'MemTotal:':<16}{total:>8} kB\n{'MemAvailable:':<16}{available:>8} kB\n"
 
 
-def _gpu_row(metrics: GpuMetrics) -> str:
-    return ", ".join([text(metrics) for text in _GPU_ROW]) + "\n"
+def _gpu_row(metrics: GpuMetrics, *, split: bool = False) -> str:
+    row = _SPLIT_GPU_ROW if split else _GPU_ROW
+    return ", ".join([text(metrics) for text in row]) + "\n"
 
 
 def _app_row(proc: SimProcess, gpu: SimGpu) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -57,6 +57,20 @@ def is_allowed(user: str, command: str, allow: Iterable[tuple[str, str]]) -> boo
         fnmatch.fnmatchcase(user, allowed_user) and fnmatch.fnmatchcase(name, allowed_command)
         for allowed_user, allowed_command in allow
     )
+
+
+def with_mig_parents(
+    holding_at: Callable[[str], Holding | None], parents: Mapping[str, str]
+) -> Callable[[str], Holding | None]:
+    """`holding_at` where a MIG instance nobody reserved is held by its GPU's reservation (a
+    booking of the whole GPU made before it was split covers its instances)."""
+
+    def held(gpu_uuid: str) -> Holding | None:
+        found = holding_at(gpu_uuid)
+        parent = parents.get(gpu_uuid)
+        return found if found is not None or parent is None else holding_at(parent)
+
+    return held
 
 
 def detect(

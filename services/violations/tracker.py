@@ -29,7 +29,7 @@ from services.shared.reservation_book import ReservationBook
 from services.shared.storage.outbox import add_event
 from services.shared.storage.store import Store
 from services.violations import repository
-from services.violations.detector import Offence, SeenProcess, detect
+from services.violations.detector import Offence, SeenProcess, detect, with_mig_parents
 from services.violations.incidents import (
     RESOLVED_GONE,
     RESOLVED_RESERVATION_CANCELLED,
@@ -91,6 +91,7 @@ class Tracker:
         self.clock = clock
         self.book = ReservationBook()
         self.gpu_indexes: dict[str, int | None] = {}
+        self.mig_parents: dict[str, str] = {}  # MIG instance uuid -> the GPU it is part of
         self._open: dict[str, Incident] = {}
         self._watermarks: dict[str, datetime] = {}
         # Incidents seen again since their row was written: id -> last seen at.
@@ -124,6 +125,8 @@ class Tracker:
             self.book.load(reservations)
             for gpu in gpus:
                 self.gpu_indexes.setdefault(gpu["uuid"], gpu.get("index"))
+                if gpu.get("mig_parent_uuid"):
+                    self.mig_parents.setdefault(gpu["uuid"], gpu["mig_parent_uuid"])
             self.reservations_loaded = True
         if self._skipped_snapshots:
             log.info(
@@ -135,6 +138,8 @@ class Tracker:
 
     def on_gpu_discovered(self, data: Mapping[str, Any]) -> None:
         self.gpu_indexes[data["uuid"]] = data.get("index")
+        if data.get("mig_parent_uuid"):
+            self.mig_parents[data["uuid"]] = data["mig_parent_uuid"]
 
     async def on_processes(self, data: Mapping[str, Any]) -> None:
         if not self.reservations_loaded:
@@ -147,7 +152,9 @@ class Tracker:
         offences = detect(
             host,
             seen_processes(data),
-            lambda gpu_uuid: self.book.holding(gpu_uuid, observed_at),
+            with_mig_parents(
+                lambda gpu_uuid: self.book.holding(gpu_uuid, observed_at), self.mig_parents
+            ),
             mode=self.settings.mode,
             allow=self.settings.allow,
         )

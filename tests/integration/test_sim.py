@@ -43,6 +43,7 @@ MARKERS = [
     "@@apps",
     "@@apps-rc",
     "@@ps",
+    "@@mig",
     "@@end",
 ]
 REPO = Path(__file__).resolve().parents[2]

@@ -136,11 +136,13 @@ class SlotQuery(Schema):
 
 
 async def resolve_gpus(call: Call, refs: list[str]) -> list[str]:
-    """GPU uuids for what users write: a uuid, or `host:index`. Unknown ones are a 422."""
+    """GPU uuids for what users write: a uuid, `host:index`, or `host:0/mig1` (instance 1 of GPU
+    0, index 1001: see `mig_places`). Unknown ones are a 422."""
     if all(":" not in ref for ref in refs):
         return refs
     known = await call.rpc(api.LIST_GPUS)
     by_place = {f"{gpu['host']}:{gpu['index']}": gpu["uuid"] for gpu in known}
+    by_place.update(mig_places(known))
     uuids, unknown = [], []
     for ref in refs:
         if ":" in ref and not ref.startswith(("GPU-", "MIG-")):
@@ -156,6 +158,20 @@ async def resolve_gpus(call: Call, refs: list[str]) -> list[str]:
             {"field": "gpus", "unknown": unknown},
         )
     return uuids
+
+
+MIG_INDEX_BASE = 1000  # the monitor's: a MIG instance's index is 1000 x (GPU + 1) + MIG Dev
+
+
+def mig_places(known: list[dict[str, Any]]) -> dict[str, str]:
+    """`host:0/mig1` -> uuid of each MIG instance (index 1001: instance 1 of GPU 0)."""
+    places = {}
+    for gpu in known:
+        index = gpu.get("index")
+        if isinstance(index, int) and index >= MIG_INDEX_BASE:
+            parent, device = index // MIG_INDEX_BASE - 1, index % MIG_INDEX_BASE
+            places[f"{gpu['host']}:{parent}/mig{device}"] = gpu["uuid"]
+    return places
 
 
 def _range(query: dict[str, Any]) -> tuple[datetime, datetime]:

@@ -214,6 +214,10 @@ class GpuSchema(Answer):
         _Str(),
         metadata={"description": "labels from the hardware: model=, memory=, arch="},
     )
+    mig_parent_uuid = _Str(
+        allow_none=True,
+        metadata={"description": "a MIG instance: the uuid of the GPU it is part of"},
+    )
 
 
 class IdleNoticeSchema(Answer):

@@ -33,6 +33,7 @@ from services.reservations.booking.repository import ReservationRecord
 from services.reservations.booking.writes import Row, write_rows
 from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.mig import split_refusals
 from services.reservations.rules.refusals import (
     START_GRACE,
     DurationBounds,
@@ -229,6 +230,7 @@ class Creates:
             clashes = slots.clashes(uuids, start_ms, end_ms)
         refusals = removed_host_refusals(gpus.values(), self.host_offered)
         refusals += conflict_refusals(clashes, gpus)
+        refusals += split_refusals(gpus.values(), directory.instances)
         bookings = []
         if limited:
             bookings = await repository.owner_bookings(

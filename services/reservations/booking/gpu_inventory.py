@@ -34,6 +34,7 @@ class GpuInventory:
             "name": data["name"],
             "memory_total_mib": data["memory_total_mib"],
             "present": True,
+            "mig_parent_uuid": data.get("mig_parent_uuid"),
             "last_change_ms": at_ms,
         }
         async with self.store.write() as conn:

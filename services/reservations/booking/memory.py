@@ -32,6 +32,7 @@ from services.accounts.api import Actor
 from services.reservations.booking import heavy_reads as reads
 from services.reservations.booking import repository
 from services.reservations.rules.domain import AccessRule, Gpu, Member
+from services.reservations.rules.mig import instances_by_parent
 from services.reservations.rules.refusals import Clash
 from services.reservations.store import from_ms
 from services.reservations.tables import group_members, groups, users
@@ -48,6 +49,7 @@ class Directory:
     groups: dict[str, frozenset[str]] = field(default_factory=dict)  # username -> group names
     rules: tuple[AccessRule, ...] = ()
     gpus: dict[str, Gpu] = field(default_factory=dict)
+    instances: dict[str, tuple[Gpu, ...]] = field(default_factory=dict)  # MIG, by parent uuid
 
     def actor(self, username: str) -> Actor | None:
         admin = self.admins.get(username)
@@ -77,11 +79,13 @@ async def load_directory(conn: AsyncConnection) -> Directory:
     for user_id, name in await conn.execute(query):
         if user_id in by_id:
             member_of.setdefault(by_id[user_id], set()).add(name)
+    known = await repository.load_gpus(conn)
     return Directory(
         admins=admins,
         groups={name: frozenset(found) for name, found in member_of.items()},
         rules=tuple(await repository.load_rules(conn)),
-        gpus=await repository.load_gpus(conn),
+        gpus=known,
+        instances=instances_by_parent(known.values()),
     )
 
 

@@ -190,7 +190,9 @@ class Queries:
             candidates = [
                 g
                 for g in known.values()
-                if _matches(g, host, gpu_model) and self.host_offered(g.host)
+                if _matches(g, host, gpu_model)
+                and self.host_offered(g.host)
+                and g.uuid not in directory.instances  # split by MIG: its instances are offered
             ]
             candidates = _labelled(candidates, labels)
             # Rules whose own limits already forbid this request cannot make room for it.

@@ -43,6 +43,7 @@ def _gpu(row: Row[Any]) -> Gpu:
         name=row.name,
         memory_total_mib=row.memory_total_mib,
         present=row.present,
+        mig_parent_uuid=row.mig_parent_uuid,
     )
 
 
@@ -63,6 +64,7 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "memory_total_mib": gpu.memory_total_mib,
         "present": gpu.present,
         "labels": gpu_labels(gpu.name, gpu.memory_total_mib),
+        "mig_parent_uuid": gpu.mig_parent_uuid,
     }
 
 

@@ -40,6 +40,7 @@ class Gpu:
     name: str = ""
     memory_total_mib: float | None = None
     present: bool = True
+    mig_parent_uuid: str | None = None  # a MIG instance: the GPU it is part of
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@
 // changes and marks the host dirty; the page copies the dirty hosts into their shallowRefs once
 // per flush, so only the cards whose object changed re-render. Nothing here touches Vue.
 import type { Schemas } from '../../api/client'
+import { gpuOrder } from '../../format'
 
 export type Reservation = Schemas['Reservation']
 export type Incident = Schemas['Incident']
@@ -163,7 +164,7 @@ function emptyGpu(host: string, uuid: string, index: number, name: string | null
 }
 
 function byIndex(a: GpuView, b: GpuView): number {
-  return a.index - b.index || a.uuid.localeCompare(b.uuid)
+  return gpuOrder(a.index) - gpuOrder(b.index) || a.uuid.localeCompare(b.uuid)
 }
 
 function activeAt(r: Reservation, now: number): boolean {

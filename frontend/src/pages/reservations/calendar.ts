@@ -1,6 +1,7 @@
 // Pure geometry of the week calendar: days, wall-clock minutes, drag snapping, block placement.
 // A day column spans 24 h linearly, 00:00 at its top and 24:00 at its bottom (wall clock, so a
 // DST day still reads 00:00-24:00).
+import { gpuName } from '../../format'
 
 export const DAY_MINUTES = 24 * 60
 export const SNAP_MINUTES = 30
@@ -150,7 +151,7 @@ export function overlaps(aStart: Date, aEnd: Date, bStart: Date, bEnd: Date): bo
 
 /** "sim-001 GPU 0". */
 export function gpuLabel(gpu: { host: string; index: number | null | undefined }): string {
-  return gpu.index == null ? `${gpu.host} GPU` : `${gpu.host} GPU ${gpu.index}`
+  return `${gpu.host} ${gpuName(gpu.index)}`
 }
 
 

@@ -2,6 +2,7 @@
 import { api, unwrap, type Schemas } from '../../api/client'
 import { fetchAllPages } from '../../paging'
 import { session } from '../../session'
+import { gpuOrder } from '../../format'
 
 export type Reservation = Schemas['Reservation']
 /** A reservation as POST /reservations answers: with `warnings` (GPUs in use now). */
@@ -24,7 +25,7 @@ export async function loadGpus(): Promise<GpuInfo[]> {
 }
 
 export function byHostIndex(a: { host: string; index: number | null }, b: { host: string; index: number | null }): number {
-  return a.host.localeCompare(b.host, undefined, { numeric: true }) || (a.index ?? 0) - (b.index ?? 0)
+  return a.host.localeCompare(b.host, undefined, { numeric: true }) || gpuOrder(a.index) - gpuOrder(b.index)
 }
 
 /** Hosts with their GPUs, in order. */
