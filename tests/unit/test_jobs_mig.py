@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 from services.jobs.api import _GpuRef
 from services.jobs.domain import Job, Task
@@ -25,7 +26,8 @@ def engine(tmp_path: Path) -> Engine:
     )
     settings = load_settings(config, environ={"HOME": str(tmp_path)})
     working = WorkingState(None, settings, clock=lambda: NOW)  # type: ignore[arg-type]
-    return Engine(working, None, None)  # type: ignore[arg-type]
+    # The pass reads no supervisor; the engine only hands it its after-care hook.
+    return Engine(working, SimpleNamespace(), None)  # type: ignore[arg-type]
 
 
 def found(uuid: str, index: int, parent: str | None = None) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """reservations: MIG instances are GPUs with a parent
 
-Revision ID: reservations_0012_mig
-Revises: reservations_0011
+Revision ID: reservations_0013_mig
+Revises: reservations_0012_labels
 Create Date: 2026-11-27
 """
 
