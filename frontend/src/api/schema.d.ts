@@ -750,7 +750,7 @@ export interface paths {
         put?: never;
         /**
          * Reserve GPUs
-         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it), 422 `validation_failed` (a GPU whose host was removed from the inventory is not offered). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
+         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it), 422 `validation_failed` (a GPU whose host was removed from the inventory is not offered). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes. With an `Idempotency-Key` header, the same create sent again (the same key and the same request, within 24 hours) is answered with the reservation it made, not booked twice nor refused; the same key with another request is refused (422).
          */
         post: operations["create_reservation"];
         delete?: never;
@@ -4463,7 +4463,10 @@ export interface operations {
     create_reservation: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description your key of this create (e.g. a UUID), 1 to 255 visible ASCII characters: send it again with a retry */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
