@@ -1513,6 +1513,8 @@ export interface components {
             power_draw_w: number | null;
             /** @description null when not reported (never 0) */
             power_limit_w: number | null;
+            /** @description false: not in its host's latest reading (the host is down since before the monitor started, or its GPUs did not answer); shown as known from before, with no figures */
+            present: boolean;
             /** @description the processes using this GPU */
             processes: components["schemas"]["ProcessOnGpu"][];
             reachable: boolean | null;
