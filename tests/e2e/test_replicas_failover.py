@@ -158,7 +158,7 @@ class System:
             "title": title,
         }
         # It may have been made though not answered: sent again with its key, it is answered.
-        key = {"Idempotency-Key": f"squat-{title}"}
+        key = {"Idempotency-Key": title.replace(" ", "-")}
         status, answer = await self.pool.call("POST", "/reservations", body, headers=key)
         if status in NO_ANSWER:
             status, answer = await self.ask("POST", "/reservations", body, headers=key)
