@@ -72,7 +72,8 @@ def hosts_table(hosts: list[Mapping[str, Any]], width: int = WIDE) -> Table:
 
 
 def check_lines(name: str, check: Mapping[str, Any]) -> list[str]:
-    """What a check found, in words: the key, the GPUs, ok or why not."""
+    """What a check found, in words: the key, the GPUs, whether the login writes the
+    violation warning on terminals, ok or why not."""
     lines = []
     key = check.get("host_key")
     if key:
@@ -80,6 +81,10 @@ def check_lines(name: str, check: Mapping[str, Any]) -> list[str]:
     gpus = check.get("gpus") or []
     for gpu in gpus:
         lines.append(f"  GPU {gpu['index']}: {gpu['name']} ({gpu['uuid']})")
+    terminals = check.get("terminals")
+    if terminals:  # (null: not asked, the login failed)
+        writes = "ok" if terminals.get("ok") else "NO"
+        lines.append(f"terminal warnings: {writes}, {terminals.get('detail')}")
     state = "ok" if check.get("ok") else "FAILED"
     lines.append(f"{state}: {check.get('detail')}" + (f", {len(gpus)} GPU(s)" if gpus else ""))
     return [printable(line) for line in lines]

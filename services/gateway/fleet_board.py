@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from services.gateway.auth import Caller
 from services.gateway.calendar import CalendarView
+from services.gateway.known_gpus import KnownGpus
 from services.gateway.visibility import reservation_for
 from services.monitor import api as monitor_api
 from services.reservations import api as reservations_api
@@ -79,9 +80,21 @@ def _process(entry: dict[str, Any]) -> dict[str, Any]:
 Holders = Callable[[str], tuple[dict[str, Any] | None, dict[str, Any] | None]]
 
 
+def _last_known(known: dict[str, Any]) -> dict[str, Any]:
+    """A GPU of a host the snapshot shows no GPUs of, as known from before: no figures."""
+    gpu = {"uuid": known["uuid"], "host": known["host"], "index": known["index"]}
+    gpu["name"] = known.get("name")
+    for figure in GPU_FIGURES:
+        gpu[figure] = None
+    gpu["memory_total_mib"] = known.get("memory_total_mib")  # a fact of the GPU: its labels say it
+    return gpu
+
+
 def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, Any]]:
     """HostStates from the monitor's snapshot; `holders(uuid)` gives a GPU's reservation now
-    and its next one (unfiltered: their private fields are still there). Pure."""
+    and its next one (unfiltered: their private fields are still there). A host with no GPUs
+    in its sample shows those known from before (`known_gpus`, see `known_gpus.py`), with
+    `present` false. Pure."""
     hosts = []
     for raw in snapshot.get("hosts") or ():
         sample = raw.get("sample") or {}
@@ -94,13 +107,15 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             for uuid in dict.fromkeys(uuids):
                 by_gpu.setdefault(uuid, []).append(process)
         gpus = []
-        for reading in sample.get("gpus") or ():
+        readings = sample.get("gpus") or ()
+        for reading in readings or [_last_known(known) for known in raw.get("known_gpus") or ()]:
             uuid = reading.get("uuid")
             gpu = {"uuid": uuid, "host": raw["name"], "index": reading.get("index")}
             gpu["name"] = reading.get("name")
             for figure in GPU_FIGURES:
                 gpu[figure] = reading.get(figure)
             gpu["labels"] = gpu_labels(gpu["name"], gpu.get("memory_total_mib"))
+            gpu["present"] = bool(readings)
             gpu["processes"] = by_gpu.get(uuid, [])
             gpu["reservation"], gpu["next_reservation"] = holders(uuid)
             gpu["reachable"] = reachable
@@ -336,6 +351,7 @@ class FleetBoard:
         self._pending: set[str] = set()  # GPUs whose reservations changed since `latest`
         self._rehold_all = False  # `latest` shows the service's answer: read the copy for all
         self._updating: asyncio.Task[None] | None = None
+        self.known = KnownGpus(clock)  # the GPUs of hosts the snapshot shows none of
         calendar.listeners.append(self.on_change)
 
     async def composition(self, rpc: Rpc) -> Composition:
@@ -392,6 +408,8 @@ class FleetBoard:
             rpc(monitor_api.SNAPSHOT) if fetch_snapshot else _nothing(),
             self._calendar_at(rpc, now),
         )
+        if fetch_snapshot:  # (before the copy is read: the awaits are over then)
+            snapshot = await self.known.fill(rpc, snapshot)
         if calendar is self.calendar:
             # The copy as it is now, after the awaits: every change heard of so far is in it.
             changes, pending, everything = self.changes, self._pending, self._rehold_all

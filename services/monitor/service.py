@@ -18,6 +18,7 @@ from services.monitor.hosts.hosts_admin import HostsAdmin
 from services.monitor.hosts.inventory import active, local_host
 from services.monitor.monitor import Monitor
 from services.monitor.nvml import load_nvml
+from services.monitor.peer_probe import vanished
 from services.monitor.readers import HostReader, LocalNvmlReader, SshReader
 from services.monitor.replica_rpc import Peers, replica_methods, rpc_name
 from services.monitor.sharding import Sharding
@@ -113,6 +114,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             for answer in await peers.ask("transitions", {}, only=ids):
                 view.load(answer["hosts"])
 
+        own_rpc = rpc_name(replicas.replica_id)
         sharding = Sharding(
             monitor,
             reader_for,
@@ -124,8 +126,8 @@ async def start(ctx: ServiceContext) -> Teardown:
             settle_s=0.0 if ctx.bus.in_process else replicas.heartbeat_s * 1.5,
             ask_peers=ask_peers,
             handshakes_per_s=ctx.settings.monitor.handshakes_per_s,
+            probe=lambda: vanished(ctx.bus, replicas, own_rpc),
         )
-        own_rpc = rpc_name(replicas.replica_id)
         replicas.role = sharding.role
         replicas.details = lambda: {**sharding.details(), "rpc": own_rpc}
         admin = HostsAdmin(

@@ -12,8 +12,10 @@ heartbeat to arrive.
 A replica that stops cleanly first stops polling, then says `stopping` and when it stopped: the
 others take its hosts from their first tick after that moment (one that passed while the news
 travelled is polled at once, late but not lost, and by one replica only). One that dies
-(kill -9, cut off) is counted gone after `[replicas] dead_after_s`; the others then poll its
-hosts at once, as they are already stale, and go on at their ticks. The first polls of the
+(kill -9, cut off) is counted gone after `[replicas] dead_after_s`, or sooner when its
+heartbeat is late and the broker no longer has its RPC queue (its connection closed: a killed
+process; `peer_probe.py`); the others then poll its hosts at once, as they are already stale,
+and go on at their ticks. The first polls of the
 hosts a replica gains (at its start, at a takeover) are spread to `[monitor] handshakes_per_s`:
 each opens an SSH connection (`shards.spread_first_polls`).
 
@@ -47,6 +49,7 @@ HANDSHAKES_PER_S = 300.0  # first polls of gained hosts (each an SSH handshake) 
 
 ReaderFor = Callable[[HostConfig], HostReader]
 AskPeers = Callable[[list[str]], Awaitable[None]]
+Probe = Callable[[], Awaitable[list[str]]]  # peers found dead before their heartbeat expired
 
 
 class Sharding:
@@ -62,6 +65,7 @@ class Sharding:
         check_s: float = 0.5,
         ask_peers: AskPeers | None = None,
         handshakes_per_s: float = HANDSHAKES_PER_S,
+        probe: Probe | None = None,
     ) -> None:
         self.monitor = monitor
         self.reader_for = reader_for
@@ -72,6 +76,8 @@ class Sharding:
         self.check_s = check_s
         self.ask_peers = ask_peers
         self.handshakes_per_s = handshakes_per_s
+        self.probe = probe
+        self._vanished: set[str] = set()  # peers `probe` found dead, until the next sync
         self.ready = False
         self.stopped_at: float | None = None  # wall clock, once handed over
         # Wall clock from which this replica polls its hosts: a moment after it said `active`,
@@ -181,12 +187,27 @@ class Sharding:
                 async with asyncio.timeout(self.check_s):
                     await self._wake.wait()
             self._wake.clear()
+            await self._probe()
             # `owners` asks for the live replicas, which also expires the silent ones.
             if self.owners() != self._owners:
                 try:
                     await self.sync()
                 except Exception:
                     log.exception("rebalancing the hosts failed")
+
+    async def _probe(self) -> None:
+        """Peers found dead before their heartbeat expires (`peer_probe`): gone now."""
+        if self.probe is None:
+            return
+        try:
+            found = await self.probe()
+        except Exception as err:  # the broker is away: their heartbeats expire them
+            log.debug("asking the broker about the other monitor replicas failed: %s", err)
+            return
+        for replica in found:
+            log.info("monitor replica %s is gone (its connection closed)", replica)
+            self._vanished.add(replica)
+            self.replicas.forget(SERVICE, replica)
 
     def _starts(self, owners: list[str]) -> dict[str, float]:
         """When each active replica takes its hosts (monotonic), as it says (`active_from`)."""
@@ -234,8 +255,10 @@ class Sharding:
             died = {
                 r
                 for r in before
-                if r not in owners and moment - self._heard.get(r, moment) >= limit
+                if r not in owners
+                and (r in self._vanished or moment - self._heard.get(r, moment) >= limit)
             }
+            self._vanished.clear()
             self._owners = owners
             self._heard = {r: self._heard[r] for r in owners if r in self._heard}
             diff = diff_hosts(self.running, self.mine(owners))

@@ -297,3 +297,22 @@ attempts = Table(
 # Events written in the same transaction as the change they describe, published after the
 # commit (and again after a crash): a change is never committed without its event.
 outbox = outbox_table(metadata, "reservations")
+
+# The key of each create (a client's Idempotency-Key, or the id of the RPC call that carried
+# it): a create that comes again is answered with the reservation it made, not refused as a
+# conflict with itself (booking/create_keys.py). Kept 24 hours. Migration `reservations_0012`.
+create_keys = Table(
+    "reservations_create_keys",
+    metadata,
+    Column("key", String(320), primary_key=True),
+    Column(
+        "reservation_id",
+        Integer,
+        ForeignKey("reservations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    # What the request asked for (create_keys.fingerprint): the same key for another is refused.
+    Column("fingerprint", String(64), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Index("ix_reservations_create_keys_created", "created_at_ms"),
+)

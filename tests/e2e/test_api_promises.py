@@ -1,7 +1,8 @@
 """What the docs and the OpenAPI document promise, checked through the API: an ended
 reservation reads `ended`, rule changes answer what they cancelled, a rule made "now" covers a
 booking made "now", ids are never reused, ranges and slots stay within their documented
-bounds. One embedded system (SQLite: where ids used to be reused)."""
+bounds, a create sent again with its Idempotency-Key is booked once. One embedded system (SQLite:
+where ids used to be reused)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,30 @@ async def test_the_compact_overview_says_what_the_full_one_says(system: ApiSyste
     assert {"mine", "taken"} <= states
     wrong = await bob.get("/reservations/overview", **query, format="tiny")
     assert wrong.status in (400, 422), wrong.body
+
+
+async def test_a_create_sent_again_with_its_idempotency_key_is_booked_once(
+    system: ApiSystem,
+) -> None:
+    alice = await system.as_user("alice")
+    target = await system.gpu(0, 0)
+    body = {
+        "gpus": [f"{target['host']}:{target['index']}"],
+        "start": (now() + timedelta(days=3)).isoformat(),
+        "duration_minutes": 60,
+        "title": "sent twice",
+    }
+    key = {"Idempotency-Key": "4b1f6a52-2d3c-4c43-9a55-0d1bde6f7f10"}
+    first = await alice.request("POST", "/reservations", body, headers=key)
+    assert first.status == 201, first.body
+    again = await alice.request("POST", "/reservations", body, headers=key)
+    assert (again.status, again.body) == (201, first.body)
+    other = await alice.request("POST", "/reservations", {**body, "title": "another"}, headers=key)
+    assert other.status == 422, other.body
+    assert other.body["details"]["field"] == "Idempotency-Key"
+    # Without the key, the same create is a second request: refused as taken by the first.
+    plain = await alice.post("/reservations", body)
+    assert plain.status == 409, plain.body
+    bad = await alice.request("POST", "/reservations", body, headers={"Idempotency-Key": "a b"})
+    assert bad.status == 400, bad.body
+    assert bad.body["details"]["field"] == "Idempotency-Key"

@@ -112,6 +112,11 @@ async def test_a_host_is_removed_and_added_back_with_its_key_accepted(
 
     checked = await cli("hosts", "check", name)
     assert checked.code == 0 and f"{fingerprint} (trusted)" in checked.out
+    # The API's answer in words, whether the login writes warnings on terminals included.
+    answer = (await admin.post(f"/inventory/hosts/{name}/check", {})).body
+    terminals = answer["terminals"]
+    writes = "ok" if terminals["ok"] else "NO"
+    assert f"terminal warnings: {writes}, {terminals['detail']}" in checked.out
 
 
 async def test_checking_a_new_key_offers_to_trust_it(

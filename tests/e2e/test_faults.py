@@ -1,7 +1,8 @@
 """Faults as production meets them: Warden as separate OS processes on RabbitMQ and PostgreSQL,
 a simulated fleet over SSH with someone squatting on a reserved GPU, a webhook receiver that
 counts what it gets; then the violations service killed with SIGKILL, the broker stopped and
-frozen, the database stopped.
+frozen (escalation steps falling due while it is stopped go out once it is back, once each),
+the database stopped.
 
 The broker and database that are stopped or frozen are the test's own (tests/support/
 private_servers.py), so no other test feels it; they are controlled from a thread, since the
@@ -410,4 +411,44 @@ async def test_a_stopped_database_answers_503_and_escalation_catches_up_once(
             assert violations.count("the lease could not be reached") == 1, violations
             assert violations.count("the lease can be reached again") == 1, violations
             assert violations.count("escalating incidents failed") <= 1, violations
+            assert "Traceback" not in violations, violations
+
+
+async def test_steps_due_while_the_broker_is_stopped_go_out_once_it_is_back(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with private_rabbit() as rabbit:
+        steps = ["0s webhook owner", "12s webhook owner", "14s webhook owner"]
+        async with squatted_system(tmp_path, rabbit.url, pg_url, steps) as (
+            processes,
+            api,
+            hooks_,
+            _s,
+            _booked,
+        ):
+            await until(lambda: hooks_.steps(), "step 0 delivered", DEADLINE_S)
+            [(incident, _step)] = hooks_.steps()
+
+            async def step_0_recorded() -> bool:
+                status, body = await api.call("GET", f"/violations/{incident}")
+                return status == 200 and any(e["kind"] == "action" for e in body["timeline"])
+
+            await until(step_0_recorded, "step 0 recorded", DEADLINE_S, interval=0.2)
+            await asyncio.to_thread(rabbit.stop)
+            step_1 = datetime.fromisoformat(hooks_.got[0]["incident"]["next_at"])
+            # Steps 1 and 2 fall due (2 s apart) while the broker is stopped.
+            past_both = step_1 + timedelta(seconds=3) - datetime.now(UTC)
+            await asyncio.sleep(max(0.0, past_both.total_seconds()))
+            assert hooks_.steps() == [(incident, 0)]  # nothing went out without the broker
+            await asyncio.to_thread(rabbit.start)
+            late = {(incident, 1), (incident, 2)}
+            await until(
+                lambda: late <= set(hooks_.steps()),
+                "steps 1 and 2 after the broker came back",
+                DEADLINE_S,
+                report=processes.logs,
+            )
+            await asyncio.sleep(3)  # anything sent twice would have come by now
+            assert sorted(hooks_.steps()) == [(incident, 0), (incident, 1), (incident, 2)]
+            violations = processes.log("violations")
             assert "Traceback" not in violations, violations

@@ -1,12 +1,12 @@
 """One-time password links and accounts that end (services.accounts.password_links, lifecycle)
 on SQLite and PostgreSQL: a link works once and until it expires, a newer one replaces it, a
-deactivated or deleted account signs in nowhere and its sessions end with one event.
+deactivated or deleted account signs in nowhere and its sessions end with one event. The
+database fixtures are tests/support/accounts_store.py's, imported.
 """
 
-from __future__ import annotations
+# ruff: noqa: F811 (the imported `store` fixture is every test's parameter)
 
-from collections.abc import AsyncIterator
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 from sqlalchemy import select
@@ -18,36 +18,14 @@ from services.reservations.store import Store, now_ms
 from services.reservations.tables import group_members
 from services.reservations.tables import password_links as link_rows
 from services.shared.errors import AuthenticationFailed, Forbidden, InvalidRequest, NotFound
-from services.shared.storage import db
-from tests.integration.test_reservations_accounts import PASSWORD, add_user, events
-
-
-@pytest.fixture(autouse=True)
-def _cheap_passwords(cheap_passwords: None) -> None:
-    """Every test here hashes passwords (see tests/conftest.py)."""
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
+from tests.support.accounts_store import (  # noqa: F401 (fixtures)
+    PASSWORD,
+    _cheap_passwords,
+    add_user,
+    database_url,
+    events,
+    store,
 )
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'reservations.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    engine = db.create_engine(database_url)
-    try:
-        await db.upgrade(engine, "reservations")
-        yield Store(engine)
-    finally:
-        await engine.dispose()
-
 
 ADMIN = Actor("root", True)
 WEEK_MS = 7 * 86_400_000

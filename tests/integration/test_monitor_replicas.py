@@ -6,7 +6,8 @@ client ports, matched to processes through /proc), and every `host.sampled` even
 samples are placed in its tick slots (`shards.phase`): two samples in one slot are a double
 poll, a slot skipped between two samples is a gap. The replicas split the hosts, each host
 polled by exactly one; one replica killed with SIGKILL, the other polls all its hosts again;
-started again, the hosts rebalance with neither a double poll nor a gap; the other stopped
+started again, the hosts rebalance with neither a double poll nor a gap (the killed one is found
+dead by its closed connection, before its heartbeat expires); the other stopped
 cleanly (SIGTERM), its hosts move without a gap. Each GPU is announced once in all of it.
 
 Deadlines are generous; nothing asserts how long anything took (bench/_monitor_sharding.py
@@ -313,6 +314,10 @@ async def test_two_replicas_split_fail_over_and_rebalance(
         DEADLINE_S,
         report=report,
     )
+    # Found dead by its closed connection (its RPC queue gone from the broker), not only by
+    # its silence (after `dead_after_s`).
+    survivor_log = replicas.tmp / "a-1.log"
+    assert "is gone (its connection closed)" in survivor_log.read_text(errors="replace")
 
     # Started again: the hosts rebalance without a double poll or a gap.
     rejoined_at = datetime.now().timestamp()

@@ -1,16 +1,17 @@
 """Accounts and groups (services.accounts.users) on SQLite and PostgreSQL.
 
 Each test runs on its own migrated database: a SQLite file in its temp dir, and its own
-PostgreSQL database. Passwords are hashed with real argon2 at cheap parameters, so the suite
-stays fast while hashing and verifying are the real thing.
+PostgreSQL database (the fixtures of tests/support/accounts_store.py). Passwords are hashed with
+real argon2 at cheap parameters, so the suite stays fast while hashing and verifying are the
+real thing.
 """
+
+# ruff: noqa: F811 (the imported `store` fixture is every test's parameter)
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,62 +19,21 @@ from sqlalchemy import select
 
 from services.accounts import users as accounts
 from services.reservations.store import Store
-from services.reservations.tables import outbox, users
-from services.shared.contracts import parse_envelope
+from services.reservations.tables import users
 from services.shared.errors import (
     AlreadyExists,
     AuthenticationFailed,
     InvalidRequest,
     NotFound,
 )
-from services.shared.storage import db
-
-PASSWORD = "correct horse battery"
-
-
-@pytest.fixture(autouse=True)
-def _cheap_passwords(cheap_passwords: None) -> None:
-    """Every test here hashes passwords (see tests/conftest.py)."""
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ]
+from tests.support.accounts_store import (  # noqa: F401 (fixtures)
+    PASSWORD,
+    _cheap_passwords,
+    add_user,
+    database_url,
+    events,
+    store,
 )
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'reservations.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    engine = db.create_engine(database_url)
-    try:
-        await db.upgrade(engine, "reservations")
-        yield Store(engine)
-    finally:
-        await engine.dispose()
-
-
-async def add_user(store: Store, username: str = "alice", **extra: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "email": f"{username}@lab.example",
-        "password": PASSWORD,
-        "actor": "admin",
-    }
-    async with store.write() as conn:
-        return await accounts.create_user(conn, username=username, **{**values, **extra})
-
-
-async def events(store: Store) -> list[tuple[str, dict[str, Any]]]:
-    """(type, data) of every event waiting in the outbox, oldest first."""
-    async with store.read() as conn:
-        rows = (await conn.execute(select(outbox.c.envelope).order_by(outbox.c.id))).scalars()
-        envelopes = [parse_envelope(text) for text in rows]
-    return [(envelope.type, dict(envelope.data)) for envelope in envelopes]
 
 
 async def stored_hash(store: Store, username: str) -> str:

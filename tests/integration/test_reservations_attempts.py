@@ -4,7 +4,7 @@ replicas (two engines on one database) gets exactly the limit, a refusal says wh
 again (within the window, even after waiting for the key), settling uncounts, and expired rows
 go.
 
-The database fixtures are those of test_reservations_accounts.py, imported.
+The database fixtures are tests/support/accounts_store.py's, imported.
 """
 # ruff: noqa: F811 (the imported `store` fixture is every test's parameter)
 
@@ -21,7 +21,7 @@ from services.accounts.attempts import AttemptCalls
 from services.reservations.store import Store, now_ms
 from services.reservations.tables import attempts as attempts_table
 from services.shared.storage import db
-from tests.integration.test_reservations_accounts import (  # noqa: F401 (fixtures)
+from tests.support.accounts_store import (  # noqa: F401 (fixtures)
     _cheap_passwords,
     database_url,
     events,

@@ -2,7 +2,7 @@
 hash is stored, one per user (a new one replaces the old), revoking ends it at once, and two
 replacements at once leave exactly one working token.
 
-The database fixtures are those of test_reservations_accounts.py, imported.
+The database fixtures are tests/support/accounts_store.py's, imported.
 """
 # ruff: noqa: F811 (the imported `store` fixture is every test's parameter)
 
@@ -15,7 +15,7 @@ from sqlalchemy import select
 from services.accounts import calendar_feeds
 from services.reservations.store import Store
 from services.reservations.tables import calendar_feeds as feeds_table
-from tests.integration.test_reservations_accounts import (  # noqa: F401 (fixtures)
+from tests.support.accounts_store import (  # noqa: F401 (fixtures)
     _cheap_passwords,
     add_user,
     database_url,

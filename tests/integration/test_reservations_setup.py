@@ -1,8 +1,8 @@
 """The first run's set-up tokens (services.accounts.setup_tokens) on SQLite and PostgreSQL: a token
 creates the first admin once, only while there is none, and two at once make one admin.
 
-The database fixtures are those of test_reservations_accounts.py (each test its own SQLite
-file and PostgreSQL database), imported: pytest takes them as this module's own.
+The database fixtures are tests/support/accounts_store.py's (each test its own SQLite file and
+PostgreSQL database), imported: pytest takes them as this module's own.
 """
 # ruff: noqa: F811 (the imported `store` fixture is every test's parameter)
 
@@ -19,7 +19,7 @@ from services.accounts import users as accounts
 from services.reservations.store import Store
 from services.reservations.tables import setup_tokens, users
 from services.shared.errors import Forbidden, InvalidRequest, StateConflict
-from tests.integration.test_reservations_accounts import (  # noqa: F401 (fixtures)
+from tests.support.accounts_store import (  # noqa: F401 (fixtures)
     _cheap_passwords,
     add_user,
     database_url,

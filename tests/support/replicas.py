@@ -192,12 +192,23 @@ class GatewayPool:
         self._next = itertools.cycle(range(len(self.ports)))
 
     async def call(
-        self, method: str, path: str, body: Any = None, *, port: int | None = None, **query: Any
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        port: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        **query: Any,
     ) -> tuple[int, Any]:
-        """`method` /api/v1`path` through the pool (or to the gateway on `port` alone)."""
+        """`method` /api/v1`path` through the pool (or to the gateway on `port` alone), with
+        `headers` besides the token."""
         first = next(self._next)
         order = [port] if port else self.ports[first:] + self.ports[:first]
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers = {
+            **({"Authorization": f"Bearer {self.token}"} if self.token else {}),
+            **(headers or {}),
+        }
         why: object = "no gateway"
         for each in order:
             try:

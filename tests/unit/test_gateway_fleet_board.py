@@ -1,6 +1,7 @@
 """The hosts board: each GPU's reservation now and next from the gateway's calendar copy (the
 service's answer until the copy has loaded), changed GPUs serialised again alone, private
-fields hidden from outsiders. A fake RPC answers the monitor's snapshot and the calendar."""
+fields hidden from outsiders, the GPUs of a host the monitor has no reading of shown as known
+from before. A fake RPC answers the monitor's snapshot, the calendar and the known GPUs."""
 
 from __future__ import annotations
 
@@ -48,16 +49,19 @@ def reservation(
 
 
 class FakeRpc:
-    """Answers the snapshot and the calendar; records what it was asked."""
+    """Answers the snapshot, the calendar and the known GPUs; records what it was asked."""
 
     def __init__(self, calendar: list[dict[str, Any]] | None = None) -> None:
         self.calendar = calendar or []
+        self.known: list[dict[str, Any]] = []
         self.asked: list[tuple[str, dict[str, Any]]] = []
 
     async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any:
         self.asked.append((method.name, dict(args or {})))
         if method is monitor_api.SNAPSHOT:
             return snapshot()
+        if method is reservations_api.LIST_GPUS:
+            return self.known
         assert method is reservations_api.CALENDAR
         return self.calendar
 
@@ -300,3 +304,54 @@ async def test_gpus_carry_hardware_labels_and_hosts_their_union_which_a_label_pi
     # by the host's own label: every GPU of it
     labbed = json.loads(composed.answer(ADMIN, "gpus", label="lab-b"))["gpus"]
     assert [g["uuid"] for g in labbed] == ["GPU-H", "GPU-A"]
+class DownHostRpc(FakeRpc):
+    """h1 as in `snapshot`, h2 down with no reading (the monitor started after it went down);
+    the reservations service knows h2's GPUs (and one taken out of it, no longer present)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known = [
+            {"uuid": f"GPU-h2-{i}", "host": "h2", "index": i, "name": "H100", "present": True}
+            for i in (1, 0)
+        ] + [{"uuid": "GPU-h2-old", "host": "h2", "index": 2, "name": "H100", "present": False}]
+
+    async def __call__(self, method: Method, args: Mapping[str, Any] | None = None) -> Any:
+        if method is not monitor_api.SNAPSHOT:
+            return await super().__call__(method, args)
+        answer = await super().__call__(method, args)
+        h2 = {"name": "h2", "reachable": False, "sample": None, "processes": []}
+        return {**answer, "hosts": [*answer["hosts"], h2]}
+
+
+async def test_the_gpus_of_a_host_without_a_reading_are_shown_as_known_from_before() -> None:
+    clock = [0.0]
+    board = FleetBoard(loaded(reservation(1, "GPU-0", -1, 2)), clock=lambda: clock[0])
+    rpc = DownHostRpc()
+    composed = await board.composition(rpc)
+    gpus = json.loads(composed.answer(ADMIN, "gpus"))["gpus"]
+    shown = [(g["host"], g["index"], g["uuid"], g["present"], g["reachable"]) for g in gpus]
+    assert shown == [
+        ("h1", 0, "GPU-0", True, True),
+        ("h1", 1, "GPU-1", True, True),
+        ("h2", 0, "GPU-h2-0", False, False),
+        ("h2", 1, "GPU-h2-1", False, False),
+    ]
+    last_known = gpus[2]
+    assert last_known["name"] == "H100"
+    assert last_known["utilization_gpu_percent"] is None and last_known["memory_used_mib"] is None
+    host = json.loads(composed.answer(ADMIN, "host", "h2"))
+    assert [g["uuid"] for g in host["gpus"]] == ["GPU-h2-0", "GPU-h2-1"]
+    # Asked once, not with every snapshot.
+    clock[0] = 1.0
+    await board.composition(rpc)
+    assert rpc.names().count("list_gpus") == 1
+    assert rpc.names().count("snapshot") == 2
+
+
+async def test_no_known_gpus_are_asked_for_while_every_host_shows_its_own() -> None:
+    rpc = FakeRpc()
+    rpc.known = [{"uuid": "GPU-x", "host": "h1", "index": 5, "name": "A100", "present": True}]
+    shown = await gpus_for(board_on(loaded()), rpc, ADMIN)
+    assert sorted(shown) == ["GPU-0", "GPU-1"]
+    assert all(gpu["present"] for gpu in shown.values())
+    assert "list_gpus" not in rpc.names()

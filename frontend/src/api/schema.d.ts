@@ -750,7 +750,7 @@ export interface paths {
         put?: never;
         /**
          * Reserve GPUs
-         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it), 422 `validation_failed` (a GPU whose host was removed from the inventory is not offered). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes.
+         * @description Refusals say why: 409 `reservation_conflict` (who holds which GPU when), 403 `not_allowed` (the access rules or quotas that do not allow it), 422 `validation_failed` (a GPU whose host was removed from the inventory is not offered). A reservation that starts now on a GPU someone else uses now is made all the same, with `warnings` naming the GPU, the users and their processes. With an `Idempotency-Key` header, the same create sent again (the same key and the same request, within 24 hours) is answered with the reservation it made, not booked twice nor refused; the same key with another request is refused (422).
          */
         post: operations["create_reservation"];
         delete?: never;
@@ -1515,6 +1515,8 @@ export interface components {
             power_draw_w: number | null;
             /** @description null when not reported (never 0) */
             power_limit_w: number | null;
+            /** @description false: not in its host's latest reading (the host is down since before the monitor started, or its GPUs did not answer); shown as known from before, with no figures */
+            present: boolean;
             /** @description the processes using this GPU */
             processes: components["schemas"]["ProcessOnGpu"][];
             reachable: boolean | null;
@@ -4538,7 +4540,10 @@ export interface operations {
     create_reservation: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description your key of this create (e.g. a UUID), 1 to 255 visible ASCII characters: send it again with a retry */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };

@@ -116,6 +116,14 @@ class GpuStateSchema(Answer):
     )
     reachable = fields.Boolean(required=True, allow_none=True)
     sampled_at = _Time(required=True, allow_none=True)
+    present = fields.Boolean(
+        required=True,
+        metadata={
+            "description": "false: not in its host's latest reading (the host is down since "
+            "before the monitor started, or its GPUs did not answer); shown as known from "
+            "before, with no figures"
+        },
+    )
 
 
 class HostStateSchema(Answer):

@@ -66,11 +66,27 @@ class CreateBody(api.CreateReservationArgs):
     duration_minutes = fields.Integer(validate=validate.Range(min=1, max=60 * 24 * 366))
 
     class Meta:
-        exclude = ("actor",)
+        exclude = ("actor", "idempotency_key")  # (a header: IDEMPOTENCY_KEY)
 
     @validates_schema
     def one_end(self, data: dict[str, Any], **_: Any) -> None:
         _ordered(data, required=True)
+
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def idempotency_key(call: Call) -> str | None:
+    """The client's key of a create (visible ASCII, 1 to 255 characters), if it sent one."""
+    key = call.request.headers.get(IDEMPOTENCY_KEY)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not all("!" <= ch <= "~" for ch in key):
+        raise InvalidRequest(
+            f"{IDEMPOTENCY_KEY} must be 1 to 255 visible ASCII characters (e.g. a UUID)",
+            {"field": IDEMPOTENCY_KEY},
+        )
+    return key
 
 
 class UpdateBody(api.UpdateReservationArgs):
@@ -269,6 +285,9 @@ async def create_reservation(call: Call) -> dict[str, Any]:
     }
     if body.get("owner"):
         args["owner"] = body["owner"]
+    key = idempotency_key(call)
+    if key is not None:
+        args["idempotency_key"] = key
     created: dict[str, Any] = await call.rpc(api.CREATE_RESERVATION, args)
     return _seen(call, "reservation.created", created)
 
@@ -363,15 +382,28 @@ ROUTES = (
         "403 `not_allowed` (the access rules or quotas that do not allow it), 422 "
         "`validation_failed` (a GPU whose host was removed from the inventory is not offered). "
         "A reservation that starts now on a GPU someone else uses now is made all the same, "
-        "with `warnings` naming the GPU, the users and their processes.",
+        "with `warnings` naming the GPU, the users and their processes. With an "
+        "`Idempotency-Key` header, the same create sent again (the same key and the same "
+        "request, within 24 hours) is answered with the reservation it made, not booked twice "
+        "nor refused; the same key with another request is refused (422).",
         extra={
+            "parameters": [
+                {
+                    "name": IDEMPOTENCY_KEY,
+                    "in": "header",
+                    "required": False,
+                    "description": "your key of this create (e.g. a UUID), 1 to 255 visible "
+                    "ASCII characters: send it again with a retry",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                }
+            ],
             "responses": {
                 "422": {
                     "description": "not offered: a GPU whose host was removed from the "
                     "inventory (`details.reasons` name each), or a field that does not fit",
                     "content": {"application/json": {"schema": ERROR_REF}},
                 }
-            }
+            },
         },
     ),
     Route(

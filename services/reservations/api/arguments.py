@@ -43,6 +43,15 @@ class CreateReservationArgs(ActorArgs):
     title = _Str(required=True, validate=validate.Length(min=1, max=200))
     description = _Str(load_default="", validate=validate.Length(max=5000))
     guests = fields.List(_USERNAME, load_default=list)
+    idempotency_key = _Str(
+        load_default=None,
+        validate=validate.Length(min=1, max=255),
+        metadata={
+            "description": "the client's key of this create (the REST API's Idempotency-Key "
+            "header): the same create again with the same key, within 24 hours, is answered "
+            "with the reservation it made"
+        },
+    )
 
 
 class ReservationIdArgs(ActorArgs):

@@ -10,9 +10,11 @@ from typing import Any
 from services.reservations import api
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.changes import Changes
+from services.reservations.booking.create_keys import key_for
 from services.reservations.booking.queries import Queries
 from services.reservations.rules.domain import AccessRule, IdlePolicy, Limits, WeeklyWindow
 from services.reservations.rules.refusals import START_GRACE
+from services.shared.bus import RPC_DELIVERY
 from services.shared.errors import InvalidRequest
 
 
@@ -109,6 +111,9 @@ class BookingCalls:
             title=args["title"],
             description=args["description"],
             guests=args["guests"],
+            # The same create again (the client's Idempotency-Key, or this call delivered
+            # again): answered with the reservation it made.
+            key=key_for(args["actor"], args.get("idempotency_key"), RPC_DELIVERY.get()),
         )
         # Booked all the same: the GPUs are free to reserve, someone just uses them now.
         now = self.changes.clock()

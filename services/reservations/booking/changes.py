@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.accounts import users as accounts
 from services.accounts.api import Actor
 from services.reservations.booking import repository, writes
+from services.reservations.booking.create_keys import CreateKey
 from services.reservations.booking.creates import Creates, Request
 from services.reservations.booking.repository import ReservationRecord
 from services.reservations.outbox import add_event
@@ -177,9 +178,11 @@ class Changes:
         title: str,
         description: str = "",
         guests: Sequence[str] = (),
+        key: CreateKey | None = None,
     ) -> dict[str, Any]:
         """A new reservation; `guests` may use its GPUs too (only the owner's access counts).
-        `actor` may be a bare username: it is then looked up in the write transaction."""
+        `actor` may be a bare username: it is then looked up in the write transaction. Asked
+        again with the same `key`: answered with the reservation it made."""
         return await self.creates.create(
             Request(
                 actor=actor,
@@ -191,6 +194,7 @@ class Changes:
                 description=description,
                 guests=tuple(sorted(set(guests))),
                 now=self.clock(),
+                key=key,
             )
         )
 

@@ -26,7 +26,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.accounts.api import Actor
-from services.reservations.booking import repository
+from services.reservations.booking import create_keys, repository
+from services.reservations.booking.create_keys import CreateKey
 from services.reservations.booking.group_commit import Answer, GroupWriter
 from services.reservations.booking.memory import Memory
 from services.reservations.booking.repository import ReservationRecord
@@ -59,6 +60,18 @@ class Request:
     description: str
     guests: tuple[str, ...]  # sorted, unique
     now: datetime
+    key: CreateKey | None = None  # asked again with this key: answered with what it made
+
+    def fingerprint(self) -> str:
+        return create_keys.fingerprint(
+            self.owner,
+            self.uuids,
+            to_ms(self.start),
+            to_ms(self.end),
+            self.title,
+            self.description,
+            self.guests,
+        )
 
 
 @dataclass
@@ -110,6 +123,8 @@ class _Pending:
             gpu_uuids=self.request.uuids,
             guests=self.request.guests,
             event=lambda reservation_id: self.record(reservation_id).event_data(self.gpus),
+            key=None if self.request.key is None else self.request.key.value,
+            fingerprint="" if self.request.key is None else self.request.fingerprint(),
         )
 
     def answer(self) -> dict[str, Any]:
@@ -141,6 +156,7 @@ class Creates:
         self._earliest: int | None = None
         self.on_commit = on_commit  # with that start: what wakes depends on how soon it is
         self._placeholders = itertools.count(-1, -1)
+        self._keys = create_keys.Pruner()
         self.writer = GroupWriter(
             store,
             prepare=self._prepare,
@@ -182,6 +198,10 @@ class Creates:
         self, conn: AsyncConnection, request: Request
     ) -> Answer:
         """Check `request` against memory (and the database for quotas); hold it as pending."""
+        if request.key is not None and request.key.look_up:
+            repeat = await self._repeat(conn, request, request.key)
+            if repeat is not None:
+                return repeat
         directory = self.memory.directory
         if isinstance(request.actor, str):
             actor = directory.actor(request.actor)
@@ -263,6 +283,27 @@ class Creates:
         slots.add(uuids, start_ms, end_ms, pending.placeholder, request.owner)
         return pending.answer
 
+    async def _repeat(
+        self, conn: AsyncConnection, request: Request, key: CreateKey
+    ) -> Answer | None:
+        """The answer of the create already made with `request`'s key (None: none was)."""
+        for held in self._pending:  # the same create twice in one batch
+            if held.request.key is not None and held.request.key.value == key.value:
+                if held.request.fingerprint() != request.fingerprint():
+                    raise create_keys.different_request(key)
+                return held.answer
+        found = await create_keys.written(conn, key)
+        if found is None:
+            return None
+        reservation_id, fingerprint = found
+        if fingerprint != request.fingerprint():
+            raise create_keys.different_request(key)
+        made = await repository.record(conn, reservation_id)
+        if made is None:  # (its key goes with it)
+            return None
+        known = self.memory.directory.gpus
+        return lambda: made.to_dict(known)
+
     async def _flush(self, conn: AsyncConnection, *, last: bool = False) -> None:
         """Write the pending requests (one SAVEPOINT each); an overlap the database refuses
         is a 409 that says which booking, and those GPUs are loaded again. `last`: the
@@ -273,6 +314,11 @@ class Creates:
             uuids = held.request.uuids
             if isinstance(outcome, Exception):
                 self.memory.slots.forget(uuids)
+                if held.request.key is not None:  # another replica made it at the same moment?
+                    made = await self._made_elsewhere(conn, held.request, held.request.key)
+                    if made is not None:
+                        held.written = made
+                        continue
                 found = await repository.clashes(conn, uuids, held.start_ms, held.end_ms)
                 held.written = (
                     refusal_error(conflict_refusals(found, held.gpus))
@@ -288,10 +334,21 @@ class Creates:
                 if self._earliest is None or held.start_ms < self._earliest:
                     self._earliest = held.start_ms
 
+    async def _made_elsewhere(
+        self, conn: AsyncConnection, request: Request, key: CreateKey
+    ) -> int | Exception | None:
+        found = await create_keys.written(conn, key)
+        if found is None:
+            return None
+        if found[1] != request.fingerprint():
+            return create_keys.different_request(key)
+        return found[0]
+
     async def _prepare(self, conn: AsyncConnection, requests: list[Request]) -> None:
         """Sync the model; lock the owners whose quotas the batch checks, all at once and in
         name order, so two replicas' batches never wait for each other in a circle."""
         await self.memory.sync(conn)
+        await self._keys.maybe(conn, to_ms(requests[0].now) if requests else 0)
         directory = self.memory.directory
         self._locked = set()
         for request in requests:

@@ -1,8 +1,9 @@
 """The one place a reservation's rows are written (the reservation, its GPU slots, its guests).
 
 `write_rows`: checked creates, several at once inside the caller's transaction: for each, a
-SAVEPOINT, the reservation, its GPU slots, its guests and its `reservation.created` outbox row.
-A constraint violation (an overlap the in-memory check did not know of) undoes that one alone.
+SAVEPOINT, the reservation, its GPU slots, its guests, its `reservation.created` outbox row and
+its key (`booking.create_keys`). A constraint violation (an overlap the in-memory check did not
+know of, a key written by another replica) undoes that one alone.
 
 On SQLite the whole list runs as ONE call on the sqlite3 connection (the same connection and
 transaction SQLAlchemy holds; on the thread the transaction runs on), with statements sqlite3
@@ -42,6 +43,8 @@ class Row:
     gpu_uuids: Sequence[str]
     guests: Sequence[str]
     event: Callable[[int], Mapping[str, Any]]
+    key: str | None = None  # its create's key (booking.create_keys), written with it
+    fingerprint: str = ""  # what the create asked for (with its key)
 
     def envelope(self, reservation_id: int) -> str:
         data = self.event(reservation_id)
@@ -62,6 +65,10 @@ _SLOT_SQL = (
 )
 _GUEST_SQL = "INSERT INTO reservations_guests (reservation_id, username) VALUES (?, ?)"
 _OUTBOX_SQL = "INSERT INTO reservations_outbox (envelope, created_at_ms) VALUES (?, ?)"
+_KEY_SQL = (
+    "INSERT INTO reservations_create_keys (key, reservation_id, fingerprint, created_at_ms)"
+    " VALUES (?, ?, ?, ?)"
+)
 
 
 def _sqlite_writes(db: sqlite3.Connection, rows: Sequence[Row], commit: bool) -> Written:
@@ -97,6 +104,8 @@ def _sqlite_writes(db: sqlite3.Connection, rows: Sequence[Row], commit: bool) ->
                 if row.guests:
                     cursor.executemany(_GUEST_SQL, [(reservation_id, g) for g in row.guests])
                 cursor.execute(_OUTBOX_SQL, (row.envelope(reservation_id), now_ms()))
+                if row.key is not None:
+                    cursor.execute(_KEY_SQL, (row.key, reservation_id, row.fingerprint, row.now_ms))
             except sqlite3.IntegrityError as err:
                 cursor.execute("ROLLBACK TO warden_create")
                 written.append(err)
@@ -137,6 +146,12 @@ WITH new_reservations AS (
     SELECT reservation_id, username
     FROM unnest(CAST(:guest_ids AS integer[]), CAST(:guest_names AS text[]))
         AS g(reservation_id, username)
+), new_keys AS (
+    INSERT INTO reservations_create_keys (key, reservation_id, fingerprint, created_at_ms)
+    SELECT key, reservation_id, fingerprint, at_ms
+    FROM unnest(CAST(:key_ids AS integer[]), CAST(:keys AS text[]),
+        CAST(:fingerprints AS text[]), CAST(:key_at AS bigint[]))
+        AS k(reservation_id, key, fingerprint, at_ms)
 )
 INSERT INTO reservations_outbox (envelope, created_at_ms)
 SELECT envelope, :outbox_at FROM unnest(CAST(:envelopes AS text[])) WITH ORDINALITY
@@ -154,6 +169,7 @@ async def _insert_all(conn: AsyncConnection, rows: Sequence[Row], ids: Sequence[
     pairs = list(zip(rows, ids, strict=True))
     slots = [(i, uuid, row) for row, i in pairs for uuid in row.gpu_uuids]
     named = [(i, guest) for row, i in pairs for guest in row.guests]
+    keyed = [(i, row) for row, i in pairs if row.key is not None]
     await conn.execute(
         _INSERT_ALL,
         {
@@ -172,6 +188,10 @@ async def _insert_all(conn: AsyncConnection, rows: Sequence[Row], ids: Sequence[
             "slot_ends": [row.end_ms for _i, _uuid, row in slots],
             "guest_ids": [i for i, _guest in named],
             "guest_names": [guest for _i, guest in named],
+            "key_ids": [i for i, _row in keyed],
+            "keys": [row.key for _i, row in keyed],
+            "fingerprints": [row.fingerprint for _i, row in keyed],
+            "key_at": [row.now_ms for _i, row in keyed],
             "envelopes": [row.envelope(i) for row, i in pairs],
             "outbox_at": now_ms(),
         },

@@ -41,9 +41,11 @@ from aiormq import spec
 from services.shared import fastjson
 from services.shared.bus.acks import AckBatcher, quietly
 from services.shared.bus.base import (
+    RPC_DELIVERY,
     Bus,
     BusSettings,
     EventHandler,
+    RpcDelivery,
     RpcHandler,
     Teardown,
     dead_letter_queue_name,
@@ -469,6 +471,10 @@ class AmqpBus(Bus):
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.add(task)
+            request_id = message.correlation_id or message.message_id
+            delivery = RPC_DELIVERY.set(
+                None if not request_id else RpcDelivery(request_id, bool(message.redelivered))
+            )
             try:
                 reply = await self._answer(service, table, message)
                 if message.reply_to:
@@ -480,6 +486,7 @@ class AmqpBus(Bus):
                     )
                 await message.ack()
             finally:
+                RPC_DELIVERY.reset(delivery)
                 if task is not None:
                     self._in_flight.discard(task)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -32,6 +33,21 @@ RpcHandler = Callable[[dict[str, Any]], Awaitable[Any]]
 Teardown = Callable[[], Awaitable[None]]
 
 DEAD_LETTER_SUFFIX = ".dead-letter"
+
+
+@dataclass(frozen=True)
+class RpcDelivery:
+    """The RPC request a handler is answering, as the bus delivered it: a request is
+    acknowledged after its answer, so one whose first receiver died before answering is
+    delivered again, to another replica, with the same `request_id`."""
+
+    request_id: str  # the caller's id of the call: the same on every delivery of it
+    redelivered: bool  # delivered before (its first receiver may have carried it out)
+
+
+# Set by the bus while a handler answers a request that came over the wire (None otherwise):
+# what a handler that must not do a thing twice (a create) keys it by.
+RPC_DELIVERY: ContextVar[RpcDelivery | None] = ContextVar("rpc_delivery", default=None)
 
 
 @dataclass(frozen=True)

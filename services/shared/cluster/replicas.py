@@ -159,6 +159,12 @@ class Replicas:
             )
         return [found[key] for key in sorted(found)]
 
+    def forget(self, service: str, replica_id: str) -> None:
+        """Count a peer gone now, found dead otherwise than by its silence (the monitor's
+        `peer_probe`); heard again, it is back."""
+        if self._peers.get(service, {}).pop(replica_id, None) is not None:
+            self._changed(service)
+
     async def _heard(self, envelope: Envelope) -> None:
         data = envelope.data
         service, replica_id = data["service"], data["replica"]

@@ -26,6 +26,7 @@ function gpuState(host: string, index: number, extra: Partial<Schemas['GpuState'
     next_reservation: null,
     reachable: true,
     sampled_at: iso(T0),
+    present: true,
     ...extra,
   }
 }
