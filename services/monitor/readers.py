@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from typing import Any
 
 from services.monitor.nvml import ProcInfo, read_gpus
 from services.monitor.probe import (
-    PROBE_COMMAND,
+    TOPOLOGY_EVERY_S,
     GpuStatus,
     HostReading,
     ProbeOutputError,
@@ -19,6 +20,7 @@ from services.monitor.probe import (
     parse_meminfo,
     parse_probe_output,
     parse_proc_stat_line,
+    probe_command,
 )
 from services.shared.remote.ssh import HostShell, HostUnreachable
 
@@ -35,22 +37,39 @@ class HostReader(ABC):
 
 
 class SshReader(HostReader):
-    """Runs the probe command on the host: one round trip per poll."""
+    """Runs the probe command on the host: one round trip per poll. The GPU interconnect
+    (`nvidia-smi topo -m`) is read with it on the first poll, every `topology_every_s` and
+    on the poll after the host's GPUs changed."""
 
-    def __init__(self, shell: HostShell) -> None:
+    def __init__(self, shell: HostShell, topology_every_s: float = TOPOLOGY_EVERY_S) -> None:
         self.name = shell.name
         self.shell = shell
+        self.topology_every_s = topology_every_s
+        self._topology_due = 0.0  # monotonic time of the next topology read
+        self._gpu_set: frozenset[str] | None = None
 
     async def read(self, timeout: float) -> HostReading:
-        result = await self.shell.run(PROBE_COMMAND, timeout)
+        topology = time.monotonic() >= self._topology_due
+        result = await self.shell.run(probe_command(topology), timeout)
         try:
-            return parse_probe_output(result.stdout)
+            reading = parse_probe_output(result.stdout)
         except ProbeOutputError as err:
             detail = (result.stderr.strip().splitlines() or [str(err)])[-1][:200]
             raise HostUnreachable(
                 f"{self.name}: the probe did not run ({detail})",
                 {"host": self.name, "reason": f"probe did not run: {detail}"},
             ) from err
+        self._next_topology(reading)
+        return reading
+
+    def _next_topology(self, reading: HostReading) -> None:
+        if reading.topology_read:
+            self._topology_due = time.monotonic() + self.topology_every_s
+        if reading.gpu_status is GpuStatus.OK:
+            gpus = frozenset(gpu.uuid for gpu in reading.gpus)
+            if self._gpu_set is not None and gpus != self._gpu_set:
+                self._topology_due = 0.0  # the GPUs changed: read their links next poll
+            self._gpu_set = gpus
 
     async def close(self) -> None:
         await self.shell.close()

@@ -23,6 +23,7 @@ from typing import Any
 import asyncssh
 
 from services.shared import toml
+from services.shared.topology_shapes import SHAPES
 from services.sim.control import ControlApi
 from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
 from services.sim.server import (
@@ -119,6 +120,13 @@ def add_parser(
     )
     sim.add_argument(
         "--gpu-model", choices=sorted(GPU_MODELS), default=DEFAULT_GPU_MODEL, metavar="NAME"
+    )
+    sim.add_argument(
+        "--topology",
+        choices=SHAPES,
+        default=None,
+        help="GPU interconnect `nvidia-smi topo -m` prints on every host (default pcie): "
+        "nvlink-mesh, nvlink-quads (NVLink within groups of 4), nvlink-pairs, pcie",
     )
     sim.add_argument(
         "--write-config",
@@ -275,6 +283,8 @@ def render_hosts_toml(hosts: Sequence[dict[str, Any]], known_hosts: Path, comman
 def _command_line(args: argparse.Namespace) -> str:
     words = ["warden sim", f"--hosts {args.hosts}", f"--gpus-per-host {args.gpus_per_host}"]
     words += [f"--port {args.port}", f"--seed {args.seed}"]
+    if getattr(args, "topology", None):
+        words.append(f"--topology {args.topology}")
     return " ".join(words)
 
 
@@ -298,6 +308,7 @@ def _serve(args: argparse.Namespace) -> int:  # noqa: C901 - starts the fleet, i
             churn=not args.no_churn,
             churn_period_s=args.churn_period,
             gpu_model=args.gpu_model,
+            topology=args.topology,
         )
     except Exception as err:  # InvalidRequest: a bad option
         print(f"warden sim: {err}", file=sys.stderr)
