@@ -275,6 +275,7 @@ class Choice:
     gpus: tuple[Hashable, ...]  # the chosen GPUs' keys (e.g. uuids), host by host
     hosts: tuple[str, ...]
     why: str
+    rank: Any = None  # how it compares with another host's choice (lower is better)
 
 
 def choose_gpus(
@@ -307,7 +308,7 @@ def choose_gpus(
         _, host, chosen = best
         keys = dict(fitting[host])
         why = describe(topologies.get(host), host, chosen)
-        return Choice(tuple(keys[i] for i in chosen), (host,), why)
+        return Choice(tuple(keys[i] for i in chosen), (host,), why, best[0][:3])
     return _fewest_hosts(fitting, k, topologies)
 
 
@@ -329,4 +330,4 @@ def _fewest_hosts(
         if len(chosen) == k:
             break
     why = f"{k} GPUs on {len(used)} hosts ({', '.join(used)}): no host has {k} free"
-    return Choice(tuple(chosen), tuple(used), why)
+    return Choice(tuple(chosen), tuple(used), why, (len(used),))

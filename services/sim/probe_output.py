@@ -95,7 +95,9 @@ def answer(host: SimHost, command: str, now: float, shell: LoginShell) -> Comman
     if command in (_PROBE_TOPOLOGY, _PROBE_TOPOLOGY_TRIMMED):
         text = render(host, now, shell)
         assert text.endswith("@@end\n")
-        return CommandResult(text[: -len("@@end\n")] + topology_section(host, shell) + "@@end\n", "", 0)
+        return CommandResult(
+            text[: -len("@@end\n")] + topology_section(host, shell) + "@@end\n", "", 0
+        )
     if command == CHECK_ECHO:
         return CommandResult("ok\n", "", 0)
     if command == CHECK_WHICH:
