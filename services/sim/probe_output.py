@@ -22,9 +22,9 @@ from services.monitor.probe import (
     PROBE_VERSION,
     probe_command,
 )
-from services.sim.gpus import GpuMetrics, SimGpu, SimProcess, gpu_metrics
-from services.shared.topology import Topology, TopoGpu, render_topo_matrix
+from services.shared.topology import TopoGpu, Topology, render_topo_matrix
 from services.shared.topology_shapes import shape
+from services.sim.gpus import GpuMetrics, SimGpu, SimProcess, gpu_metrics
 from services.sim.host import SimHost
 from services.sim.shell import CommandResult, LoginShell, line_of
 

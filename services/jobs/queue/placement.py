@@ -186,14 +186,8 @@ class Placer:
                 try:
                     if d.index in together:
                         host, uuids = together[d.index]
-                    elif d.gpus:
-                        host, uuids = self.place_named(job, d, w, avoid, taken)
-                    elif (d.gpu_count or 0) > 0:
-                        host, uuids = self.place_any(job, d, w, avoid, taken)
-                    elif d.host is not None:
-                        host, uuids = d.host, ()
                     else:
-                        raise Refused("names neither a host nor GPUs")
+                        host, uuids = self.place_demand(job, d, w, avoid, taken)
                 except Refused as refused:
                     raise Refused(prefix(d) + refused.reason, refused.busy_only) from None
                 for uuid in uuids:
@@ -207,6 +201,18 @@ class Placer:
         for uuid in taken:
             self.given[uuid] = (job.job_id, False)
         return dict(sorted(placement.items()))
+
+    def place_demand(
+        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], taken: list[str]
+    ) -> tuple[str, tuple[str, ...]]:
+        """One task's host and GPUs (`taken`: what the job's tasks placed so far hold)."""
+        if d.gpus:
+            return self.place_named(job, d, w, avoid, taken)
+        if (d.gpu_count or 0) > 0:
+            return self.place_any(job, d, w, avoid, taken)
+        if d.host is not None:
+            return d.host, ()
+        raise Refused("names neither a host nor GPUs")
 
     def place_named(
         self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], local: list[str]
