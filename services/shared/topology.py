@@ -156,7 +156,7 @@ def parse_topo_matrix(text: str) -> Topology | None:
         links = tuple(values[i] if i < len(values) else "" for i in gpu_columns)
         rest = [v for v in values[len(devices) :] if v]
         cpu = rest[0] if rest and rest[0] != "N/A" else None
-        numa = int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else None
+        numa = int(rest[1]) if len(rest) > 1 and rest[1].isdecimal() else None
         gpus.append(TopoGpu(int(match.group(1)), links, cpu, numa))
     return Topology(tuple(gpus))
 

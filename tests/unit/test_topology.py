@@ -25,11 +25,12 @@ from services.shared.topology import (
 )
 from services.shared.topology_shapes import SHAPES, shape
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+TOPO = FIXTURES / "nvidia_smi_topo"  # `nvidia-smi topo -m` as printed
 
 
 def _read(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return (TOPO / name).read_text()
 
 
 def test_link_costs_rank_nvlink_first_then_pcie_paths() -> None:
@@ -41,14 +42,14 @@ def test_link_costs_rank_nvlink_first_then_pcie_paths() -> None:
 
 
 def test_h200_single_gpu_with_the_ansi_escape_on_its_header() -> None:
-    topology = parse_topo_matrix(_read("topo_h200_1x.txt"))
+    topology = parse_topo_matrix(_read("h200_1x.txt"))
     assert topology is not None
     [gpu] = topology.gpus
     assert (gpu.index, gpu.links, gpu.cpu_affinity, gpu.numa_node) == (0, ("X",), "0-15", 0)
 
 
 def test_dgx_a100_full_mesh_with_nic_rows_and_columns() -> None:
-    topology = parse_topo_matrix(_read("topo_dgx_a100_nv12.txt"))
+    topology = parse_topo_matrix(_read("dgx_a100_nv12.txt"))
     assert topology is not None
     assert [g.index for g in topology.gpus] == list(range(8))
     assert all(len(g.links) == 8 for g in topology.gpus)  # NIC columns left out
@@ -58,7 +59,7 @@ def test_dgx_a100_full_mesh_with_nic_rows_and_columns() -> None:
 
 
 def test_two_nvlink_quads() -> None:
-    topology = parse_topo_matrix(_read("topo_nvlink_quads.txt"))
+    topology = parse_topo_matrix(_read("nvlink_quads.txt"))
     assert topology is not None
     assert topology.link(1, 2) == "NV4" and topology.link(3, 4) == "SYS"
     assert topology.gpus[5].cpu_affinity == "32-63,96-127"
@@ -89,10 +90,10 @@ def test_rendered_matrix_reads_back_the_same(name: str, gpus: int) -> None:
 def test_probe_output_carries_the_topology_section_only_when_asked() -> None:
     assert "topo -m" not in probe_command() and "topo -m" in probe_command(topology=True)
     assert probe_command(topology=True).rstrip().endswith("echo '@@end'")
-    base = _read("a_100x8.txt")
+    base = (FIXTURES / "nvidia_smi" / "a_100x8.txt").read_text()
     assert parse_probe_output(base).topology_read is False
     with_topo = base.replace(
-        "@@end", "@@topo\n" + _read("topo_nvlink_quads.txt") + "@@topo-rc 0\n@@end"
+        "@@end", "@@topo\n" + _read("nvlink_quads.txt") + "@@topo-rc 0\n@@end"
     )
     reading = parse_probe_output(with_topo)
     assert reading.topology_read and reading.topology is not None
@@ -166,3 +167,10 @@ def test_without_topology_the_first_gpus_by_index() -> None:
     choice = choose_gpus(_fitting(("a", [2, 3, 5])), 2, {}, PACK)
     assert choice is not None and choice.gpus == ("a:2", "a:3")
     assert "not known" in choice.why
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("GPU0123X NVSYIXB\t\n-,²٣A/"))))
+def test_any_text_reads_as_a_matrix_or_none_never_raises(text: str) -> None:
+    topology = parse_topo_matrix("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n" + text)
+    assert topology is None or all(isinstance(g.index, int) for g in topology.gpus)
