@@ -1650,7 +1650,7 @@ export interface components {
             /** Format: date-time */
             sampled_at: string | null;
             /** @description null: not read yet, or the host prints no matrix */
-            topology: components["schemas"]["Topology"] | (Record<string, never> | null);
+            topology?: components["schemas"]["Topology"] | (Record<string, never> | null);
         } & {
             [key: string]: unknown;
         };

@@ -159,7 +159,6 @@ class HostStateSchema(Answer):
     gpu_error = _Str(required=True, allow_none=True)
     topology = fields.Nested(
         TopologySchema,
-        required=True,
         allow_none=True,
         metadata={"description": "null: not read yet, or the host prints no matrix"},
     )
