@@ -92,9 +92,7 @@ def test_probe_output_carries_the_topology_section_only_when_asked() -> None:
     assert probe_command(topology=True).rstrip().endswith("echo '@@end'")
     base = (FIXTURES / "nvidia_smi" / "a_100x8.txt").read_text()
     assert parse_probe_output(base).topology_read is False
-    with_topo = base.replace(
-        "@@end", "@@topo\n" + _read("nvlink_quads.txt") + "@@topo-rc 0\n@@end"
-    )
+    with_topo = base.replace("@@end", "@@topo\n" + _read("nvlink_quads.txt") + "@@topo-rc 0\n@@end")
     reading = parse_probe_output(with_topo)
     assert reading.topology_read and reading.topology is not None
     assert reading.topology.link(0, 1) == "NV4"

@@ -298,11 +298,11 @@ class Placer:
             # The fewest hosts: where the job's other tasks went, joined best with their GPUs.
             gpus = self.state.gpus
             hosts = [gpus[u].host for u in held]
-            for host in sorted(set(hosts), key=lambda h: (-hosts.count(h), h)):
-                anchors = [u for u in held if gpus[u].host == host]
-                chosen = self.pick(host, owner, w, n, avoid, anchors)
+            for there in sorted(set(hosts), key=lambda h: (-hosts.count(h), h)):
+                anchors = [u for u in held if gpus[u].host == there]
+                chosen = self.pick(there, owner, w, n, avoid, anchors)
                 if len(chosen) == n:
-                    return host, chosen
+                    return there, chosen
         if d.host is not None:
             size = len(self.host_all.get(d.host, ()))
             if size == 0:
