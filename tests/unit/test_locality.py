@@ -4,6 +4,7 @@ hosts (or spreads when the admin says so)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -106,7 +107,7 @@ def queue_state(
     )
 
 
-def started(decisions: list[object]) -> dict[int, Start]:
+def started(decisions: Sequence[object]) -> dict[int, Start]:
     return {d.job_id: d for d in decisions if isinstance(d, Start)}
 
 

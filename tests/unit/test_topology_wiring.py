@@ -8,10 +8,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from services.jobs.affinity import affinity_prefix, cpu_list, with_affinity
+from services.jobs.domain import Job, Task
+from services.jobs.supervisor import TaskSupervisor
+from services.jobs.working_state import WorkingState
 from services.monitor.probe import parse_probe_output, probe_command
 from services.monitor.readers import SshReader
 from services.monitor.state import HostState
 from services.shared.cluster.topology_book import TopologyBook
+from services.shared.config import HostConfig, JobSettings, Settings
 from services.shared.contracts import make_envelope
 from services.shared.remote.shell import CommandResult
 from services.shared.remote.ssh import FakeHostShell
@@ -90,3 +94,28 @@ def test_cpu_affinity_hint() -> None:
     assert prefix == "taskset -cp 32-63 $$ >/dev/null 2>&1;"
     assert with_affinity("cd x && python t.py", prefix) == f"{prefix} cd x && python t.py"
     assert with_affinity("python t.py", None) == "python t.py"
+
+
+def _supervisor(cpu_affinity: bool) -> TaskSupervisor:
+    settings = Settings(
+        jobs=JobSettings(cpu_affinity=cpu_affinity),
+        hosts=(HostConfig(name="gpu-01", address="gpu-01"),),
+    )
+    working = WorkingState(None, settings)  # type: ignore[arg-type]  # render reads no row
+    working.gpus = {f"u{i}": ("gpu-01", i) for i in range(8)}
+    working.topologies = {"gpu-01": QUADS}
+    return TaskSupervisor(working, None)  # type: ignore[arg-type]  # nothing is run
+
+
+def test_a_task_is_bound_to_its_gpus_cpus_only_when_the_admin_says_so() -> None:
+    job = Job(1, "ann", "train", (Task(0, None, "cd runs && python t.py", gpu_count=2),))
+    placement = {0: ("gpu-01", ("u4", "u5"))}
+    [bound] = _supervisor(True).render(job, placement)
+    assert bound.command == "taskset -cp 32-63 $$ >/dev/null 2>&1; cd runs && python t.py"
+    assert bound.env["CUDA_VISIBLE_DEVICES"] == "u4,u5"
+    [plain] = _supervisor(False).render(job, placement)
+    assert plain.command == "cd runs && python t.py"
+    supervisor = _supervisor(True)
+    supervisor.working.topologies = {}  # not read yet: unbound
+    [unknown] = supervisor.render(job, placement)
+    assert unknown.command == "cd runs && python t.py"
