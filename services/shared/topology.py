@@ -75,6 +75,17 @@ class Topology:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_pos", {g.index: i for i, g in enumerate(self.gpus)})
+        costs = {
+            (a.index, b.index): link_cost(a.links[j] if j < len(a.links) else None)
+            for a in self.gpus
+            for j, b in enumerate(self.gpus)
+        }
+        object.__setattr__(self, "_costs", costs)
+
+    def cost(self, a: int, b: int) -> int:
+        """`link_cost` of the link between GPU indexes a and b."""
+        costs: dict[tuple[int, int], int] = self._costs  # type: ignore[attr-defined]
+        return costs.get((a, b), UNKNOWN_COST)
 
     def link(self, a: int, b: int) -> str | None:
         """What joins GPU indexes a and b (None: one of them is not in the matrix)."""
@@ -185,8 +196,9 @@ def set_cost(topology: Topology | None, indexes: Sequence[int]) -> Cost:
     worst = total = 0
     for i, a in enumerate(indexes):
         for b in indexes[i + 1 :]:
-            cost = link_cost(topology.link(a, b) if topology is not None else None)
-            worst = max(worst, cost)
+            cost = topology.cost(a, b) if topology is not None else UNKNOWN_COST
+            if cost > worst:
+                worst = cost
             total += cost
     return worst, total
 
@@ -206,6 +218,31 @@ def best_set(
     if topology is None and load is None:
         chosen = tuple(candidates[:k])
         return chosen, set_cost(None, (*anchors, *chosen))
+    if load is None and not anchors:
+        # Hosts of one shape with the same free GPUs (whole hosts, above all) share one answer.
+        key = (id(topology), tuple(candidates), k)
+        known = _BEST.get(key)
+        if known is not None and known[0] is topology:
+            return known[1]
+        if len(_BEST) >= _BEST_MAX:
+            _BEST.clear()
+        found = _best_set(topology, candidates, k, anchors, load)
+        _BEST[key] = (topology, found)
+        return found
+    return _best_set(topology, candidates, k, anchors, load)
+
+
+_BEST: dict[tuple[int, tuple[int, ...], int], tuple[Topology | None, Any]] = {}
+_BEST_MAX = 4096
+
+
+def _best_set(
+    topology: Topology | None,
+    candidates: Sequence[int],
+    k: int,
+    anchors: Sequence[int],
+    load: Callable[[Sequence[int]], Any] | None,
+) -> tuple[tuple[int, ...], Cost]:
     if _combinations(len(candidates), k) > _EXHAUSTIVE_MAX:
         return _greedy(topology, candidates, k, anchors, load)
     best: tuple[int, ...] = ()
@@ -299,7 +336,10 @@ def choose_gpus(
         topology = topologies.get(host)
         keys = dict(gpus)
         host_load = None if load is None else (lambda s, keys=keys: load([keys[i] for i in s]))
-        chosen, cost = best_set(topology, [i for i, _ in gpus], k, load=host_load)
+        if k == 1 and host_load is None:  # one GPU: no link to weigh
+            chosen, cost = (gpus[0][0],), (0, 0)
+        else:
+            chosen, cost = best_set(topology, [i for i, _ in gpus], k, load=host_load)
         size = len(gpus) if packing == PACK else -len(gpus)
         rank = (host_load(chosen) if host_load is not None else 0, cost, size, order)
         if best is None or rank < best[0]:
