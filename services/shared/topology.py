@@ -336,6 +336,7 @@ def choose_gpus(
         topology = topologies.get(host)
         keys = dict(gpus)
         host_load = None if load is None else (lambda s, keys=keys: load([keys[i] for i in s]))
+        chosen: tuple[int, ...]
         if k == 1 and host_load is None:  # one GPU: no link to weigh
             chosen, cost = (gpus[0][0],), (0, 0)
         else:
