@@ -183,6 +183,8 @@ def add_parser(
     action("up", "accept connections again")
     smi = action("nvidia-smi", "make nvidia-smi work, vanish or fail")
     smi.add_argument("--mode", choices=NVIDIA_SMI_MODES, required=True)
+    topo = action("topology", "what `nvidia-smi topo -m` prints on the host from now on")
+    topo.add_argument("--shape", choices=SHAPES, required=True)
     remove = action("remove-gpu", "a GPU disappears from nvidia-smi")
     remove.add_argument("--gpu", type=int, required=True)
     show = action("show", "print the fleet (or one host) as JSON", host=False)
@@ -220,6 +222,8 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
             return "POST", f"{base}/down", {"down": args.sim_action == "down"}
         case "nvidia-smi":
             return "POST", f"{base}/nvidia-smi", {"mode": args.mode}
+        case "topology":
+            return "POST", f"{base}/topology", {"shape": args.shape}
         case "remove-gpu":
             return "POST", f"{base}/gpus/{args.gpu}/remove", None
         case _:
