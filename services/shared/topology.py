@@ -211,8 +211,9 @@ def best_set(
     load: Callable[[Sequence[int]], Any] | None = None,
 ) -> tuple[tuple[int, ...], Cost]:
     """The k of `candidates` (in order: ties keep the earliest) best joined with each other and
-    with `anchors` (GPUs the same work holds already); `load`, when given, weighs first
-    (e.g. idle GPUs before busy ones). Fewer than k candidates: ((), cost of nothing)."""
+    with `anchors` (GPUs the same work holds already); `load`, when given, gives a set's
+    (first, last): `first` weighs before the links, `last` after them (e.g. idle GPUs before
+    busy ones, then the least busy). Fewer than k candidates: ((), cost of nothing)."""
     if k <= 0 or len(candidates) < k:
         return (), (0, 0)
     if topology is None and load is None:
@@ -249,10 +250,17 @@ def _best_set(
     best_key: Any = None
     for combo in combinations(candidates, k):
         cost = set_cost(topology, (*anchors, *combo))
-        key = (load(combo), cost) if load is not None else cost
+        key = _weighed(load, combo, cost)
         if best_key is None or key < best_key:
             best, best_key = combo, key
     return best, set_cost(topology, (*anchors, *best))
+
+
+def _weighed(load: Callable[[Sequence[int]], Any] | None, combo: Sequence[int], cost: Cost) -> Any:
+    if load is None:
+        return cost
+    first, last = load(combo)
+    return first, cost, last
 
 
 def _combinations(n: int, k: int) -> int:
@@ -275,7 +283,7 @@ def _greedy(
 
         def grown(index: int) -> Any:
             cost = set_cost(topology, (*anchors, *chosen, index))
-            return (load((*chosen, index)), cost) if load is not None else cost
+            return _weighed(load, (*chosen, index), cost)
 
         pick = min(left, key=grown)
         chosen.append(pick)
@@ -325,8 +333,9 @@ def choose_gpus(
     """k GPUs among `fitting` (host -> its fitting GPUs as (index, key), in order; hosts in
     order): the best-joined set on one host; among equally joined sets the host with the
     fewest fitting GPUs (`pack`: keep emptier hosts whole) or the most (`spread`); when no
-    host has k, the fewest hosts (those with most fitting first). `load` weighs a set's keys
-    before everything (idle GPUs before busy ones). None when fewer than k fit in all."""
+    host has k, the fewest hosts (those with most fitting first). `load` gives a set's
+    (first, last) by its keys: `first` weighs before everything (idle GPUs before busy ones),
+    `last` after the links (the least busy). None when fewer than k fit in all."""
     if sum(len(v) for v in fitting.values()) < k:
         return None
     best: tuple[Any, str, tuple[int, ...]] | None = None
@@ -342,14 +351,15 @@ def choose_gpus(
         else:
             chosen, cost = best_set(topology, [i for i, _ in gpus], k, load=host_load)
         size = len(gpus) if packing == PACK else -len(gpus)
-        rank = (host_load(chosen) if host_load is not None else 0, cost, size, order)
+        first, last = host_load(chosen) if host_load is not None else (0, 0)
+        rank = (first, cost, last, size, order)
         if best is None or rank < best[0]:
             best = (rank, host, chosen)
     if best is not None:
         _, host, chosen = best
         keys = dict(fitting[host])
         why = describe(topologies.get(host), host, chosen)
-        return Choice(tuple(keys[i] for i in chosen), (host,), why, best[0][:3])
+        return Choice(tuple(keys[i] for i in chosen), (host,), why, best[0][:4])
     return _fewest_hosts(fitting, k, topologies)
 
 

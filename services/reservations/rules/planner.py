@@ -374,10 +374,12 @@ def _choose(
 
 
 def _load_of(prefer: IdleFirst) -> Any:
-    """A set's load by its ranks' levels only: the topology weighs before utilisations."""
+    """A set's load as (levels, utilisations): idle before in use weighs before the links,
+    the utilisations after them."""
 
-    def load(uuids: Sequence[Any]) -> int:
-        return sum(prefer.rank(str(uuid))[0] for uuid in uuids)
+    def load(uuids: Sequence[Any]) -> tuple[float, float]:
+        levels, utils = prefer.load([str(uuid) for uuid in uuids])
+        return levels, utils
 
     return load
 
