@@ -361,12 +361,18 @@ class Placer:
         with the fewest usable free GPUs (pack) or the most (spread), then by name."""
         if n > self.max_free():
             return None
+        memo = (owner if owner in self.special else None, n)
+        if not avoid and self._failed.get(memo, _NEVER + 1) <= w:
+            return None  # failed for a shorter window already: usable GPUs only get fewer
         spread = self.state.packing == SPREAD
+        mine = self.special.get(owner) or {}
         best: str | None = None
         best_key: tuple[tuple[int, int], int] | None = None
         for host, lims in self.host_lims.items():  # in host order
             if len(lims) < n:
                 continue
+            if len(lims) - bisect.bisect_left(lims, w) < n and not mine.get(host):
+                continue  # too few free for w, and the owner goes no further than anyone here
             usable = [
                 u for u in self.host_free[host] if u not in avoid and self.usable_by(u, owner, w)
             ]
@@ -379,6 +385,8 @@ class Placer:
             key = (cost, -len(usable) if spread else len(usable))
             if best_key is None or key < best_key:
                 best, best_key = host, key
+        if best is None and not avoid and self._settled:
+            self._failed[memo] = min(w, self._failed.get(memo, _NEVER + 1))
         return best
 
     def best_host(self, owner: str, w: int, n: int, avoid: frozenset[str]) -> str | None:  # noqa: C901 - the placement rule's tie-breaks, measured hot in bench/scheduler.py
