@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from services.monitor.nvml import ProcInfo, read_gpus
+from services.monitor.nvml_topology import read_topology
 from services.monitor.probe import (
     TOPOLOGY_EVERY_S,
     GpuStatus,
@@ -82,6 +83,7 @@ class LocalNvmlReader(HostReader):
         self.name = name
         self.nvml = nvml
         self.proc_root = proc_root
+        self._topology_due = 0.0  # monotonic: the interconnect is read now and then
 
     async def read(self, timeout: float) -> HostReading:
         async with asyncio.timeout(timeout):
@@ -92,6 +94,9 @@ class LocalNvmlReader(HostReader):
         stat_line = (root / "stat").read_text().splitlines()[0]
         gpus = None if self.nvml is None else read_gpus(self.nvml, ProcInfo(self.proc_root))
         memory_used, memory_total = parse_meminfo((root / "meminfo").read_text().splitlines())
+        topology_read = gpus is not None and time.monotonic() >= self._topology_due
+        if topology_read:
+            self._topology_due = time.monotonic() + TOPOLOGY_EVERY_S
         return HostReading(
             host_time=datetime.now(UTC),
             cpu=parse_proc_stat_line(stat_line),
@@ -102,6 +107,8 @@ class LocalNvmlReader(HostReader):
             gpu_error=gpus.error if gpus else None,
             gpus=gpus.gpus if gpus else (),
             processes=gpus.processes if gpus else (),
+            topology_read=topology_read,
+            topology=read_topology(self.nvml) if topology_read else None,
         )
 
 
