@@ -27,6 +27,7 @@ export const EVENT_TYPES = [
   'host.added',
   'host.updated',
   'host.removed',
+  'host.topology_read',
   'reservation.created',
   'reservation.updated',
   'reservation.cancelled',

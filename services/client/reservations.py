@@ -85,6 +85,7 @@ def cmd_reserve(args: argparse.Namespace) -> int:
     now = utc_now()
     body = reservation_request(args, now)
     api = stored_api()
+    slot: dict[str, Any] = {}
     if args.count:
         if "duration_minutes" in body:
             minutes = body["duration_minutes"]
@@ -109,6 +110,8 @@ def cmd_reserve(args: argparse.Namespace) -> int:
         print_json(created)
     else:
         print(f"reserved: {describe_reservation(created, now)}")
+        if args.count and slot.get("why"):
+            print(f"  ({slot['why']})")
     print_warnings(created)
     return 0
 

@@ -132,6 +132,7 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
         }
         for figure in HOST_FIGURES:
             host[figure] = sample.get(figure)
+        host["topology"] = raw.get("topology")
         host["gpus"] = gpus
         hosts.append(host)
     return hosts

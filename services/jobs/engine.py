@@ -265,6 +265,8 @@ class Engine:
             hold_after=timedelta(seconds=settings.queue_hold_after_s)
             if settings.queue_hold_after_s
             else None,
+            topologies=self.working.topologies,
+            packing=self.working.packing,
         )
 
     async def _queue_pass(self) -> None:

@@ -21,6 +21,7 @@ from services.shared.bus import RpcHandler, Teardown
 from services.shared.cluster.background import cancel_and_wait
 from services.shared.cluster.host_directory import HostDirectory
 from services.shared.cluster.leadership import Leadership, elect, rpc_table, serve_office
+from services.shared.cluster.topology_book import TopologyBook
 from services.shared.rpc import served
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.storage.outbox import Relay
@@ -47,6 +48,7 @@ async def start(ctx: ServiceContext) -> Teardown:
         store = Store(await open_database(ctx, stack))
         # The hosts jobs may run on: [[hosts]] until the monitor's inventory answers, then it.
         hosts = HostDirectory(ctx.settings.hosts, bus=ctx.bus, list_hosts=monitor_api.LIST_HOSTS)
+        topologies = TopologyBook()  # each host's GPU interconnect: placement, CPU affinity
         serving: dict[str, RpcHandler] = {}  # the office's methods while it is set up
 
         async def on_elected(office: AsyncExitStack) -> None:
@@ -57,6 +59,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             # One working state and its lock, shared by the engine, the RPC calls and the
             # supervisor.
             working = WorkingState(store, ctx.settings, on_commit=relay.kick, hosts=hosts)
+            working.topologies = topologies
 
             def host_added(_names: object) -> None:
                 working.kick()  # a host added: the queue may go
@@ -85,6 +88,7 @@ async def start(ctx: ServiceContext) -> Teardown:
         leadership = elect(ctx, store, leader_lease, on_elected)
         await hosts.start(ctx.name)
         stack.push_async_callback(hosts.stop)
+        stack.push_async_callback(await topologies.follow(ctx.bus, ctx.name))
         # The leader (the only replica with SQLite) has its consumers subscribed before the
         # service answers `health`, as a service always had; a standby just stands by.
         try:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from services.jobs.affinity import affinity_prefix, with_affinity
 from services.jobs.domain import TASK_ENDED, Job, RenderedTask
 from services.jobs.render import render_job
 from services.jobs.scripts import Probe, Started, session_name
@@ -97,7 +99,7 @@ class TaskSupervisor:
                     taken.setdefault(run.host, set()).add(run.port)
         addresses = {name: host.address or name for name, host in self.working.hosts.items()}
         try:
-            return render_job(
+            rendered = render_job(
                 job,
                 placement,
                 addresses=addresses,
@@ -106,6 +108,19 @@ class TaskSupervisor:
             )
         except ValueError as err:
             raise StateConflict(str(err), {"id": job.id}) from err
+        if self.working.settings.cpu_affinity:
+            rendered = [self._bound(task) for task in rendered]
+        return rendered
+
+    def _bound(self, task: RenderedTask) -> RenderedTask:
+        """The task with its shell bound to the CPUs nearest its GPUs (when known)."""
+        indexes = [self.working.gpus.get(uuid, (task.host, None))[1] for uuid in task.gpus]
+        if any(index is None for index in indexes):
+            return task
+        prefix = affinity_prefix(
+            self.working.topologies.get(task.host), [i for i in indexes if i is not None]
+        )
+        return replace(task, command=with_affinity(task.command, prefix))
 
     async def mark_starting(
         self,

@@ -30,6 +30,7 @@ from services.shared.gpu_labels import gpu_labels
 from services.shared.reservation_book import ReservationBook
 from services.shared.storage.outbox import add_event
 from services.shared.storage.store import Store
+from services.shared.topology import Topology
 
 log = logging.getLogger("warden.jobs")
 
@@ -66,6 +67,10 @@ class WorkingState:
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
         self.split: dict[str, str] = {}  # MIG instance uuid -> the GPU it splits (never placed)
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
+        # Each host's GPU interconnect (the monitor's host.topology_read): placement and the
+        # CPU affinity hints; and [scheduling] packing.
+        self.topologies: Mapping[str, Topology] = {}
+        self.packing = settings.scheduling.packing
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
 

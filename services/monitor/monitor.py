@@ -345,4 +345,5 @@ def host_entry(name: str, labels: Sequence[str], state: HostState) -> dict[str, 
         "last_seen": state.last_seen.isoformat() if state.last_seen else None,
         "sample": state.last_sample,
         "processes": state.last_processes,
+        "topology": state.topology,
     }

@@ -22,7 +22,14 @@ introduced by a marker line starting with `@@`:
     <ps -o pid=,user:64=,etimes=,args= -p <pids of the compute apps>>          (none: empty)
     @@mig
     <GPUs split into MIG instances: see `services.monitor.mig`>
+    @@topo                                   (only in `probe_command(topology=True)`)
+    <nvidia-smi topo -m, stdout and stderr>
+    @@topo-rc <exit status>
     @@end
+
+The GPU interconnect rarely changes, so the `@@topo` section is asked for only now and then
+(`probe_command(topology=True)`: the readers ask on a host's first poll, every
+`TOPOLOGY_EVERY_S` and when its GPUs change).
 
 CPU utilisation comes from the difference of two `@@stat` readings of consecutive ticks, so
 the host is never asked to `sleep`. A process's start time is the host clock minus `etimes`
@@ -39,6 +46,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from services.monitor.mig import MIG_PROBE_SECTIONS, apply_mig, parse_mig_sections
+from services.shared.topology import Topology, parse_topo_matrix
 
 GPU_FIELDS = (
     "uuid",
@@ -81,6 +89,21 @@ pids=$(printf '%s\\n' "$apps" | awk -F', *' '$1 ~ /^[0-9]+$/ {{print $1}}' | sor
 [ -n "$pids" ] && ps -o pid=,user:64=,etimes=,args= -p "$pids" 2>/dev/null
 {MIG_PROBE_SECTIONS}echo '@@end'
 """
+
+TOPOLOGY_SECTION = """\
+echo '@@topo'
+nvidia-smi topo -m 2>&1
+echo "@@topo-rc $?"
+"""
+TOPOLOGY_EVERY_S = 600.0  # how often a host's interconnect is read again
+
+
+def probe_command(topology: bool = False) -> str:
+    """`PROBE_COMMAND`, with the `@@topo` section before `@@end` when `topology`."""
+    if not topology:
+        return PROBE_COMMAND
+    head, _, tail = PROBE_COMMAND.rpartition("echo '@@end'")
+    return head + TOPOLOGY_SECTION + "echo '@@end'" + tail
 
 
 class GpuStatus(StrEnum):
@@ -141,6 +164,8 @@ class HostReading:
     gpu_error: str | None = None
     gpus: tuple[GpuReading, ...] = ()
     processes: tuple[ProcessReading, ...] = field(default=())
+    topology_read: bool = False  # the `@@topo` section was asked for (and so `topology` is news)
+    topology: Topology | None = None  # None: not asked, or no matrix (one GPU, old driver)
 
 
 def cpu_percent(previous: CpuCounters | None, current: CpuCounters | None) -> float | None:
@@ -456,9 +481,17 @@ def parse_probe_output(text: str) -> HostReading:
         gpu_error=error,
         gpus=tuple(gpus),
         processes=_join_processes(apps, sections.get("ps", ()), host_time),
+        topology_read="topo" in sections,
+        topology=_topology(sections, args),
     )
     mig = parse_mig_sections(sections.get("mig", []), sections.get("mig-smi", []))
     return apply_mig(reading, mig)
+
+
+def _topology(sections: dict[str, list[str]], args: dict[str, str]) -> Topology | None:
+    if "topo" not in sections or _parse_int(args.get("topo-rc", "")) != 0:
+        return None
+    return parse_topo_matrix("\n".join(sections["topo"]))
 
 
 def _join_processes(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from services.monitor.nvml import ProcInfo, read_gpus
+from services.monitor.nvml_topology import read_topology
 from services.monitor.probe import (
-    PROBE_COMMAND,
+    TOPOLOGY_EVERY_S,
     GpuStatus,
     HostReading,
     ProbeOutputError,
@@ -19,6 +21,7 @@ from services.monitor.probe import (
     parse_meminfo,
     parse_probe_output,
     parse_proc_stat_line,
+    probe_command,
 )
 from services.shared.remote.ssh import HostShell, HostUnreachable
 
@@ -35,22 +38,39 @@ class HostReader(ABC):
 
 
 class SshReader(HostReader):
-    """Runs the probe command on the host: one round trip per poll."""
+    """Runs the probe command on the host: one round trip per poll. The GPU interconnect
+    (`nvidia-smi topo -m`) is read with it on the first poll, every `topology_every_s` and
+    on the poll after the host's GPUs changed."""
 
-    def __init__(self, shell: HostShell) -> None:
+    def __init__(self, shell: HostShell, topology_every_s: float = TOPOLOGY_EVERY_S) -> None:
         self.name = shell.name
         self.shell = shell
+        self.topology_every_s = topology_every_s
+        self._topology_due = 0.0  # monotonic time of the next topology read
+        self._gpu_set: frozenset[str] | None = None
 
     async def read(self, timeout: float) -> HostReading:
-        result = await self.shell.run(PROBE_COMMAND, timeout)
+        topology = time.monotonic() >= self._topology_due
+        result = await self.shell.run(probe_command(topology), timeout)
         try:
-            return parse_probe_output(result.stdout)
+            reading = parse_probe_output(result.stdout)
         except ProbeOutputError as err:
             detail = (result.stderr.strip().splitlines() or [str(err)])[-1][:200]
             raise HostUnreachable(
                 f"{self.name}: the probe did not run ({detail})",
                 {"host": self.name, "reason": f"probe did not run: {detail}"},
             ) from err
+        self._next_topology(reading)
+        return reading
+
+    def _next_topology(self, reading: HostReading) -> None:
+        if reading.topology_read:
+            self._topology_due = time.monotonic() + self.topology_every_s
+        if reading.gpu_status is GpuStatus.OK:
+            gpus = frozenset(gpu.uuid for gpu in reading.gpus)
+            if self._gpu_set is not None and gpus != self._gpu_set:
+                self._topology_due = 0.0  # the GPUs changed: read their links next poll
+            self._gpu_set = gpus
 
     async def close(self) -> None:
         await self.shell.close()
@@ -63,6 +83,7 @@ class LocalNvmlReader(HostReader):
         self.name = name
         self.nvml = nvml
         self.proc_root = proc_root
+        self._topology_due = 0.0  # monotonic: the interconnect is read now and then
 
     async def read(self, timeout: float) -> HostReading:
         async with asyncio.timeout(timeout):
@@ -72,21 +93,23 @@ class LocalNvmlReader(HostReader):
         root = Path(self.proc_root)
         stat_line = (root / "stat").read_text().splitlines()[0]
         gpus = None if self.nvml is None else read_gpus(self.nvml, ProcInfo(self.proc_root))
+        memory_used, memory_total = parse_meminfo((root / "meminfo").read_text().splitlines())
+        topology_read = gpus is not None and time.monotonic() >= self._topology_due
+        if topology_read:
+            self._topology_due = time.monotonic() + TOPOLOGY_EVERY_S
         return HostReading(
             host_time=datetime.now(UTC),
             cpu=parse_proc_stat_line(stat_line),
             load=parse_loadavg((root / "loadavg").read_text()),
-            **_memory(parse_meminfo((root / "meminfo").read_text().splitlines())),
+            memory_used_mib=memory_used,
+            memory_total_mib=memory_total,
             gpu_status=gpus.status if gpus else GpuStatus.NO_GPU,
             gpu_error=gpus.error if gpus else None,
             gpus=gpus.gpus if gpus else (),
             processes=gpus.processes if gpus else (),
+            topology_read=topology_read,
+            topology=read_topology(self.nvml) if topology_read else None,
         )
-
-
-def _memory(used_total: tuple[float | None, float | None]) -> dict[str, float | None]:
-    used, total = used_total
-    return {"memory_used_mib": used, "memory_total_mib": total}
 
 
 class FakeReader(HostReader):

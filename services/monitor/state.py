@@ -83,6 +83,7 @@ class HostState:
     last_sample: dict[str, Any] | None = None
     last_processes: list[dict[str, Any]] = field(default_factory=list)
     last_seen: datetime | None = None
+    topology: dict[str, Any] | None = None  # the GPU interconnect as last read (wire form)
 
     def on_reading(self, reading: HostReading, at: datetime) -> list[Event]:
         events: list[Event] = []
@@ -97,6 +98,14 @@ class HostState:
         self.failures, self.retry_at, self.last_seen = 0, 0.0, at
         if reading.gpu_status is GpuStatus.OK:
             events.extend(self._gpu_changes(reading.gpus, at))
+        if reading.topology_read:
+            self.topology = reading.topology.to_dict() if reading.topology else None
+            events.append(
+                (
+                    "host.topology_read",
+                    {"host": self.name, "read_at": at.isoformat(), "topology": self.topology},
+                )
+            )
         percent = cpu_percent(self.cpu, reading.cpu)
         self.cpu = reading.cpu
         load = reading.load or (None, None, None)

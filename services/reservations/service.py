@@ -21,6 +21,7 @@ from services.reservations.store import Store, now_ms
 from services.reservations.tables import outbox
 from services.shared.bus import Teardown
 from services.shared.cluster.host_directory import HostDirectory
+from services.shared.cluster.topology_book import TopologyBook
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.storage.outbox import Relay
 
@@ -102,11 +103,15 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
         stack.push_async_callback(hosts.stop)
         for teardown in await follow_activity(ctx.bus, activity):
             stack.push_async_callback(teardown)
+        topologies = TopologyBook()  # each host's GPU interconnect, for the earliest slot
+        stack.push_async_callback(await topologies.follow(ctx.bus, ctx.name))
         ldap = ctx.settings.auth.ldap
         directory = LdapDirectory(ldap) if ldap.url else None
         queries = Queries(
             store, usage.live, host_offered=hosts.offers, activity=activity, directory=reads
         )
+        queries.topologies = topologies
+        queries.packing = ctx.settings.scheduling.packing
         return await start_service(
             ctx,
             stack,

@@ -23,6 +23,7 @@ from typing import Any
 import asyncssh
 
 from services.shared import toml
+from services.shared.topology_shapes import SHAPES
 from services.sim.control import ControlApi
 from services.sim.mig import parse_mig_option
 from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
@@ -136,6 +137,13 @@ def add_parser(
         "(several GPUs: 0:3g.40gb,3g.40gb;1:7g.80gb)",
     )
     sim.add_argument(
+        "--topology",
+        choices=SHAPES,
+        default=None,
+        help="GPU interconnect `nvidia-smi topo -m` prints on every host (default pcie): "
+        "nvlink-mesh, nvlink-quads (NVLink within groups of 4), nvlink-pairs, pcie",
+    )
+    sim.add_argument(
         "--write-config",
         metavar="PATH",
         help="write a TOML [[hosts]] snippet there, with known_hosts and a client key "
@@ -193,6 +201,8 @@ def add_parser(
     action("up", "accept connections again")
     smi = action("nvidia-smi", "make nvidia-smi work, vanish or fail")
     smi.add_argument("--mode", choices=NVIDIA_SMI_MODES, required=True)
+    topo = action("topology", "what `nvidia-smi topo -m` prints on the host from now on")
+    topo.add_argument("--shape", choices=SHAPES, required=True)
     remove = action("remove-gpu", "a GPU disappears from nvidia-smi")
     remove.add_argument("--gpu", type=int, required=True)
     split = action("split-gpu", "split a GPU into MIG instances (or end MIG mode)")
@@ -237,6 +247,8 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
             return "POST", f"{base}/down", {"down": args.sim_action == "down"}
         case "nvidia-smi":
             return "POST", f"{base}/nvidia-smi", {"mode": args.mode}
+        case "topology":
+            return "POST", f"{base}/topology", {"shape": args.shape}
         case "remove-gpu":
             return "POST", f"{base}/gpus/{args.gpu}/remove", None
         case "split-gpu":
@@ -303,6 +315,8 @@ def render_hosts_toml(hosts: Sequence[dict[str, Any]], known_hosts: Path, comman
 def _command_line(args: argparse.Namespace) -> str:
     words = ["warden sim", f"--hosts {args.hosts}", f"--gpus-per-host {args.gpus_per_host}"]
     words += [f"--port {args.port}", f"--seed {args.seed}"]
+    if getattr(args, "topology", None):
+        words.append(f"--topology {args.topology}")
     return " ".join(words)
 
 
@@ -326,6 +340,7 @@ def _serve(args: argparse.Namespace) -> int:  # noqa: C901 - starts the fleet, i
             churn=not args.no_churn,
             churn_period_s=args.churn_period,
             gpu_model=args.gpu_model,
+            topology=args.topology,
         )
         for name in fleet.hosts:
             for index, profiles in (args.mig or {}).items():

@@ -13,6 +13,8 @@
     POST   /hosts/{host}/hang                   {seconds: number | null | "forever"}
     POST   /hosts/{host}/down                   {down: bool}
     POST   /hosts/{host}/nvidia-smi             {mode: ok | missing | failing | no_devices}
+    POST   /hosts/{host}/topology               {shape: nvlink-mesh | nvlink-quads |
+                                                 nvlink-pairs | pcie}: `nvidia-smi topo -m`
     POST   /hosts/{host}/gpus/{index}/remove
     POST   /hosts/{host}/gpus/{index}/mig       {profiles: ["3g.40gb", ...]}: split it into MIG
                                                 instances ([]: MIG mode off) -> {instances}
@@ -157,6 +159,15 @@ async def nvidia_smi(request: web.Request) -> web.Response:
     return web.json_response(_host_view(server, host))
 
 
+async def topology(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    body = await _body(request)
+    if not isinstance(body.get("shape"), str):
+        raise InvalidRequest('give "shape": nvlink-mesh, nvlink-quads, nvlink-pairs or pcie')
+    server.fleet.set_topology(host, body["shape"])
+    return web.json_response(_host_view(server, host))
+
+
 async def remove_gpu(request: web.Request) -> web.Response:
     server, host = request.app[SERVER], request.match_info["host"]
     server.fleet.remove_gpu(host, _int(request.match_info["index"], "index"))
@@ -185,6 +196,7 @@ def create_control_app(server: SimServer) -> web.Application:
     app.router.add_post("/hosts/{host}/hang", hang)
     app.router.add_post("/hosts/{host}/down", down)
     app.router.add_post("/hosts/{host}/nvidia-smi", nvidia_smi)
+    app.router.add_post("/hosts/{host}/topology", topology)
     app.router.add_post("/hosts/{host}/gpus/{index}/remove", remove_gpu)
     app.router.add_post("/hosts/{host}/gpus/{index}/mig", split_gpu)
     return app

@@ -116,6 +116,7 @@ class SimHost:
     down: bool = False
     hang_s: float | None = None  # math.inf: never answers
     nvidia_smi: NvidiaSmiMode = "ok"
+    topology: str | None = None  # a shape of services.shared.topology_shapes; None: pcie
 
     def processes(self, t: float) -> list[SimProcess]:
         """Processes running at `t`, scripted first, then background jobs by GPU."""
@@ -186,6 +187,7 @@ class SimHost:
             "down": self.down,
             "hang_s": hang,
             "nvidia_smi": self.nvidia_smi,
+            "topology": self.topology or "pcie",
             "cores": self.cores,
             "memory_total_kb": self.memory_total_kb,
             "gpus": [

@@ -30,6 +30,7 @@ from typing import Any, Literal, cast
 
 from services.jobs.scripts import SCRIPT_NAME as JOB_SCRIPT_NAME
 from services.shared.errors import InvalidRequest, NotFound
+from services.shared.topology_shapes import SHAPES
 from services.sim import job_scripts, probe_output, violation_scripts
 from services.sim.gpus import DEFAULT_GPU_MODEL, GPU_MODELS, SimProcess
 from services.sim.host import (
@@ -82,6 +83,7 @@ class SimFleet:
         pid_max: int = 4194304,
         clock: Callable[[], float] = time.time,
         start_time: float | None = None,
+        topology: str | None = None,
     ) -> None:
         if hosts < 1 or gpus_per_host < 0:
             raise InvalidRequest("a fleet needs at least one host and no negative GPU count")
@@ -89,6 +91,8 @@ class SimFleet:
             raise InvalidRequest(f"unknown GPU model {gpu_model!r}", {"known": sorted(GPU_MODELS)})
         if churn_period_s <= 0:
             raise InvalidRequest("churn_period_s must be positive")
+        if topology is not None and topology not in SHAPES:
+            raise InvalidRequest(f"unknown topology {topology!r}", {"known": list(SHAPES)})
         self.seed = seed
         # Logins in group tty on every host (they write to anyone's terminal): the management
         # user, as on a host set up for Warden.
@@ -116,6 +120,7 @@ class SimFleet:
                 churn_period_s=churn_period_s,
                 pid_max=pid_max,
             )
+            self._hosts[name].topology = topology
 
     # -- reading --------------------------------------------------------------------------
 
@@ -375,6 +380,13 @@ class SimFleet:
             seconds = float(seconds)
         h.hang_s = seconds
         self._emit(host, "hang")
+
+    def set_topology(self, host: str, topology: str) -> None:
+        """`nvidia-smi topo -m` on `host` prints this shape from now on."""
+        if topology not in SHAPES:
+            raise InvalidRequest(f"unknown topology {topology!r}", {"known": list(SHAPES)})
+        self._host(host).topology = topology
+        self._emit(host, "topology")
 
     def set_down(self, host: str, down: bool) -> None:
         """Down: the host refuses connections and drops the ones it has."""

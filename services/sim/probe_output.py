@@ -15,7 +15,15 @@ import math
 from collections.abc import Callable
 from typing import Literal
 
-from services.monitor.probe import APP_FIELDS, GPU_FIELDS, PROBE_COMMAND, PROBE_VERSION
+from services.monitor.probe import (
+    APP_FIELDS,
+    GPU_FIELDS,
+    PROBE_COMMAND,
+    PROBE_VERSION,
+    probe_command,
+)
+from services.shared.topology import TopoGpu, Topology, render_topo_matrix
+from services.shared.topology_shapes import shape
 from services.sim.gpus import GpuMetrics, SimGpu, SimProcess, gpu_metrics
 from services.sim.host import SimHost
 from services.sim.mig import instance_of, list_lines, smi_table_rows
@@ -81,12 +89,21 @@ _PROBE_GPU_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-gpu")
 _PROBE_APPS_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-compute-apps")
 _PROBE_HEAD = f"@@warden-probe {PROBE_VERSION}\n"
 _PROBE_TRIMMED = PROBE_COMMAND.rstrip("\n")  # as `ssh host "$(cat probe.sh)"` sends it
+_PROBE_TOPOLOGY = probe_command(topology=True)
+_PROBE_TOPOLOGY_TRIMMED = _PROBE_TOPOLOGY.rstrip("\n")
+_PROBE_TOPO_LINE = line_of(_PROBE_TOPOLOGY, "nvidia-smi topo -m")
 
 
 def answer(host: SimHost, command: str, now: float, shell: LoginShell) -> CommandResult | None:
     """What the probe or a `warden hosts check` command prints on `host`; None for others."""
     if command in (PROBE_COMMAND, _PROBE_TRIMMED):
         return CommandResult(render(host, now, shell), "", 0)
+    if command in (_PROBE_TOPOLOGY, _PROBE_TOPOLOGY_TRIMMED):
+        text = render(host, now, shell)
+        assert text.endswith("@@end\n")
+        return CommandResult(
+            text[: -len("@@end\n")] + topology_section(host, shell) + "@@end\n", "", 0
+        )
     if command == CHECK_ECHO:
         return CommandResult("ok\n", "", 0)
     if command == CHECK_WHICH:
@@ -168,6 +185,33 @@ def _mig_sections(host: SimHost, by_gpu: dict[int, list[SimProcess]]) -> str:
     listing = list_lines([(g.index, g.model.name, g.uuid, g.mig) for g in gpus])
     tables = smi_table_rows([(g.index, g.model.name, g.mig) for g in gpus], used, rows)
     return f"@@mig\n{listing}@@mig-smi\n{tables}"
+
+
+def topology_section(host: SimHost, shell: LoginShell) -> str:
+    """The probe's `@@topo` section: `nvidia-smi topo -m` of the host's present GPUs."""
+    failure = _nvidia_smi_failure(host, shell, _PROBE_TOPO_LINE)
+    if failure is not None:
+        text, rc = failure
+        return f"@@topo\n{text}@@topo-rc {rc}\n"
+    present = [g.index for g in host.gpus if not g.removed]
+    return f"@@topo\n{render_topo_matrix(topology_of(host, present))}@@topo-rc 0\n"
+
+
+def topology_of(host: SimHost, present: list[int]) -> Topology:
+    """The host's shape (`pcie` when none was given), limited to its present GPUs."""
+    full = shape(host.topology or "pcie", len(host.gpus), host.cores)
+    keep = [i for i, g in enumerate(full.gpus) if g.index in present]
+    return Topology(
+        tuple(
+            TopoGpu(
+                full.gpus[i].index,
+                tuple(full.gpus[i].links[j] for j in keep),
+                full.gpus[i].cpu_affinity,
+                full.gpus[i].numa_node,
+            )
+            for i in keep
+        )
+    )
 
 
 def nvidia_smi_query(

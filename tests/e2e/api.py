@@ -129,10 +129,12 @@ async def running_system(
     gpus: int = 4,
     config: Mapping[str, Any] | None = None,
     services: Sequence[str] = EVERY_SERVICE,
+    topology: str | None = None,
 ) -> AsyncIterator[ApiSystem]:
     """Every service (or `services`) and the gateway, in this process, against a simulated
-    fleet; `config`: sections merged over the config (e.g. `{"violations": {"steps": [...]}}`)."""
-    fleet = SimFleet(hosts, gpus, seed=5, churn=False)
+    fleet (its hosts' `topology`, default pcie); `config`: sections merged over the config
+    (e.g. `{"violations": {"steps": [...]}}`)."""
+    fleet = SimFleet(hosts, gpus, seed=5, churn=False, topology=topology)
     with cheap_passwords():
         async with served_fleet(fleet, tmp_path) as served:
             # Picked once the simulated hosts hold their ports (bound to port 0, they could

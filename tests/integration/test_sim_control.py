@@ -18,7 +18,7 @@ import aiohttp
 import asyncssh
 import pytest
 
-from services.monitor.probe import PROBE_COMMAND
+from services.monitor.probe import PROBE_COMMAND, parse_probe_output, probe_command
 from tests.integration.test_sim import (
     DEADLINE_S,
     GPUS,
@@ -74,6 +74,11 @@ async def test_control_api_scripts_each_action(
     assert status == 200 and answer["nvidia_smi"] == "failing"
     assert sections(await sim.probe("sim-001"))["gpus-rc:arg"] == ["9"]
 
+    status, answer = await call("POST", "/hosts/sim-003/topology", {"shape": "nvlink-quads"})
+    assert status == 200 and answer["topology"] == "nvlink-quads"
+    reading = parse_probe_output((await sim.run("sim-003", probe_command(True))).stdout)
+    assert reading.topology is not None and reading.topology.link(0, 1) == "NV4"
+
     status, answer = await call("POST", "/hosts/sim-002/gpus/3/remove")
     assert status == 200 and [g["removed"] for g in answer["gpus"]] == [False] * 3 + [True]
 
@@ -121,6 +126,9 @@ BAD_REQUESTS = [
     ("POST", "/hosts/sim-001/down", None, 400),
     ("POST", "/hosts/sim-001/nvidia-smi", {"mode": "broken"}, 400),
     ("POST", "/hosts/sim-001/nvidia-smi", {"mode": ["ok"]}, 400),
+    ("POST", "/hosts/sim-001/topology", {"shape": "mesh"}, 400),
+    ("POST", "/hosts/sim-001/topology", {}, 400),
+    ("POST", "/hosts/nope/topology", {"shape": "pcie"}, 404),
     ("POST", "/hosts/sim-001/gpus/7/remove", None, 404),
     ("POST", "/hosts/sim-001/gpus/x/remove", None, 400),
     ("GET", "/hosts/nope", None, 404),

@@ -130,6 +130,16 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "host.added": {"host": dict(_HOST_RECORD)},
     "host.updated": {"host": {**_HOST_RECORD, "labels": ["a100", "lab-b"]}},
     "host.removed": {"host": "gpu-01"},
+    "host.topology_read": {
+        "host": "gpu-01",
+        "read_at": NOW,
+        "topology": {
+            "gpus": [
+                {"index": 0, "links": ["X", "NV4"], "cpu_affinity": "0-31", "numa_node": 0},
+                {"index": 1, "links": ["NV4", "X"], "cpu_affinity": "0-31", "numa_node": 0},
+            ]
+        },
+    },
     "violation.opened": dict(_VIOLATION),
     "reservation.created": dict(_RESERVATION),
     "reservation.updated": {**_RESERVATION, "changed": ["title"], "actor": "alice"},

@@ -304,6 +304,8 @@ async def test_gpus_carry_hardware_labels_and_hosts_their_union_which_a_label_pi
     # by the host's own label: every GPU of it
     labbed = json.loads(composed.answer(ADMIN, "gpus", label="lab-b"))["gpus"]
     assert [g["uuid"] for g in labbed] == ["GPU-H", "GPU-A"]
+
+
 class DownHostRpc(FakeRpc):
     """h1 as in `snapshot`, h2 down with no reading (the monitor started after it went down);
     the reservations service knows h2's GPUs (and one taken out of it, no longer present)."""

@@ -410,8 +410,9 @@ def test_all_tasks_start_together_or_not_at_all() -> None:
     ]
     decisions = schedule(state(gpus, queue))
     assert waits(decisions) == {1: "task 1: no host has 4 free GPUs for 1 h"}
+    # Task 0 goes where task 1's named GPU is (the fewest hosts), not to the fuller b.
     assert starts(decisions)[2].placement == {
-        0: ("b", ("b-0", "b-1")),
+        0: ("a", ("a-0", "a-1")),
         1: ("a", ("a-3",)),
         2: ("c", ()),
     }

@@ -263,9 +263,17 @@ def brute_force(
             and not any(b.start < hi and lo < b.end for b in busy.get(g.uuid, ()))
         ]
         groups = [[g for g in fit if g.host == h] for h in sorted({g.host for g in fit})]
-        for group in groups if same_host else [fit]:
-            if len(group) >= count:
-                return Slot(lo, hi, tuple(g.uuid for g in group[:count]))
+        # Topology unknown: every set of a host is as good; packed: the host with the fewest
+        # fitting GPUs, then by name; none has enough: the fewest hosts, the fullest first.
+        enough = [group for group in groups if len(group) >= count]
+        if enough:
+            group = min(enough, key=len)
+            return Slot(lo, hi, tuple(g.uuid for g in group[:count]))
+        if not same_host and len(fit) >= count:
+            taken: list[str] = []
+            for group in sorted(groups, key=len, reverse=True):
+                taken += [g.uuid for g in group[: count - len(taken)]]
+            return Slot(lo, hi, tuple(taken[:count]))
     return None
 
 

@@ -1655,6 +1655,8 @@ export interface components {
             reachable: boolean | null;
             /** Format: date-time */
             sampled_at: string | null;
+            /** @description null: not read yet, or the host prints no matrix */
+            topology?: components["schemas"]["Topology"] | (Record<string, never> | null);
         } & {
             [key: string]: unknown;
         };
@@ -2564,6 +2566,8 @@ export interface components {
             gpus: components["schemas"]["SlotGpu"][];
             /** Format: date-time */
             start: string;
+            /** @description why these GPUs, in words: "4 GPUs joined by NVLink on gpu-01", "2 GPUs on gpu-02, across NUMA nodes", "8 GPUs on 2 hosts (...): no host has 8 free" */
+            why: string | null;
         } & {
             [key: string]: unknown;
         };
@@ -2692,6 +2696,21 @@ export interface components {
             /** @example Bearer */
             token_type: string;
             user: components["schemas"]["User"];
+        };
+        Topology: {
+            gpus: components["schemas"]["TopologyGpu"][];
+        } & {
+            [key: string]: unknown;
+        };
+        TopologyGpu: {
+            /** @description e.g. 0-15,32-47 */
+            cpu_affinity: string | null;
+            index: number;
+            /** @description what joins it to each GPU of the matrix, in the matrix's order: X (itself), NV# (# bonded NVLinks), PIX, PXB, PHB, NODE, SYS (best to worst) */
+            links: string[];
+            numa_node: number | null;
+        } & {
+            [key: string]: unknown;
         };
         UpdateBody: {
             description?: string;

@@ -126,6 +126,26 @@ class GpuStateSchema(Answer):
     )
 
 
+class TopologyGpuSchema(Answer):
+    index = fields.Integer(required=True)
+    links = fields.List(
+        _Str(),
+        required=True,
+        metadata={
+            "description": "what joins it to each GPU of the matrix, in the matrix's order: X "
+            "(itself), NV# (# bonded NVLinks), PIX, PXB, PHB, NODE, SYS (best to worst)"
+        },
+    )
+    cpu_affinity = _Str(required=True, allow_none=True, metadata={"description": "e.g. 0-15,32-47"})
+    numa_node = fields.Integer(required=True, allow_none=True)
+
+
+class TopologySchema(Answer):
+    """The host's GPU interconnect, as `nvidia-smi topo -m` prints it."""
+
+    gpus = fields.List(fields.Nested(TopologyGpuSchema), required=True)
+
+
 class HostStateSchema(Answer):
     """A host now: reachability, its latest figures (null before the first sample) and GPUs."""
 
@@ -157,6 +177,11 @@ class HostStateSchema(Answer):
         metadata={"description": "ok, no_gpu, no_nvidia_smi or error: why gpus may be empty"},
     )
     gpu_error = _Str(required=True, allow_none=True)
+    topology = fields.Nested(
+        TopologySchema,
+        allow_none=True,
+        metadata={"description": "null: not read yet, or the host prints no matrix"},
+    )
     gpus = fields.List(fields.Nested(GpuStateSchema), required=True)
 
 

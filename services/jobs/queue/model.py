@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from services.shared.topology import PACK, Topology
+
 # --- the scheduler's view --------------------------------------------------------------------
 
 
@@ -76,6 +78,9 @@ class QueueState:
     avoid: Mapping[int, frozenset[str]] = field(default_factory=dict)  # job id -> GPUs refused
     # Anti-starvation (see the scheduler's docstring): None keeps nothing for waiting jobs.
     hold_after: timedelta | None = None
+    # Locality (`placement.py`): each host's GPU interconnect, and pack or spread.
+    topologies: Mapping[str, Topology] = field(default_factory=dict)
+    packing: str = PACK
 
 
 # --- what one pass decides ------------------------------------------------------------------

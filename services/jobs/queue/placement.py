@@ -13,6 +13,7 @@ from operator import attrgetter
 
 from services.jobs.queue.model import Booking, Demand, Gpu, QueuedJob, QueueState
 from services.shared.gpu_labels import matches, selector_text
+from services.shared.topology import SPREAD, best_set
 
 _US = timedelta(microseconds=1)
 _NEVER = 1 << 62  # µs from now: no blocking booking within the horizon
@@ -178,18 +179,18 @@ class Placer:
         placement: dict[int, tuple[str, tuple[str, ...]]] = {}
         taken: list[str] = []
         prefix = (lambda d: f"task {d.index}: ") if len(job.demands) > 1 else (lambda d: "")
+        together = self.place_together(job, w, avoid)
+        order = _placement_order(job.demands)
+        if together:  # named GPUs, then these (taken before another task could pick them)
+            order.sort(key=lambda d: 0 if d.gpus else 1 if d.index in together else 2)
         try:
-            for d in _placement_order(job.demands):
+            for d in order:
                 self._settled = not taken
                 try:
-                    if d.gpus:
-                        host, uuids = self.place_named(job, d, w, avoid, taken)
-                    elif (d.gpu_count or 0) > 0:
-                        host, uuids = self.place_any(job, d, w, avoid)
-                    elif d.host is not None:
-                        host, uuids = d.host, ()
+                    if d.index in together:
+                        host, uuids = together[d.index]
                     else:
-                        raise Refused("names neither a host nor GPUs")
+                        host, uuids = self.place_demand(job, d, w, avoid, taken)
                 except Refused as refused:
                     raise Refused(prefix(d) + refused.reason, refused.busy_only) from None
                 for uuid in uuids:
@@ -203,6 +204,18 @@ class Placer:
         for uuid in taken:
             self.given[uuid] = (job.job_id, False)
         return dict(sorted(placement.items()))
+
+    def place_demand(
+        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], taken: list[str]
+    ) -> tuple[str, tuple[str, ...]]:
+        """One task's host and GPUs (`taken`: what the job's tasks placed so far hold)."""
+        if d.gpus:
+            return self.place_named(job, d, w, avoid, taken)
+        if (d.gpu_count or 0) > 0:
+            return self.place_any(job, d, w, avoid, taken)
+        if d.host is not None:
+            return d.host, ()
+        raise Refused("names neither a host nor GPUs")
 
     def place_named(
         self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], local: list[str]
@@ -249,13 +262,47 @@ class Placer:
             return f"GPU {label} is busy (job {running})"
         return f"GPU {label} is busy"
 
+    def place_together(
+        self, job: QueuedJob, w: int, avoid: frozenset[str]
+    ) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """A job's tasks that ask for any GPUs on any host, all on one host when one can take
+        them all: its best-joined set of their total, split in placement order ({}: no such
+        host, or fewer than two such tasks). Nothing is taken yet."""
+        demands = [
+            d
+            for d in _placement_order(job.demands)
+            if not d.gpus and d.host is None and not d.labels and (d.gpu_count or 0) > 0
+        ]
+        if len(demands) < 2:
+            return {}
+        total = sum(d.gpu_count or 0 for d in demands)
+        if total > self.largest_host:
+            return {}
+        avoid = avoid.union(*(d.gpus for d in job.demands))  # its named GPUs are not for these
+        host = self.best_host(job.owner, w, total, avoid)
+        if host is None:
+            return {}
+        chosen = self.pick(host, job.owner, w, total, avoid)
+        if len(chosen) < total:
+            return {}
+        together, at = {}, 0
+        for d in demands:
+            n = d.gpu_count or 0
+            together[d.index] = (host, chosen[at : at + n])
+            at += n
+        return together
+
     def place_any(
-        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str]
+        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], held: Sequence[str] = ()
     ) -> tuple[str, tuple[str, ...]]:
         if d.labels:
-            return self.place_labelled(job, d, w, avoid)
+            return self.place_labelled(job, d, w, avoid, held)
         n = d.gpu_count or 0
         owner = job.owner
+        if d.host is None and held:
+            beside = self.beside_held(owner, w, n, avoid, held)
+            if beside is not None:
+                return beside
         if d.host is not None:
             size = len(self.host_all.get(d.host, ()))
             if size == 0:
@@ -279,15 +326,29 @@ class Placer:
             raise Refused(f"no host has {n} free GPUs for {_duration(w)}", busy_only)
         return host, self.pick(host, owner, w, n, avoid)
 
+    def beside_held(
+        self, owner: str, w: int, n: int, avoid: frozenset[str], held: Sequence[str]
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """The fewest hosts: n GPUs where the job's other tasks went (`held`), joined best
+        with theirs; None when no such host has n free."""
+        gpus = self.state.gpus
+        hosts = [gpus[u].host for u in held]
+        for there in sorted(set(hosts), key=lambda h: (-hosts.count(h), h)):
+            anchors = [u for u in held if gpus[u].host == there]
+            chosen = self.pick(there, owner, w, n, avoid, anchors)
+            if len(chosen) == n:
+                return there, chosen
+        return None
+
     def place_labelled(
-        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str]
+        self, job: QueuedJob, d: Demand, w: int, avoid: frozenset[str], held: Sequence[str] = ()
     ) -> tuple[str, tuple[str, ...]]:
         """place_any among the GPUs that meet the demand's labels (the others avoided)."""
         unlabelled = self.unlabelled(d.labels)
         if len(unlabelled) == len(self.state.gpus):
             raise Refused(f"no GPU labelled {selector_text(d.labels)} is known")
         try:
-            return self.place_any(job, replace(d, labels=()), w, avoid | unlabelled)
+            return self.place_any(job, replace(d, labels=()), w, avoid | unlabelled, held)
         except Refused as refused:
             raise Refused(
                 f"{refused.reason} (labelled {selector_text(d.labels)})", refused.busy_only
@@ -302,18 +363,74 @@ class Placer:
             )
         return found
 
-    def pick(self, host: str, owner: str, w: int, n: int, avoid: frozenset[str]) -> tuple[str, ...]:
-        """Up to n usable free GPUs of the host, lowest index first."""
+    def pick(
+        self,
+        host: str,
+        owner: str,
+        w: int,
+        n: int,
+        avoid: frozenset[str],
+        anchors: Sequence[str] = (),
+    ) -> tuple[str, ...]:
+        """Up to n usable free GPUs of the host: the best joined with each other and with
+        `anchors` (GPUs the job holds there) as the host's topology says; without one (or
+        for one GPU alone), lowest index first."""
+        topology = self.state.topologies.get(host)
         chosen: list[str] = []
         for uuid in self.host_free.get(host, ()):
             if uuid not in avoid and self.usable_by(uuid, owner, w):
                 chosen.append(uuid)
-                if len(chosen) == n:
+                if len(chosen) == n and (topology is None or (n < 2 and not anchors)):
                     break
-        return tuple(chosen)
+        if len(chosen) <= n:
+            return tuple(chosen)
+        index = self._index
+        by_index = {index(uuid): uuid for uuid in chosen}
+        best, _ = best_set(topology, list(by_index), n, [index(u) for u in anchors])
+        return tuple(by_index[i] for i in best)
+
+    def _index(self, uuid: str) -> int:
+        index = self.state.gpus[uuid].index
+        return index if index is not None else -1 - self.rank[uuid]  # never in a matrix
+
+    def best_connected_host(self, owner: str, w: int, n: int, avoid: frozenset[str]) -> str | None:
+        """The host whose best set of n usable free GPUs is best joined; among equals the one
+        with the fewest usable free GPUs (pack) or the most (spread), then by name."""
+        if n > self.max_free():
+            return None
+        memo = (owner if owner in self.special else None, n)
+        if not avoid and self._failed.get(memo, _NEVER + 1) <= w:
+            return None  # failed for a shorter window already: usable GPUs only get fewer
+        spread = self.state.packing == SPREAD
+        mine = self.special.get(owner) or {}
+        best: str | None = None
+        best_key: tuple[tuple[int, int], int] | None = None
+        for host, lims in self.host_lims.items():  # in host order
+            if len(lims) < n:
+                continue
+            if len(lims) - bisect.bisect_left(lims, w) < n and not mine.get(host):
+                continue  # too few free for w, and the owner goes no further than anyone here
+            usable = [
+                u for u in self.host_free[host] if u not in avoid and self.usable_by(u, owner, w)
+            ]
+            if len(usable) < n:
+                continue
+            topology = self.state.topologies.get(host)
+            cost = (0, 0)
+            if n >= 2:
+                cost = best_set(topology, [self._index(u) for u in usable], n)[1]
+            key = (cost, -len(usable) if spread else len(usable))
+            if best_key is None or key < best_key:
+                best, best_key = host, key
+        if best is None and not avoid and self._settled:
+            self._failed[memo] = min(w, self._failed.get(memo, _NEVER + 1))
+        return best
 
     def best_host(self, owner: str, w: int, n: int, avoid: frozenset[str]) -> str | None:  # noqa: C901 - the placement rule's tie-breaks, measured hot in bench/scheduler.py
-        """The host with the fewest usable free GPUs (at least n), then by name."""
+        """The host with the fewest usable free GPUs (at least n), then by name; with hosts'
+        topologies known (n of 2 or more) or packing spread, `best_connected_host`."""
+        if self.state.packing == SPREAD or (n >= 2 and self.state.topologies):
+            return self.best_connected_host(owner, w, n, avoid)
         if n > self.max_free():
             return None
         memo = (owner if owner in self.special else None, n)

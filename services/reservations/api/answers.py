@@ -201,6 +201,15 @@ class SlotSchema(Answer):
     start = _Time(required=True)
     end = _Time(required=True)
     gpus = fields.List(fields.Nested(SlotGpuSchema), required=True)
+    why = _Str(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": 'why these GPUs, in words: "4 GPUs joined by NVLink on gpu-01", '
+            '"2 GPUs on gpu-02, across NUMA nodes", "8 GPUs on 2 hosts (...): no host has 8 '
+            'free"'
+        },
+    )
 
 
 class GpuSchema(Answer):

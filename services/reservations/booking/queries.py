@@ -4,7 +4,7 @@ slot, and who holds a GPU at a given time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,10 +25,11 @@ from services.reservations.rules.access import (
 )
 from services.reservations.rules.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.rules.intervals import merge
-from services.reservations.rules.planner import IdleFirst, Slot, earliest_slot
+from services.reservations.rules.planner import IdleFirst, Locality, Slot, earliest_slot
 from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.gpu_labels import failed_terms, gpu_labels, matches, selector_text
+from services.shared.topology import PACK, Topology
 
 MAX_OVERVIEW = MAX_CALENDAR = api.MAX_RANGE
 SLOT_SEARCH_HORIZON = timedelta(weeks=8)
@@ -48,6 +49,10 @@ class Queries:
         # Users, groups, rules and GPUs, checked against the database's version counter per read.
         self.directory = directory or ReadDirectory()
         self.live_usage = live_usage  # usage of running reservations, fresher than stored
+        # Each host's GPU interconnect (the monitor's host.topology_read) and the packing:
+        # which of the fitting GPUs the earliest slot takes.
+        self.topologies: Mapping[str, Topology] = {}
+        self.packing = PACK
         self.host_offered = host_offered  # a removed host's GPUs are not offered
         self.activity = activity  # what runs on the GPUs now: idle ones first for a slot now
 
@@ -222,6 +227,7 @@ class Queries:
                     until,
                     same_host,
                     prefer,
+                    Locality(self.topologies, self.packing),
                 )
         if found is None:
             where = f" on {host}" if host else ""
@@ -234,6 +240,7 @@ class Queries:
             "start": found.start.isoformat(),
             "end": found.end.isoformat(),
             "gpus": [repository.gpu_dict(known[uuid]) for uuid in found.gpus],
+            "why": found.why,
         }
 
     def _idle_first(self, candidates: Sequence[Gpu], now: datetime | None) -> IdleFirst | None:
@@ -254,6 +261,7 @@ class Queries:
         horizon: datetime,
         same_host: bool,
         prefer: IdleFirst | None,
+        locality: Locality,
     ) -> Slot | None:
         rows = await reads.busy_slots(
             conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
@@ -272,6 +280,7 @@ class Queries:
             horizon,
             same_host=same_host,
             prefer=prefer,
+            locality=locality,
         )
 
     async def use_refusals(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from operator import attrgetter
@@ -17,6 +17,7 @@ from typing import Any
 
 from services.reservations.rules.domain import Booking, Gpu, Interval
 from services.reservations.rules.intervals import merge
+from services.shared.topology import PACK, Topology, choose_gpus
 
 MINE = "mine"
 TAKEN = "taken"
@@ -221,13 +222,28 @@ class Slot:
     start: datetime
     end: datetime
     gpus: tuple[str, ...]
+    # In words, why these GPUs ("4 GPUs joined by NVLink on gpu-01"); and the choice's rank
+    # among equal starts on other hosts (lower: better). Neither takes part in equality.
+    why: str | None = field(default=None, compare=False)
+    rank: Any = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "start": self.start.isoformat(),
             "end": self.end.isoformat(),
             "gpus": list(self.gpus),
+            "why": self.why,
         }
+
+
+@dataclass(frozen=True)
+class Locality:
+    """What the choice among fitting GPUs weighs after idleness: each host's interconnect
+    (best-connected set on one host, then the fewest hosts) and the packing (`pack`: the host
+    with the fewest fitting GPUs first, `spread`: the most)."""
+
+    topologies: Mapping[str, Topology]
+    packing: str = PACK
 
 
 @dataclass(frozen=True)
@@ -265,14 +281,18 @@ def earliest_slot(
     horizon: datetime,
     same_host: bool = False,
     prefer: IdleFirst | None = None,
+    locality: Locality | None = None,
 ) -> Slot | None:
     """The earliest [t, t + duration) within [not_before, horizon) when `count` GPUs are free.
 
     A GPU qualifies when one of its `allowed` intervals holds the whole slot and none of its
     `busy` intervals touches it. Both map uuid -> a *merged* list (as `intervals.merge`
     returns); a GPU missing from `allowed` is never allowed, one missing from `busy` is free.
-    With `same_host` all GPUs come from one host (ties: the host first by name). The GPUs
-    are the first `count` qualifying ones by (host, index). None if there is no such slot.
+    With `same_host` all GPUs come from one host. None if there is no such slot.
+    Among the GPUs qualifying at that start (`services.shared.topology.choose_gpus`): the
+    best-connected set on one host, then the fewest hosts; among equals the host with the
+    fewest qualifying GPUs (`locality.packing` pack, the default) or the most (spread), then
+    the first by (host, index); the slot's `why` says which it took and why.
     With `prefer`, a slot that starts by `prefer.until` takes the qualifying GPUs of lowest
     rank first (idle now before in use), and among hosts with equal starts the idlest wins.
     """
@@ -282,26 +302,21 @@ def earliest_slot(
         raise ValueError("duration must be longer than zero")
     ordered = sorted(gpus, key=lambda g: (g.host, g.index, g.uuid))
     groups = [list(group) for _, group in groupby(ordered, key=attrgetter("host"))]
+    locality = locality or Locality({})
     best: Slot | None = None
     for group in groups if same_host else [ordered]:
         if len(group) < count:
             continue
-        if best is None:
-            latest = horizon - duration
-        elif prefer is not None and prefer.applies(best.start):
-            latest = best.start  # a slot as early on an idler host is better
-        else:
-            latest = best.start - timedelta.resolution  # only an earlier one is
-        found = _earliest(group, allowed, busy, count, duration, not_before, latest, prefer)
+        # A slot as early on another host may be better (idler, better joined, packed).
+        latest = horizon - duration if best is None else best.start
+        found = _earliest(
+            group, allowed, busy, count, duration, not_before, latest, prefer, locality
+        )
         if found is not None and (
-            best is None or found.start < best.start or _idler(found, best, prefer)
+            best is None or (found.start, found.rank) < (best.start, best.rank)
         ):
             best = found
     return best
-
-
-def _idler(found: Slot, best: Slot, prefer: IdleFirst | None) -> bool:
-    return prefer is not None and prefer.load(found.gpus) < prefer.load(best.gpus)
 
 
 def _earliest(
@@ -313,6 +328,7 @@ def _earliest(
     not_before: datetime,
     latest: datetime,
     prefer: IdleFirst | None = None,
+    locality: Locality | None = None,
 ) -> Slot | None:
     """The earliest start in [not_before, latest] with `count` of `gpus` (ordered) fitting.
 
@@ -329,11 +345,43 @@ def _earliest(
             return None
         kth = heapq.nsmallest(count, [track.fit for track in tracks])[-1]
         if kth == t:
-            fitting = [track.gpu.uuid for track in tracks if track.fit == t]
-            if prefer is not None and prefer.applies(t):
-                fitting = prefer.ordered(fitting)
-            return Slot(t, t + duration, tuple(fitting[:count]))
+            fitting = [track.gpu for track in tracks if track.fit == t]
+            return _choose(fitting, count, t, duration, prefer, locality or Locality({}))
         t = kth
+
+
+def _choose(
+    fitting: Sequence[Gpu],
+    count: int,
+    t: datetime,
+    duration: timedelta,
+    prefer: IdleFirst | None,
+    locality: Locality,
+) -> Slot:
+    """The slot at t with `count` of the GPUs `fitting` then (ordered by host, index)."""
+    by_host: dict[str, list[tuple[int, str]]] = {}
+    for gpu in fitting:
+        by_host.setdefault(gpu.host, []).append((gpu.index, gpu.uuid))
+    load = None
+    if prefer is not None and prefer.applies(t):
+        load = _load_of(prefer)
+    choice = choose_gpus(by_host, count, locality.topologies, locality.packing, load)
+    assert choice is not None  # at least `count` fit at t
+    gpus = tuple(str(uuid) for uuid in choice.gpus)
+    if load is not None:  # idle first, as before, within the chosen set
+        gpus = tuple(prefer.ordered(gpus)) if prefer is not None else gpus
+    return Slot(t, t + duration, gpus, choice.why, choice.rank)
+
+
+def _load_of(prefer: IdleFirst) -> Any:
+    """A set's load as (levels, utilisations): idle before in use weighs before the links,
+    the utilisations after them."""
+
+    def load(uuids: Sequence[Any]) -> tuple[float, float]:
+        levels, utils = prefer.load([str(uuid) for uuid in uuids])
+        return levels, utils
+
+    return load
 
 
 class _Track:

@@ -29,6 +29,7 @@ from services.shared.config.ldap import LdapSettings
 from services.shared.config.metrics import MetricsSettings
 from services.shared.config.monitor import MonitorSettings
 from services.shared.config.replicas import ReplicaSettings
+from services.shared.config.scheduling import SchedulingSettings
 
 MIN_SECRET_LENGTH = 32
 
@@ -457,6 +458,11 @@ class JobSettings:
         min=1024,
         max=65535,
     )
+    cpu_affinity: bool = option(
+        False,
+        "true: a task's command runs under `numactl --cpunodebind` (or `taskset -c`) on the "
+        "CPUs nearest its GPUs, as the host's `nvidia-smi topo -m` names them.",
+    )
 
 
 HOST_NAME = "letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
@@ -518,6 +524,7 @@ class Settings:
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     violations: ViolationSettings = field(default_factory=ViolationSettings)
     jobs: JobSettings = field(default_factory=JobSettings)
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     hosts: tuple[HostConfig, ...] = option(
         (),
         "One table per GPU server: seeds the monitor's inventory at start-up (hosts are then "

@@ -115,6 +115,26 @@ class HostRemoved(HostRef):
     pass
 
 
+class TopologyGpu(Strict):
+    """One GPU's row of `nvidia-smi topo -m`: its link to each GPU of the matrix, in order
+    ("X" itself, "NV4", "PIX", "PXB", "PHB", "NODE", "SYS"), its CPU and NUMA affinity."""
+
+    index = Integer(required=True, validate=validate.Range(min=0))
+    links = fields.List(Str(), required=True)
+    cpu_affinity = Str(required=True, allow_none=True)
+    numa_node = Integer(required=True, allow_none=True)
+
+
+class TopologyMatrix(Strict):
+    gpus = fields.List(fields.Nested(TopologyGpu), required=True)
+
+
+class HostTopologyRead(HostRef):
+    read_at = fields.AwareDateTime(required=True)
+    # null: the host printed no matrix (no GPU, one GPU on some drivers, nvidia-smi failed)
+    topology = fields.Nested(TopologyMatrix, required=True, allow_none=True)
+
+
 EVENTS: tuple[EventType, ...] = (
     EventType(
         "gpu.discovered",
@@ -179,5 +199,13 @@ EVENTS: tuple[EventType, ...] = (
         "monitor",
         HostRemoved,
         "A host left the inventory: it is no longer polled (its reservations and history stay).",
+    ),
+    EventType(
+        "host.topology_read",
+        1,
+        "monitor",
+        HostTopologyRead,
+        "A host's GPU interconnect (`nvidia-smi topo -m`) as read on its first poll, every 10 "
+        "minutes after and when its GPUs change (sent each time it is read, changed or not).",
     ),
 )

@@ -76,9 +76,13 @@ export type HostView = {
   readonly gpu_error: string | null
   /** no sample for much longer than the host's interval, while thought reachable */
   readonly stale: boolean
+  /** the GPU interconnect (`nvidia-smi topo -m`); null: not read yet, or no matrix */
+  readonly topology?: Topology | null
   /** by index */
   readonly gpus: readonly GpuView[]
 } & { readonly [K in HostFigure]: number | null }
+
+export type Topology = Schemas['Topology']
 
 /** The bus payloads the dashboard consumes (services/shared/contracts/). */
 export interface GpuSampleData {
@@ -219,6 +223,7 @@ export class Fleet {
         gpu_error: h.gpu_error ?? null,
         ...figures,
         stale: false,
+        topology: h.topology && 'gpus' in h.topology ? (h.topology as Topology) : null,
         gpus,
       }
       this.hosts.set(h.name, { ...view, stale: this.isStale(view, now) })
@@ -361,6 +366,12 @@ export class Fleet {
       return { ...g, processes: procs }
     })
     if (changed) this.put({ ...old, gpus })
+  }
+
+  /** host.topology_read */
+  applyTopology(data: { host: string; topology: Topology | null }): void {
+    const old = this.hosts.get(data.host)
+    if (old) this.put({ ...old, topology: data.topology })
   }
 
   /** host.unreachable */
