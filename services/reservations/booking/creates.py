@@ -31,8 +31,10 @@ from services.reservations.booking.group_commit import Answer, GroupWriter
 from services.reservations.booking.memory import Memory
 from services.reservations.booking.repository import ReservationRecord
 from services.reservations.booking.writes import Row, write_rows
+from services.reservations.maintenance import rows as maintenance
 from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.maintenance import Window, maintenance_refusals
 from services.reservations.rules.refusals import (
     START_GRACE,
     DurationBounds,
@@ -140,6 +142,7 @@ class Creates:
         self._earliest: int | None = None
         self.on_commit = on_commit  # with that start: what wakes depends on how soon it is
         self._placeholders = itertools.count(-1, -1)
+        self._windows: list[Window] = []  # maintenance windows not over, read per batch
         self.writer = GroupWriter(
             store,
             prepare=self._prepare,
@@ -229,6 +232,7 @@ class Creates:
             clashes = slots.clashes(uuids, start_ms, end_ms)
         refusals = removed_host_refusals(gpus.values(), self.host_offered)
         refusals += conflict_refusals(clashes, gpus)
+        refusals += maintenance_refusals(self._windows, gpus.values(), request.start, request.end)
         bookings = []
         if limited:
             bookings = await repository.owner_bookings(
@@ -290,6 +294,7 @@ class Creates:
         """Sync the model; lock the owners whose quotas the batch checks, all at once and in
         name order, so two replicas' batches never wait for each other in a circle."""
         await self.memory.sync(conn)
+        self._windows = await maintenance.windows(conn, min(to_ms(r.now) for r in requests))
         directory = self.memory.directory
         self._locked = set()
         for request in requests:

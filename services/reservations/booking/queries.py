@@ -16,6 +16,7 @@ from services.reservations.booking import repository
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.memory import Directory, ReadDirectory
 from services.reservations.booking.repository import ReservationRecord
+from services.reservations.maintenance import rows as maintenance
 from services.reservations.rules import grid
 from services.reservations.rules.access import (
     allowed_by_gpu,
@@ -25,6 +26,7 @@ from services.reservations.rules.access import (
 )
 from services.reservations.rules.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.rules.intervals import merge
+from services.reservations.rules.maintenance import busy_by_gpu
 from services.reservations.rules.planner import IdleFirst, Slot, earliest_slot
 from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
@@ -253,7 +255,9 @@ class Queries:
             conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
         )
         allowed = allowed_by_gpu(member, rules, candidates, not_before, horizon)
-        busy: dict[str, list[Interval]] = {}
+        # Drained GPUs are busy for their maintenance windows.
+        windows = await maintenance.windows(conn, to_ms(not_before), to_ms(horizon))
+        busy = busy_by_gpu(windows, candidates, not_before, horizon)
         for uuid, _id, _owner, start_ms, end_ms in rows:
             busy.setdefault(uuid, []).append(Interval(from_ms(start_ms), from_ms(end_ms)))
         return earliest_slot(
