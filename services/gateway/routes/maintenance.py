@@ -4,6 +4,7 @@ shows them). The reservations service decides and says why it refuses."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from marshmallow import Schema, fields
@@ -17,26 +18,32 @@ from services.reservations.api.maintenance import CreateMaintenanceArgs
 _Time = fields.AwareDateTime
 
 
-class CreateBody(CreateMaintenanceArgs):
+class MaintenanceBody(CreateMaintenanceArgs):
     """The service's arguments, less `actor`."""
 
     class Meta:
         exclude = ("actor",)
 
 
-class ListQuery(Schema):
+class MaintenanceQuery(Schema):
     start = _Time(metadata={"description": "default: now (windows not over yet)"})
     end = _Time(metadata={"description": "default: open (every later window)"})
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
 async def create(call: Call) -> dict[str, Any]:
     args = {**call.body, "actor": call.user.username}
+    for key in ("start", "end"):
+        args[key] = _iso(args.get(key))
     answer: dict[str, Any] = await call.rpc(api.CREATE_MAINTENANCE, args)
     return answer
 
 
 async def listing(call: Call) -> list[dict[str, Any]]:
-    args = {"start": call.query.get("start"), "end": call.query.get("end")}
+    args = {"start": _iso(call.query.get("start")), "end": _iso(call.query.get("end"))}
     found: list[dict[str, Any]] = await call.rpc(api.LIST_MAINTENANCE, args)
     return found
 
@@ -56,7 +63,7 @@ ROUTES = (
         Access.USER,
         "Maintenance windows (drained hosts and GPUs) overlapping a range",
         TAG,
-        query=ListQuery,
+        query=MaintenanceQuery,
         response=MaintenanceSchema,
         many=True,
     ),
@@ -67,7 +74,7 @@ ROUTES = (
         Access.ADMIN,
         "Drain a host or some of its GPUs for a window, with a reason",
         TAG,
-        body=CreateBody,
+        body=MaintenanceBody,
         response=CreatedMaintenanceSchema,
         status=201,
         description="No booking is made in the window from now on (409 with the reason). "

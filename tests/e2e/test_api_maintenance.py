@@ -1,0 +1,110 @@
+"""Maintenance windows end to end: the services on the in-process bus (the notification path
+in the violations service), the gateway over HTTP, the simulated fleet.
+
+An admin drains a GPU for a window; a booking in it is refused with the reason, the owner of a
+booking it overlaps is told at once (in the browser, by default) with an alternative, and the
+booking is kept. Only admins drain; anyone signed in lists the windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from services.shared.contracts import Envelope
+from tests.e2e.api import ApiSystem, running_system
+from tests.support.events import record
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
+
+SERVICES = ["monitor", "reservations", "violations", "gateway"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def system(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[ApiSystem, list[Envelope]]]:
+    async with running_system(tmp_path_factory.mktemp("api-drain"), services=SERVICES) as system:
+        sent: list[Envelope] = []
+        await record(system.bus, sent, "violations", "notification.sent")
+        yield system, sent
+
+
+def later(hours: float) -> str:
+    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=2)
+    return (base + timedelta(hours=hours)).isoformat()
+
+
+async def test_a_drain_refuses_bookings_in_it_and_tells_the_owner_of_an_overlapping_one(
+    system: tuple[ApiSystem, list[Envelope]],
+) -> None:
+    api, sent = system
+    alice, admin = await api.as_user("alice"), await api.as_user("admin")
+    gpu = await api.gpu(0, 0)
+    booked = await alice.post(
+        "/reservations",
+        {"gpus": [gpu["uuid"]], "start": later(1), "end": later(3), "title": "sweep"},
+    )
+    assert booked.status == 201, booked.body
+
+    refused = await alice.post("/maintenance", {"host": gpu["host"], "gpus": [0], "reason": "mine"})
+    assert refused.status == 403
+    drained = await admin.post(
+        "/maintenance",
+        {
+            "host": gpu["host"],
+            "gpus": [0],
+            "start": later(2),
+            "end": later(6),
+            "reason": "replacing a fan",
+        },
+    )
+    assert drained.status == 201, drained.body
+    (hit,) = drained.body["affected"]
+    assert hit["reservation_id"] == booked.body["id"] and hit["outcome"] == "kept"
+    alternative = hit["alternative"]
+    assert alternative is not None and alternative["gpus"][0]["uuid"] != gpu["uuid"]
+
+    # A new booking in the window: 409 with the window and its reason.
+    clash = await alice.post(
+        "/reservations",
+        {"gpus": [f"{gpu['host']}:0"], "start": later(4), "end": later(5), "title": "x"},
+    )
+    assert clash.status == 409, clash.body
+    (reason,) = clash.body["details"]["reasons"]
+    assert reason["code"] == "maintenance" and reason["reason"] == "replacing a fan"
+    assert "replacing a fan" in clash.body["message"]
+
+    # The owner is told at once, with the alternative.
+    def told() -> list[dict[str, Any]]:
+        return [
+            e.data for e in sent if e.data["user"] == "alice" and e.data["kind"] == "maintenance"
+        ]
+
+    async def notice() -> list[dict[str, Any]]:
+        return told()
+
+    await api.until(notice, "alice told of the drain")
+    (note,) = told()
+    assert "replacing a fan" in note["text"] and "kept as it is" in note["text"]
+    where = f"GPU {alternative['gpus'][0]['host']}:{alternative['gpus'][0]['index']}"
+    assert f"alternative is {where}" in note["text"]
+    mine = await alice.get(f"/reservations/{booked.body['id']}")
+    assert mine.body["status"] == "active"  # kept: cancelled only when the admin says so
+
+    # Everyone sees the window; the admin ends it and the GPU is bookable again.
+    listed = await alice.get("/maintenance")
+    assert listed.status == 200
+    assert [w["id"] for w in listed.body] == [drained.body["id"]]
+    assert (await alice.request("DELETE", f"/maintenance/{drained.body['id']}")).status == 403
+    ended = await admin.request("DELETE", f"/maintenance/{drained.body['id']}")
+    assert ended.status == 200 and ended.body["status"] == "removed"
+    again = await alice.post(
+        "/reservations",
+        {"gpus": [f"{gpu['host']}:0"], "start": later(4), "end": later(5), "title": "x"},
+    )
+    assert again.status == 201, again.body
