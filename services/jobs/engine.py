@@ -90,6 +90,16 @@ class Engine:
             self.working.busy[data["host"]] = busy
             self.working.kick()
 
+    async def load_maintenance(self, windows: Iterable[Mapping[str, Any]]) -> None:
+        async with self.working.lock:
+            self.working.drains.load(windows)
+        self.working.kick()
+
+    async def on_maintenance(self, event_type: str, data: Mapping[str, Any]) -> None:
+        async with self.working.lock:
+            self.working.drains.apply(event_type, data)
+        self.working.kick()
+
     async def on_reservation(self, event_type: str, data: Mapping[str, Any]) -> None:
         async with self.working.lock:
             self.working.book.apply(event_type, data)
@@ -251,6 +261,7 @@ class Engine:
             hold_after=timedelta(seconds=settings.queue_hold_after_s)
             if settings.queue_hold_after_s
             else None,
+            drained=self.working.drains.by_gpu(self.working.gpus, now),
         )
 
     async def _queue_pass(self) -> None:

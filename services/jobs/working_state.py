@@ -20,6 +20,7 @@ from typing import Any
 
 from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
+from services.jobs.drains import DrainBook
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
 from services.shared.cluster.host_directory import HostDirectory
@@ -62,6 +63,7 @@ class WorkingState:
         self.gpus: dict[str, tuple[str, int | None]] = {}  # uuid -> (host, index)
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
+        self.drains = DrainBook()  # maintenance windows: the queue keeps out of them
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
 

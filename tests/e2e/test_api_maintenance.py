@@ -3,12 +3,13 @@ in the violations service), the gateway over HTTP, the simulated fleet.
 
 An admin drains a GPU for a window; a booking in it is refused with the reason, the owner of a
 booking it overlaps is told at once (in the browser, by default) with an alternative, and the
-booking is kept. Only admins drain; anyone signed in lists the windows.
+booking is kept. Only admins drain; anyone signed in lists the windows. A queued job waits
+while the GPU it names is drained, and starts once the window is ended.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,17 +22,19 @@ from tests.support.events import record
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 
-SERVICES = ["monitor", "reservations", "violations", "gateway"]
+SERVICES = ["monitor", "reservations", "jobs", "violations", "gateway"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def system(
     tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[tuple[ApiSystem, list[Envelope]]]:
+) -> AsyncIterator[tuple[ApiSystem, list[Envelope], list[Envelope]]]:
     async with running_system(tmp_path_factory.mktemp("api-drain"), services=SERVICES) as system:
         sent: list[Envelope] = []
         await record(system.bus, sent, "violations", "notification.sent")
-        yield system, sent
+        announced: list[Envelope] = []
+        await record(system.bus, announced, "reservations", "maintenance.*")
+        yield system, sent, announced
 
 
 def later(hours: float) -> str:
@@ -40,9 +43,9 @@ def later(hours: float) -> str:
 
 
 async def test_a_drain_refuses_bookings_in_it_and_tells_the_owner_of_an_overlapping_one(
-    system: tuple[ApiSystem, list[Envelope]],
+    system: tuple[ApiSystem, list[Envelope], list[Envelope]],
 ) -> None:
-    api, sent = system
+    api, sent, _announced = system
     alice, admin = await api.as_user("alice"), await api.as_user("admin")
     gpu = await api.gpu(0, 0)
     booked = await alice.post(
@@ -108,3 +111,54 @@ async def test_a_drain_refuses_bookings_in_it_and_tells_the_owner_of_an_overlapp
         {"gpus": [f"{gpu['host']}:0"], "start": later(4), "end": later(5), "title": "x"},
     )
     assert again.status == 201, again.body
+
+
+async def test_a_queued_job_waits_for_a_drained_gpu_until_the_window_ends(
+    system: tuple[ApiSystem, list[Envelope], list[Envelope]],
+) -> None:
+    api, _sent, _announced = system
+    alice, bob, admin = [await api.as_user(name) for name in ("alice", "bob", "admin")]
+    gpu = await api.gpu(1, 2)
+    now = datetime.now(UTC).replace(microsecond=0).isoformat()
+    held = await bob.post(
+        "/reservations",
+        {"gpus": [gpu["uuid"]], "start": now, "duration_minutes": 60, "title": "bob's"},
+    )
+    assert held.status == 201, held.body
+    job = await alice.post(
+        "/jobs",
+        {
+            "name": "waits",
+            "queued": True,
+            "max_runtime_s": 600,
+            "tasks": [{"command": "sleep 1", "host": gpu["host"], "gpus": [2]}],
+        },
+    )
+    assert job.status == 201, job.body
+
+    def waiting_for(words: str) -> Callable[[], Awaitable[str | None]]:
+        async def reason() -> str | None:
+            found = await alice.get(f"/jobs/{job.body['id']}")
+            said = found.body.get("waiting_reason")
+            return said if said and words in said else None
+
+        return reason
+
+    await api.until(waiting_for("reserved by bob"), "the queued job waiting for bob's booking")
+    drained = await admin.post(
+        "/maintenance", {"host": gpu["host"], "gpus": [2], "reason": "reseating the GPU"}
+    )
+    assert drained.status == 201, drained.body
+    assert [a["owner"] for a in drained.body["affected"]] == ["bob"]
+    # The queue learns of the window from its event: the job now waits for it.
+    await api.until(waiting_for("drained for maintenance"), "the job waiting for the window")
+    ended_booking = await bob.post(f"/reservations/{held.body['id']}/end")
+    assert ended_booking.status == 200, ended_booking.body
+    ended = await admin.request("DELETE", f"/maintenance/{drained.body['id']}")
+    assert ended.status == 200 and ended.body["status"] == "ended"
+
+    async def started() -> bool:
+        found = await alice.get(f"/jobs/{job.body['id']}")
+        return found.body["status"] != "queued"
+
+    await api.until(started, "the job starting once the window ended")

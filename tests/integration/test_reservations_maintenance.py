@@ -67,6 +67,9 @@ async def test_a_drain_refuses_bookings_in_it_and_tells_of_the_overlapped_ones(
     # Beside it and on the GPUs it leaves alone: booked as ever.
     await book(service, "bob", [G1], 5, 6)
     await book(service, "bob", [uuid_of("dgx1", 2)], 4, 6)
+    # Nobody starts work on a drained GPU in its window without a booking either (jobs ask).
+    use = await service.call("check_use", user="admin", gpus=[G1], start=at(4), end=at(4.5))
+    assert not use["allowed"] and [r["code"] for r in use["reasons"]] == ["maintenance"]
     # The slot search goes around it.
     slot = await service.call(
         "find_slot",

@@ -73,6 +73,8 @@ class QueueState:
     avoid: Mapping[int, frozenset[str]] = field(default_factory=dict)  # job id -> GPUs refused
     # Anti-starvation (see the scheduler's docstring): None keeps nothing for waiting jobs.
     hold_after: timedelta | None = None
+    # Maintenance windows, uuid -> (start, end; None: open-ended): no work placed into one.
+    drained: Mapping[str, Sequence[tuple[datetime, datetime | None]]] = field(default_factory=dict)
 
 
 # --- what one pass decides ------------------------------------------------------------------

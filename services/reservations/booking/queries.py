@@ -26,7 +26,7 @@ from services.reservations.rules.access import (
 )
 from services.reservations.rules.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.rules.intervals import merge
-from services.reservations.rules.maintenance import busy_by_gpu
+from services.reservations.rules.maintenance import busy_by_gpu, maintenance_refusals
 from services.reservations.rules.planner import IdleFirst, Slot, earliest_slot
 from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
@@ -290,9 +290,12 @@ class Queries:
             rules = directory.rules
             rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
             found = await repository.records(conn, {row.reservation_id for row in rows})
+            windows = await maintenance.windows(conn, to_ms(start), to_ms(end))
         refusals = [
             r.to_dict() for r in use_refusals(member, rules, list(known.values()), start, end)
         ]
+        # A drained GPU is nobody's to start work on in its window.
+        refusals += [r.to_dict() for r in maintenance_refusals(windows, known.values(), start, end)]
         for row in sorted(rows, key=lambda r: (r.start_ms, r.gpu_uuid)):
             record = found[row.reservation_id]
             if row.owner == username or username in record.guests:
