@@ -12,8 +12,11 @@ from marshmallow import Schema, fields
 from services.gateway.routes.reservations import IdPath
 from services.gateway.routing import Access, Call, Route
 from services.reservations import api
-from services.reservations.api import CreatedMaintenanceSchema, MaintenanceSchema
-from services.reservations.api.maintenance import CreateMaintenanceArgs
+from services.reservations.api import (
+    CreatedMaintenanceSchema,
+    CreateMaintenanceArgs,
+    MaintenanceSchema,
+)
 
 _Time = fields.AwareDateTime
 

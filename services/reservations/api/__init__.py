@@ -74,6 +74,7 @@ from services.reservations.api.maintenance import (
     END_MAINTENANCE,
     LIST_MAINTENANCE,
     CreatedMaintenanceSchema,
+    CreateMaintenanceArgs,
     MaintenanceSchema,
 )
 from services.shared.bus import Bus
@@ -320,6 +321,7 @@ __all__ = [
     "CalendarArgs",
     "CalendarItemSchema",
     "CancelReservationArgs",
+    "CreateMaintenanceArgs",
     "CreateReservationArgs",
     "CreatedMaintenanceSchema",
     "CreatedReservationSchema",
