@@ -3,7 +3,8 @@
 
 A drain refuses new bookings of the drained GPUs in its window; the owners of the bookings it
 overlaps are told at once with an alternative, and their bookings are kept unless the admin
-says `--bookings cancel|move`. Running jobs are not stopped.
+says `--bookings cancel|move`. Running jobs are not stopped unless `--stop-jobs` says so (then
+they are when the window begins).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def affected_line(booking: Mapping[str, Any], now: datetime) -> str:
 def cmd_drain(args: argparse.Namespace, api: Api) -> int:
     host, indices = parse_target(args.target)
     body: dict[str, Any] = {"host": host, "reason": args.reason, "bookings": args.bookings}
+    if args.stop_jobs:
+        body["stop_jobs"] = True
     if indices is not None:
         body["gpus"] = indices
     if args.start is not None:
@@ -94,7 +97,11 @@ def cmd_drain(args: argparse.Namespace, api: Api) -> int:
         print(f"{len(affected)} booking(s) overlap it; their owners are told:")
         for booking in affected:
             print(affected_line(booking, now))
-    print("running jobs are not stopped; end the window with `warden hosts undrain`")
+    if answer.get("stop_jobs"):
+        print("jobs running on the drained GPUs are stopped when the window begins")
+    else:
+        print("running jobs are not stopped (--stop-jobs stops them)")
+    print("end the window with `warden hosts undrain`")
     return 0
 
 
@@ -151,7 +158,8 @@ def add_host_parsers(actions: Any, common: list[argparse.ArgumentParser]) -> Non
         help="admins: drain a host or GPUs for maintenance (no bookings in the window)",
         description="New bookings of the drained GPUs in the window are refused with the "
         "reason; owners of bookings it overlaps are told at once, with an alternative. Their "
-        "bookings are kept unless --bookings says otherwise. Running jobs are not stopped.",
+        "bookings are kept unless --bookings says otherwise. Running jobs are not stopped "
+        "unless --stop-jobs says so.",
     )
     drain.add_argument("target", metavar="HOST|HOST:IDX", help="dgx1, dgx1:0 or dgx1:0,1")
     drain.add_argument("--reason", required=True, help="why (shown to everyone)")
@@ -166,6 +174,11 @@ def add_host_parsers(actions: Any, common: list[argparse.ArgumentParser]) -> Non
         choices=("keep", "cancel", "move"),
         default="keep",
         help="the overlapped bookings: keep (default), cancel, or move to the alternative",
+    )
+    drain.add_argument(
+        "--stop-jobs",
+        action="store_true",
+        help="stop the jobs running on the drained GPUs when the window begins",
     )
     json_flag(drain)
     undrain = actions.add_parser(

@@ -306,6 +306,8 @@ maintenance_windows = Table(
     Column("end_ms", BigInteger, nullable=True, index=True),
     Column("reason", String(500), nullable=False),
     Column("bookings", String(8), nullable=False, default="keep"),
+    # True: jobs running on the drained GPUs are stopped when the window begins (jobs service).
+    Column("stop_jobs", Boolean, nullable=False, default=False),
     Column("created_by", String(32), nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("ended_by", String(32), nullable=True),

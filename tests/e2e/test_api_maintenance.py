@@ -4,7 +4,8 @@ in the violations service), the gateway over HTTP, the simulated fleet.
 An admin drains a GPU for a window; a booking in it is refused with the reason, the owner of a
 booking it overlaps is told at once (in the browser, by default) with an alternative, and the
 booking is kept. Only admins drain; anyone signed in lists the windows. A queued job waits
-while the GPU it names is drained, and starts once the window is ended.
+while the GPU it names is drained, and starts once the window is ended; a running job is left
+alone by a drain unless the admin asks for it to be stopped.
 """
 
 from __future__ import annotations
@@ -162,3 +163,48 @@ async def test_a_queued_job_waits_for_a_drained_gpu_until_the_window_ends(
         return found.body["status"] != "queued"
 
     await api.until(started, "the job starting once the window ended")
+
+
+async def test_running_jobs_are_stopped_only_when_the_admin_asks(
+    system: tuple[ApiSystem, list[Envelope], list[Envelope]],
+) -> None:
+    api, _sent, _announced = system
+    alice, admin = await api.as_user("alice"), await api.as_user("admin")
+    gpu = await api.gpu(1, 3)
+
+    async def run_job(name: str) -> int:
+        made = await alice.post(
+            "/jobs",
+            {"name": name, "tasks": [{"command": "sleep 600", "host": gpu["host"], "gpus": [3]}]},
+        )
+        assert made.status == 201, made.body
+        started = await alice.post(f"/jobs/{made.body['id']}/start")
+        assert started.status == 200, started.body
+
+        async def running() -> bool:
+            return (await alice.get(f"/jobs/{made.body['id']}")).body["status"] == "running"
+
+        await api.until(running, f"job {name} running")
+        return int(made.body["id"])
+
+    kept = await run_job("kept")
+    left = await admin.post(
+        "/maintenance", {"host": gpu["host"], "gpus": [3], "reason": "looking only"}
+    )
+    assert left.status == 201 and left.body["stop_jobs"] is False
+    assert (await admin.request("DELETE", f"/maintenance/{left.body['id']}")).status == 200
+    stopped = await admin.post(
+        "/maintenance",
+        {"host": gpu["host"], "gpus": [3], "reason": "swapping it", "stop_jobs": True},
+    )
+    assert stopped.status == 201 and stopped.body["stop_jobs"] is True
+
+    async def ended() -> dict[str, Any] | None:
+        found = (await alice.get(f"/jobs/{kept}")).body
+        return found if found["status"] not in ("running", "stopping") else None
+
+    job = await api.until(ended, "the job stopped for the maintenance")
+    assert "maintenance of" in str(job.get("stop_reason")) and "swapping it" in str(
+        job.get("stop_reason")
+    )
+    assert (await admin.request("DELETE", f"/maintenance/{stopped.body['id']}")).status == 200

@@ -75,7 +75,13 @@ def test_drain_sends_the_window_and_prints_what_became_of_each_booking(
     }
     api = RecordingApi({("POST", "/maintenance"): {**WINDOW, "affected": [booking]}})
     args = argparse.Namespace(
-        target="dgx1:0,1", reason="new fan", bookings="keep", start=None, end=None, json=False
+        target="dgx1:0,1",
+        reason="new fan",
+        bookings="keep",
+        start=None,
+        end=None,
+        json=False,
+        stop_jobs=False,
     )
     assert maintenance.cmd_drain(args, api) == 0  # type: ignore[arg-type]
     assert api.sent == [
@@ -88,7 +94,7 @@ def test_drain_sends_the_window_and_prints_what_became_of_each_booking(
     out = capsys.readouterr().out
     assert "#4 dgx1:0,1 drained from" in out and "further notice" in out and "new fan" in out
     assert "reservation #7 of alice" in out and "alternative dgx2:0" in out
-    assert "running jobs are not stopped" in out
+    assert "running jobs are not stopped (--stop-jobs stops them)" in out
 
 
 def test_undrain_by_host_ends_each_window_of_that_host() -> None:

@@ -90,6 +90,7 @@ _MAINTENANCE: dict[str, Any] = {
     "end": None,
     "reason": "new fan",
     "bookings": "keep",
+    "stop_jobs": False,
     "created_by": "admin",
     "created_at": NOW,
     "ended_by": None,

@@ -67,6 +67,16 @@ def window(window_id: int, **data: object) -> dict[str, object]:
     }
 
 
+def test_jobs_are_stopped_only_on_windows_that_ask_for_it_once_they_begin() -> None:
+    gpus = {"a-0": ("a", 0), "a-1": ("a", 1)}
+    drains = DrainBook()
+    drains.load([window(1, target="a:0", reason="fan", stop_jobs=True), window(2, gpus=[1])])
+    assert drains.stopping(gpus, NOW) == {}  # not begun yet
+    assert drains.stopping(gpus, at(10)) == {"a-0": "maintenance of a:0: fan"}
+    drains.apply("maintenance.ended", window(1, end=at(11).isoformat(), status="ended"))
+    assert drains.stopping(gpus, at(11)) == {}
+
+
 def test_the_jobs_copy_of_the_windows_follows_the_events() -> None:
     gpus = {"a-0": ("a", 0), "a-1": ("a", 1), "b-0": ("b", 0)}
     drains = DrainBook()

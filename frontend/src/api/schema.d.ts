@@ -546,7 +546,7 @@ export interface paths {
         put?: never;
         /**
          * Drain a host or some of its GPUs for a window, with a reason
-         * @description No booking is made in the window from now on (409 with the reason). The bookings it overlaps are listed in `affected`, each with the earliest alternative; their owners are told at once. `bookings` chooses what becomes of them: keep (the default), cancel (a booking that starts before the window ends at its start) or move (to the alternative). Running jobs are not stopped.
+         * @description No booking is made in the window from now on (409 with the reason). The bookings it overlaps are listed in `affected`, each with the earliest alternative; their owners are told at once. `bookings` chooses what becomes of them: keep (the default), cancel (a booking that starts before the window ends at its start) or move (to the alternative). Running jobs are stopped when the window begins only with `stop_jobs`.
          */
         post: operations["create"];
         delete?: never;
@@ -1464,6 +1464,7 @@ export interface components {
             start: string;
             /** @enum {string} */
             status: "scheduled" | "active" | "ended" | "removed";
+            stop_jobs: boolean;
             /** @example dgx1:0,1 */
             target: string;
         } & {
@@ -2214,6 +2215,7 @@ export interface components {
             start: string;
             /** @enum {string} */
             status: "scheduled" | "active" | "ended" | "removed";
+            stop_jobs: boolean;
             /** @example dgx1:0,1 */
             target: string;
         } & {
@@ -2245,6 +2247,11 @@ export interface components {
              * @default null
              */
             start: string | null;
+            /**
+             * @description stop the jobs running on the drained GPUs when the window begins (default: running jobs are left alone)
+             * @default false
+             */
+            stop_jobs: boolean;
         };
         Me: {
             user: components["schemas"]["User"];

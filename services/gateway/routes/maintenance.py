@@ -84,7 +84,8 @@ ROUTES = (
         "The bookings it overlaps are listed in `affected`, each with the earliest "
         "alternative; their owners are told at once. `bookings` chooses what becomes of "
         "them: keep (the default), cancel (a booking that starts before the window ends at "
-        "its start) or move (to the alternative). Running jobs are not stopped.",
+        "its start) or move (to the alternative). Running jobs are stopped when the window "
+        "begins only with `stop_jobs`.",
     ),
     Route(
         "DELETE",

@@ -45,6 +45,14 @@ class CreateMaintenanceArgs(ActorArgs):
         },
     )
 
+    stop_jobs = fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "stop the jobs running on the drained GPUs when the window begins "
+            "(default: running jobs are left alone)"
+        },
+    )
+
 
 class MaintenanceIdArgs(ActorArgs):
     id = fields.Integer(required=True, strict=True)
@@ -94,6 +102,7 @@ class MaintenanceSchema(Answer):
     end = _Time(required=True, allow_none=True, metadata={"description": "null: open-ended"})
     reason = _Str(required=True)
     bookings = _Str(required=True)
+    stop_jobs = fields.Boolean(required=True)
     created_by = _Str(required=True)
     created_at = _Time(required=True)
     ended_by = _Str(required=True, allow_none=True)

@@ -70,6 +70,7 @@ class MaintenanceCalls:
                 end_ms=None if end is None else to_ms(end),
                 reason=reason,
                 bookings=choice,
+                stop_jobs=args["stop_jobs"],
                 created_by=actor.username,
                 now_ms=to_ms(now),
             )

@@ -46,6 +46,7 @@ def to_dict(row: Row[Any], now_ms: int, status: str | None = None) -> dict[str, 
         "end": None if row.end_ms is None else iso_ms(row.end_ms),
         "reason": row.reason,
         "bookings": row.bookings,
+        "stop_jobs": bool(row.stop_jobs),
         "created_by": row.created_by,
         "created_at": iso_ms(row.created_at_ms),
         "ended_by": row.ended_by,
@@ -62,6 +63,7 @@ async def add(
     end_ms: int | None,
     reason: str,
     bookings: str,
+    stop_jobs: bool,
     created_by: str,
     now_ms: int,
 ) -> int:
@@ -73,6 +75,7 @@ async def add(
             end_ms=end_ms,
             reason=reason,
             bookings=bookings,
+            stop_jobs=stop_jobs,
             created_by=created_by,
             created_at_ms=now_ms,
         )

@@ -23,6 +23,8 @@ class MaintenanceData(Strict):
     end = fields.AwareDateTime(required=True, allow_none=True)
     reason = Str(required=True)
     bookings = Str(required=True, validate=validate.OneOf(("keep", "cancel", "move")))
+    # True: the jobs service stops the jobs running on the drained GPUs when the window begins.
+    stop_jobs = fields.Boolean(required=True)
     created_by = Str(required=True)
     created_at = fields.AwareDateTime(required=True)
     ended_by = Str(required=True, allow_none=True)

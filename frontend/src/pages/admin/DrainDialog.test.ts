@@ -21,7 +21,7 @@ function server(answers: Record<string, () => Response>) {
 
 const WINDOW = {
   id: 4, host: 'dgx1', gpus: [0, 1], target: 'dgx1:0,1', start: '2026-12-02T08:00:00+00:00', end: null, reason: 'new fan',
-  bookings: 'keep', created_by: 'admin', created_at: '2026-12-01T08:00:00+00:00', ended_by: null, status: 'scheduled',
+  bookings: 'keep', stop_jobs: false, created_by: 'admin', created_at: '2026-12-01T08:00:00+00:00', ended_by: null, status: 'scheduled',
 }
 
 function field(wrapper: ReturnType<typeof mount>, label: string) {
@@ -47,7 +47,7 @@ describe('draining a host', () => {
     await flushPromises()
     expect(sent).toHaveLength(1)
     const body = sent[0]!.body as Record<string, unknown>
-    expect(body).toMatchObject({ host: 'dgx1', gpus: [0, 1], end: null, reason: 'new fan', bookings: 'move' })
+    expect(body).toMatchObject({ host: 'dgx1', gpus: [0, 1], end: null, reason: 'new fan', bookings: 'move', stop_jobs: false })
     expect(typeof body.start).toBe('string')
     expect(wrapper.find('[data-testid="drain-done"]').text()).toContain('1 booking overlaps it (1 kept); 1 owner was told.')
   })

@@ -11,6 +11,7 @@ function window(patch: Partial<MaintenanceWindow> = {}): MaintenanceWindow {
     end: new Date(2026, 11, 2, 14, 0).toISOString(),
     reason: 'new fan',
     bookings: 'keep',
+    stop_jobs: false,
     created_by: 'admin',
     created_at: new Date(2026, 11, 1).toISOString(),
     ended_by: null,

@@ -26,6 +26,7 @@ def upgrade() -> None:
         sa.Column("end_ms", sa.BigInteger, nullable=True),
         sa.Column("reason", sa.String(500), nullable=False),
         sa.Column("bookings", sa.String(8), nullable=False, server_default="keep"),
+        sa.Column("stop_jobs", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("created_by", sa.String(32), nullable=False),
         sa.Column("created_at_ms", sa.BigInteger, nullable=False),
         sa.Column("ended_by", sa.String(32), nullable=True),
