@@ -163,7 +163,9 @@ def _add_hosts_parser(commands: Commands, common: argparse.ArgumentParser) -> No
     from services.client.hosts import add_parsers as add_host_parsers
 
     hosts = commands.add_parser(
-        "hosts", parents=[common], help="the monitored hosts: list, add, edit, remove, check"
+        "hosts",
+        parents=[common],
+        help="the monitored hosts: list, add, edit, remove, check, drain, undrain",
     )
     host_commands = hosts.add_subparsers(dest="hosts_command", metavar="ACTION")  # none: list
 

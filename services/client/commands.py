@@ -1,5 +1,6 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, violations, report.
+reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, violations, maintenance,
+report.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
@@ -18,6 +19,7 @@ from services.client import (
     calendar_feed,
     idle,
     jobs,
+    maintenance,
     notifications,
     reports,
     reservations,
@@ -41,6 +43,7 @@ _RESOURCES = (
     notifications,
     jobs,
     violations,
+    maintenance,
     reports,
     settings,
 )

@@ -1,10 +1,12 @@
-"""`warden hosts list|add|edit|remove|check`: the inventory of hosts over the API (admins only,
-`/inventory/hosts`). A change is polled within one interval, without a restart.
+"""`warden hosts list|add|edit|remove|check|drain|undrain`: the inventory of hosts over the
+API (admins only, `/inventory/hosts`). A change is polled within one interval, without a restart.
 
 `add` checks the host first and shows its host key's fingerprint and the GPUs found; a key
 not trusted yet is accepted only when the admin says so (the prompt, `--accept-host-key
 SHA256:...` that must match, or `--yes`). `remove` says what it does and asks first. Without a
 terminal to ask on, either refuses unless told on the command line.
+
+`drain` and `undrain` (maintenance windows) are in `services.client.maintenance`.
 
 (`warden hosts check --local` / `--config FILE` checks a config file's [[hosts]] without a
 server: `services.cli`.)
@@ -20,6 +22,7 @@ from urllib.parse import quote
 
 from rich.table import Table
 
+from services.client import maintenance
 from services.client.api import Api, ClientError
 from services.client.args import UsageError, json_flag
 from services.client.columns import Column, fitted_table
@@ -266,6 +269,10 @@ def run(args: argparse.Namespace, ask: Ask = ask_on_terminal) -> int:
         return cmd_edit(args, api)
     if action == "remove":
         return cmd_remove(args, api, ask)
+    if action == "drain":
+        return maintenance.cmd_drain(args, api)
+    if action == "undrain":
+        return maintenance.cmd_undrain(args, api)
     return cmd_check(args, api, ask)
 
 
@@ -333,3 +340,4 @@ def add_parsers(
     _trust_options(check)
     json_flag(check)
     local_check(check)
+    maintenance.add_host_parsers(actions, common)

@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"warden {__version__} (client)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     host_parser = commands.add_parser(
-        "hosts", help="the monitored hosts: list, add, edit, remove, check"
+        "hosts", help="the monitored hosts: list, add, edit, remove, check, drain, undrain"
     )
     actions = host_parser.add_subparsers(dest="hosts_command", required=True, metavar="ACTION")
     hosts.add_parsers(actions, [], lambda _check: None)  # no --local: that needs the server's

@@ -98,6 +98,16 @@ class Engine:
     async def on_gpu_health(self, data: Mapping[str, Any]) -> None:
         await self.aftercare.on_gpu_health(data)
 
+    async def load_maintenance(self, windows: Iterable[Mapping[str, Any]]) -> None:
+        async with self.working.lock:
+            self.working.drains.load(windows)
+        self.working.kick()
+
+    async def on_maintenance(self, event_type: str, data: Mapping[str, Any]) -> None:
+        async with self.working.lock:
+            self.working.drains.apply(event_type, data)
+        self.working.kick()
+
     async def on_reservation(self, event_type: str, data: Mapping[str, Any]) -> None:
         async with self.working.lock:
             self.working.book.apply(event_type, data)
@@ -112,9 +122,32 @@ class Engine:
             await self.supervisor.escalate_stops(now)
             await self.aftercare.time_limits(now)
             launches = await self._timers(now)
+            await self._drain_stops(now)
         for state, placement in launches:
             await self._launch_checked(state, placement, from_queue=False)
         await self._queue_pass()
+
+    async def _drain_stops(self, now: datetime) -> None:
+        """Stop the running jobs on GPUs drained now by a window that asked for it (under the
+        lock); others are left alone."""
+        stopping = self.working.drains.stopping(self.working.gpus, now)
+        if not stopping:
+            return
+        for state in list(self.working.jobs.values()):
+            if not state.active or state.stop_reason is not None:
+                continue
+            why = next(
+                (
+                    stopping[g]
+                    for run in state.tasks
+                    if run.active
+                    for g in run.gpus
+                    if g in stopping
+                ),
+                None,
+            )
+            if why is not None:
+                await self.supervisor.request_stop(state, why)
 
     async def _timers(self, now: datetime) -> list[tuple[JobState, dict[int, Any]]]:  # noqa: C901 - one pass over the timers: stops, warnings and launches together
         """Stop jobs whose time is up; the scheduled jobs whose start came (to launch)."""
@@ -267,6 +300,7 @@ class Engine:
             else None,
             topologies=self.working.topologies,
             packing=self.working.packing,
+            drained=self.working.drains.by_gpu(self.working.gpus, now),
         )
 
     async def _queue_pass(self) -> None:

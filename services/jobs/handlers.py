@@ -104,7 +104,11 @@ def event_handlers(engine: Engine) -> dict[tuple[str, str, str], EventHandler]:
     async def gpu_health_changed(envelope: Envelope) -> None:
         await engine.on_gpu_health(envelope.data)
 
+    async def maintenance_changed(envelope: Envelope) -> None:
+        await engine.on_maintenance(envelope.type, envelope.data)
+
     return {
+        ("reservations", "maintenance.*", "maintenance"): maintenance_changed,
         ("monitor", "gpu.discovered", "gpus"): gpu_discovered,
         ("monitor", "processes.observed", "busy_gpus"): processes_observed,
         ("reservations", "reservation.*", "reservations"): reservation_changed,

@@ -16,12 +16,14 @@ from services.jobs.supervisor import TaskSupervisor
 from services.jobs.tables import leader_lease, outbox
 from services.jobs.working_state import WorkingState
 from services.monitor import api as monitor_api
+from services.reservations import api as reservations_api
 from services.reservations.api import fetch_calendar
 from services.shared.bus import RpcHandler, Teardown
 from services.shared.cluster.background import cancel_and_wait
 from services.shared.cluster.host_directory import HostDirectory
 from services.shared.cluster.leadership import Leadership, elect, rpc_table, serve_office
 from services.shared.cluster.topology_book import TopologyBook
+from services.shared.errors import ServiceUnavailable
 from services.shared.rpc import served
 from services.shared.runtime import ServiceContext, open_database, start_service
 from services.shared.storage.outbox import Relay
@@ -34,6 +36,10 @@ log = logging.getLogger("warden.jobs")
 async def load_reservations(engine: Engine) -> None:
     found, gpus = await fetch_calendar(engine.bus, log)
     await engine.load_reservations(found, gpus)
+    try:  # the maintenance windows: events keep them from here
+        await engine.load_maintenance(await reservations_api.LIST_MAINTENANCE.call(engine.bus, {}))
+    except ServiceUnavailable as err:
+        log.warning("maintenance windows not loaded (%s): only those announced from now", err)
     log.info(
         "%d reservations and %d GPUs loaded", len(engine.working.book), len(engine.working.gpus)
     )

@@ -20,6 +20,7 @@ from typing import Any
 
 from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
+from services.jobs.drains import DrainBook
 from services.jobs.failures import INFRASTRUCTURE
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
@@ -71,6 +72,7 @@ class WorkingState:
         # CPU affinity hints; and [scheduling] packing.
         self.topologies: Mapping[str, Topology] = {}
         self.packing = settings.scheduling.packing
+        self.drains = DrainBook()  # maintenance windows: the queue keeps out of them
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
 

@@ -1,7 +1,7 @@
 """Notifications made from other services' events: a job finished or failed, someone uses my
 reserved GPU, I use a GPU I may not (told to the offender: in the browser, where they are
 signed in), my reservation was cancelled by a rule change, a host presents another SSH key
-(to every admin). Each goes through `notify` with
+(to every admin), GPUs I booked are drained for maintenance. Each goes through `notify` with
 a key, so a redelivered event tells nobody twice."""
 
 from __future__ import annotations
@@ -111,6 +111,68 @@ def host_key_note(admin: str, data: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+_OUTCOME = {
+    "kept": "Your booking is kept as it is: the GPUs may not be usable then. You may move it "
+    "yourself",
+    "cancelled": "An admin chose to cancel it",
+    "shortened": "An admin chose to end it when the maintenance starts",
+    "ended": "An admin chose to end it now",
+    "moved": "An admin moved it",
+    "not_moved": "An admin asked to move it, but it could not be moved: it is kept as it is. "
+    "You may move it yourself",
+}
+
+
+def _slot(alternative: Mapping[str, Any]) -> str:
+    gpus = ", ".join(f"{g['host']}:{g['index']}" for g in alternative["gpus"])
+    return f"GPU {gpus} from {alternative['start']} to {alternative['end']}"
+
+
+def maintenance_notes(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """maintenance.scheduled, told to the owner of each booking the window overlaps: the
+    window and its reason, what became of the booking, the earliest alternative."""
+    until = data["end"] or "further notice"
+    notes = []
+    for booking in data["affected"]:
+        outcome = booking["outcome"]
+        what = _OUTCOME[outcome]
+        alternative = booking.get("alternative")
+        if outcome == "moved":
+            what += f" to {_slot(alternative)} (reservation #{booking['moved_to']})"
+        elif alternative:
+            what += f"; the earliest free alternative is {_slot(alternative)}"
+        else:
+            what += "; no alternative is free within the next weeks"
+        title = booking["title"]
+        notes.append(
+            {
+                "user": booking["owner"],
+                "kind": "maintenance",
+                "title": f"{data['target']} is drained for maintenance during '{title}'"[:200],
+                "text": (
+                    f"{data['target']} is drained for maintenance from {data['start']} to "
+                    f"{until}: {data['reason']}. It overlaps your reservation '{title}' "
+                    f"(#{booking['reservation_id']}, {booking['start']} to {booking['end']}). "
+                    f"{what}."
+                )[:4000],
+                "key": f"maintenance:{data['id']}:{booking['reservation_id']}",
+            }
+        )
+    return notes
+
+
+def telling_each(
+    notify: Notify, build: Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+) -> EventHandler:
+    """A handler that sends every notification `build` makes of an event."""
+
+    async def handle(envelope: Envelope) -> None:
+        for note in build(envelope.data):
+            await notify(note)
+
+    return handle
+
+
 def owner_mailed_by_steps(
     steps: Sequence[EscalationStep], handlers: Collection[str]
 ) -> frozenset[str]:
@@ -154,6 +216,9 @@ def event_handlers(
 
     return {
         ("jobs", "job.status_changed", "notify-jobs"): making(job_note),
+        ("reservations", "maintenance.scheduled", "notify-maintenance"): telling_each(
+            notify, maintenance_notes
+        ),
         ("monitor", "host.unreachable", "notify-hosts"): host_unreachable,
         ("violations", "violation.opened", "notify-violations"): violation_opened,
         ("reservations", "reservation.cancelled", "notify-cancelled"): making(cancelled_note),

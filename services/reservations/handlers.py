@@ -19,6 +19,7 @@ from services.reservations.booking.gpu_inventory import GpuInventory
 from services.reservations.booking.queries import Queries
 from services.reservations.idle.calls import IdleCalls
 from services.reservations.idle.watch import IdleWatch
+from services.reservations.maintenance.calls import MaintenanceCalls
 from services.reservations.store import Store
 from services.reservations.usage import report as usage
 from services.shared.bus import Bus, EventHandler, RpcHandler, Teardown
@@ -43,6 +44,7 @@ def rpc_methods(
         )
     idle = IdleCalls(store, changes, watch)
     bookings = BookingCalls(changes, queries, activity)
+    maintenance = MaintenanceCalls(store, changes, queries)
     # The accounts' methods too: the accounts live in this process and database.
     accounts = account_methods(store, changes, directory)
     return accounts | served(
@@ -70,6 +72,9 @@ def rpc_methods(
             api.ACTIVE_RESERVATIONS: bookings.active_reservations,
             api.CHECK_USE: bookings.check_use,
             api.USAGE_REPORT: report_handler(store, usage.usage_report),
+            api.CREATE_MAINTENANCE: maintenance.create,
+            api.LIST_MAINTENANCE: maintenance.list,
+            api.END_MAINTENANCE: maintenance.end,
         },
     )
 

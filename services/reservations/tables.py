@@ -294,6 +294,28 @@ attempts = Table(
     Index("ix_reservations_attempts_key_at", "key", "at_ms"),
 )
 
+# Maintenance windows (`rules/maintenance.py`): a host, or some of its GPUs (`gpu_indices`,
+# comma-separated; null: every GPU of the host), drained from `start_ms` until `end_ms` (null:
+# until an admin ends it). Nobody books a drained GPU inside its window. `bookings` is what the
+# admin chose for the bookings it overlapped (keep | cancel | move). Migration
+# `reservations_0015_maintenance`.
+maintenance_windows = Table(
+    "reservations_maintenance",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("host", String(253), nullable=False),
+    Column("gpu_indices", String(400), nullable=True),
+    Column("start_ms", BigInteger, nullable=False),
+    Column("end_ms", BigInteger, nullable=True, index=True),
+    Column("reason", String(500), nullable=False),
+    Column("bookings", String(8), nullable=False, default="keep"),
+    # True: jobs running on the drained GPUs are stopped when the window begins (jobs service).
+    Column("stop_jobs", Boolean, nullable=False, default=False),
+    Column("created_by", String(32), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("ended_by", String(32), nullable=True),
+)
+
 # Events written in the same transaction as the change they describe, published after the
 # commit (and again after a crash): a change is never committed without its event.
 outbox = outbox_table(metadata, "reservations")

@@ -81,6 +81,22 @@ _HOST_RECORD = {
     "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
     "source": "api",
 }
+_MAINTENANCE: dict[str, Any] = {
+    "id": 3,
+    "host": "dgx1",
+    "gpus": [0, 1],
+    "target": "dgx1:0,1",
+    "start": NOW,
+    "end": None,
+    "reason": "new fan",
+    "bookings": "keep",
+    "stop_jobs": False,
+    "created_by": "admin",
+    "created_at": NOW,
+    "ended_by": None,
+    "status": "scheduled",
+}
+
 EXAMPLES: dict[str, dict[str, Any]] = {
     "gpu.discovered": {
         "host": "gpu-01",
@@ -181,6 +197,26 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "cancelled": [7],
         "restored": [],
     },
+    "maintenance.scheduled": {
+        **_MAINTENANCE,
+        "affected": [
+            {
+                "reservation_id": 7,
+                "owner": "alice",
+                "title": "sweep",
+                "start": NOW,
+                "end": NOW,
+                "outcome": "kept",
+                "alternative": {
+                    "start": NOW,
+                    "end": NOW,
+                    "gpus": [{"uuid": "GPU-1", "host": "dgx2", "index": 0}],
+                },
+                "moved_to": None,
+            }
+        ],
+    },
+    "maintenance.ended": {**_MAINTENANCE, "ended_by": "admin", "status": "ended"},
     "user.created": dict(_USER),
     "user.updated": {**_USER, "changed": ["roles"]},
     "user.deleted": dict(_USER),

@@ -534,6 +534,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/maintenance": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Maintenance windows (drained hosts and GPUs) overlapping a range */
+        get: operations["listing"];
+        put?: never;
+        /**
+         * Drain a host or some of its GPUs for a window, with a reason
+         * @description No booking is made in the window from now on (409 with the reason). The bookings it overlaps are listed in `affected`, each with the earliest alternative; their owners are told at once. `bookings` chooses what becomes of them: keep (the default), cancel (a booking that starts before the window ends at its start) or move (to the alternative). Running jobs are stopped when the window begins only with `stop_jobs`.
+         */
+        post: operations["create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/maintenance/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** End a maintenance window now (one that has not begun is removed) */
+        delete: operations["end"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me": {
         parameters: {
             query?: never;
@@ -1315,6 +1353,34 @@ export interface components {
             /** @description the user Warden logs in as; required when probe is "ssh" */
             user?: string;
         };
+        Affected: {
+            alternative: (Record<string, never> | null) | components["schemas"]["Alternative"];
+            /** Format: date-time */
+            end: string;
+            /** @description the new booking (moved) */
+            moved_to: number | null;
+            /**
+             * @description kept; cancelled, shortened (ends when the window starts) or ended (it ran) for cancel; moved, or not_moved (no alternative, or it failed) for move
+             * @enum {string}
+             */
+            outcome: "kept" | "cancelled" | "shortened" | "ended" | "moved" | "not_moved";
+            owner: string;
+            reservation_id: number;
+            /** Format: date-time */
+            start: string;
+            title: string;
+        } & {
+            [key: string]: unknown;
+        };
+        Alternative: {
+            /** Format: date-time */
+            end: string;
+            gpus: components["schemas"]["GpuRef"][];
+            /** Format: date-time */
+            start: string;
+        } & {
+            [key: string]: unknown;
+        };
         AnswerBody: {
             /**
              * @description keep: "I still need it"; release: end the rest of it now
@@ -1376,6 +1442,33 @@ export interface components {
             /** Format: date-time */
             start: string;
             title: string;
+        };
+        CreatedMaintenance: {
+            affected: components["schemas"]["Affected"][];
+            bookings: string;
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            /**
+             * Format: date-time
+             * @description null: open-ended
+             */
+            end: string | null;
+            ended_by: string | null;
+            /** @description null: all */
+            gpus: number[] | null;
+            host: string;
+            id: number;
+            reason: string;
+            /** Format: date-time */
+            start: string;
+            /** @enum {string} */
+            status: "scheduled" | "active" | "ended" | "removed";
+            stop_jobs: boolean;
+            /** @example dgx1:0,1 */
+            target: string;
+        } & {
+            [key: string]: unknown;
         };
         CreatedReservation: {
             cancel_reason?: string | null;
@@ -2120,7 +2213,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "maintenance";
         };
         LastStep: {
             /** @description why it failed or was skipped, when it was */
@@ -2172,6 +2265,64 @@ export interface components {
             reason: string;
         } & {
             [key: string]: unknown;
+        };
+        Maintenance: {
+            bookings: string;
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            /**
+             * Format: date-time
+             * @description null: open-ended
+             */
+            end: string | null;
+            ended_by: string | null;
+            /** @description null: all */
+            gpus: number[] | null;
+            host: string;
+            id: number;
+            reason: string;
+            /** Format: date-time */
+            start: string;
+            /** @enum {string} */
+            status: "scheduled" | "active" | "ended" | "removed";
+            stop_jobs: boolean;
+            /** @example dgx1:0,1 */
+            target: string;
+        } & {
+            [key: string]: unknown;
+        };
+        MaintenanceBody: {
+            /**
+             * @description what becomes of the bookings the window overlaps: keep (their owners are told, with an alternative), cancel, or move them to the alternative
+             * @default keep
+             * @enum {string}
+             */
+            bookings: "keep" | "cancel" | "move";
+            /**
+             * Format: date-time
+             * @description left out: until an admin ends the window
+             * @default null
+             */
+            end: string | null;
+            /**
+             * @description GPU indices on the host; left out: every GPU of the host
+             * @default null
+             */
+            gpus: number[] | null;
+            host: string;
+            reason: string;
+            /**
+             * Format: date-time
+             * @description default: now
+             * @default null
+             */
+            start: string | null;
+            /**
+             * @description stop the jobs running on the drained GPUs when the window begins (default: running jobs are left alone)
+             * @default false
+             */
+            stop_jobs: boolean;
         };
         Me: {
             user: components["schemas"]["User"];
@@ -2670,7 +2821,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "maintenance";
         };
         TimelineEntry: {
             /** Format: date-time */
@@ -4031,6 +4182,104 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobLogs"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listing: {
+        parameters: {
+            query?: {
+                /** @description default: now (windows not over yet) */
+                start?: string;
+                /** @description default: open (every later window) */
+                end?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Maintenance"][];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MaintenanceBody"];
+            };
+        };
+        responses: {
+            /** @description success */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedMaintenance"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    end: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Maintenance"];
                 };
             };
             /** @description an error (see `error` for the code) */

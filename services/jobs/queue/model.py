@@ -81,6 +81,8 @@ class QueueState:
     # Locality (`placement.py`): each host's GPU interconnect, and pack or spread.
     topologies: Mapping[str, Topology] = field(default_factory=dict)
     packing: str = PACK
+    # Maintenance windows, uuid -> (start, end; None: open-ended): no work placed into one.
+    drained: Mapping[str, Sequence[tuple[datetime, datetime | None]]] = field(default_factory=dict)
 
 
 # --- what one pass decides ------------------------------------------------------------------

@@ -21,6 +21,14 @@ _NO_SPECIAL: dict[str, int] = {}
 _END = attrgetter("end")
 
 
+def _capped(lim: tuple[int, dict[str, int]], at: int) -> tuple[int, dict[str, int]]:
+    """A GPU's limits no later than `at` (a maintenance window starts then, for everyone)."""
+    generic, special = lim
+    if at >= generic and all(at >= v for v in special.values()):
+        return lim
+    return min(generic, at), {owner: min(v, at) for owner, v in special.items()}
+
+
 class Refused(Exception):
     """A task cannot be placed; `busy_only`: it could be if busy GPUs were free."""
 
@@ -102,8 +110,17 @@ class Placer:
     def _lim(self, uuid: str) -> tuple[int, dict[str, int]]:
         got = self._lims.get(uuid)
         if got is None:
-            got = self._lims[uuid] = self._compute_lim(uuid)
+            got = self._lims[uuid] = _capped(self._compute_lim(uuid), self._drain_at(uuid))
         return got
+
+    def _drain_at(self, uuid: str) -> int:
+        """µs from now to the first maintenance window on the GPU (0: drained now; _NEVER:
+        none within the horizon): nobody's work may run into it."""
+        at = _NEVER
+        for start, end in self.state.drained.get(uuid, ()):
+            if (end is None or end > self.now) and start < self.horizon:
+                at = min(at, max((start - self.now) // _US, 0))
+        return at
 
     def _compute_lim(self, uuid: str) -> tuple[int, dict[str, int]]:
         bookings = self.state.bookings.get(uuid)
@@ -237,18 +254,22 @@ class Placer:
             if uuid in avoid:
                 raise Refused(f"GPU {label} is not available to {job.owner} (access refused)")
             if not self.usable_by(uuid, job.owner, w):
-                b = self.blocking(uuid, job.owner, w)
-                assert b is not None
-                raise Refused(
-                    f"GPU {label} is reserved by {b.owner} from {_when(b.start)} to "
-                    f"{_when(b.end)} ({_duration(w)} needed)"
-                )
+                raise Refused(self._unusable(uuid, label, job.owner, w))
             if busy is None and uuid not in self.free:
                 busy = self.busy_reason(uuid, label, job.job_id)
         if busy is not None:
             raise Refused(busy, busy_only=True)
         assert host is not None
         return host, tuple(d.gpus)
+
+    def _unusable(self, uuid: str, label: str, owner: str, w: int) -> str:
+        b = self.blocking(uuid, owner, w)
+        if b is None or self._drain_at(uuid) < w:  # a maintenance window, whoever books it
+            return f"GPU {label} is drained for maintenance ({_duration(w)} needed)"
+        return (
+            f"GPU {label} is reserved by {b.owner} from {_when(b.start)} to "
+            f"{_when(b.end)} ({_duration(w)} needed)"
+        )
 
     def busy_reason(self, uuid: str, label: str, job_id: int) -> str:
         given = self.given.get(uuid)

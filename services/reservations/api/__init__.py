@@ -69,6 +69,14 @@ from services.reservations.api.idle import (
     IdleNoticeSchema,
     IdleStatsSchema,
 )
+from services.reservations.api.maintenance import (
+    CREATE_MAINTENANCE,
+    END_MAINTENANCE,
+    LIST_MAINTENANCE,
+    CreatedMaintenanceSchema,
+    CreateMaintenanceArgs,
+    MaintenanceSchema,
+)
 from services.shared.bus import Bus
 from services.shared.errors import (
     Forbidden,
@@ -241,6 +249,9 @@ METHODS = (
     ACTIVE_RESERVATIONS,
     CHECK_USE,
     USAGE_REPORT,
+    CREATE_MAINTENANCE,
+    LIST_MAINTENANCE,
+    END_MAINTENANCE,
 )
 
 
@@ -279,10 +290,12 @@ __all__ = [
     "CALENDAR",
     "CANCEL_RESERVATION",
     "CHECK_USE",
+    "CREATE_MAINTENANCE",
     "CREATE_RESERVATION",
     "CREATE_RULE",
     "DAY_NAMES",
     "DELETE_RULE",
+    "END_MAINTENANCE",
     "END_RESERVATION",
     "FIND_SLOT",
     "FULL_DAY_NAMES",
@@ -292,6 +305,7 @@ __all__ = [
     "IDLE_STATS",
     "KEEP_RESERVATION",
     "LIST_GPUS",
+    "LIST_MAINTENANCE",
     "LIST_RULES",
     "MAX_RANGE",
     "METHODS",
@@ -307,7 +321,9 @@ __all__ = [
     "CalendarArgs",
     "CalendarItemSchema",
     "CancelReservationArgs",
+    "CreateMaintenanceArgs",
     "CreateReservationArgs",
+    "CreatedMaintenanceSchema",
     "CreatedReservationSchema",
     "FindSlotArgs",
     "GetReservationArgs",
@@ -318,6 +334,7 @@ __all__ = [
     "IdleNoticeSchema",
     "IdleStatsSchema",
     "ListRulesArgs",
+    "MaintenanceSchema",
     "OverviewArgs",
     "OverviewGpuSchema",
     "OverviewHostSchema",

@@ -19,9 +19,11 @@ from services.reservations.booking import repository, writes
 from services.reservations.booking.create_keys import CreateKey
 from services.reservations.booking.creates import Creates, Request
 from services.reservations.booking.repository import ReservationRecord
+from services.reservations.maintenance import rows as maintenance
 from services.reservations.outbox import add_event
 from services.reservations.rules.access import access_refusals, rule_applies_to, rule_problems
 from services.reservations.rules.domain import AccessRule, Booking, Gpu, Member, Refusal
+from services.reservations.rules.maintenance import gained_refusals
 from services.reservations.rules.refusals import (
     DurationBounds,
     cancel_refusals,
@@ -292,6 +294,9 @@ class Changes:
             conn, current.gpu_uuids, to_ms(start), to_ms(end), current.id
         )
         refusals = conflict_refusals(found, gpus)
+        # Only the time it gains: a booking kept in a drain window may still shrink.
+        windows = await maintenance.windows(conn, to_ms(start), to_ms(end))
+        refusals += gained_refusals(windows, gpus.values(), current.current, start, end)
         member = await repository.member(conn, current.owner)
         refusals += await self._access_refusals(conn, member, gpus, start, end, current.id)
         if refusals:

@@ -32,8 +32,10 @@ from services.reservations.booking.group_commit import Answer, GroupWriter
 from services.reservations.booking.memory import Memory
 from services.reservations.booking.repository import ReservationRecord
 from services.reservations.booking.writes import Row, write_rows
+from services.reservations.maintenance import rows as maintenance
 from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.maintenance import Window, maintenance_refusals
 from services.reservations.rules.mig import split_refusals
 from services.reservations.rules.refusals import (
     START_GRACE,
@@ -157,6 +159,7 @@ class Creates:
         self.on_commit = on_commit  # with that start: what wakes depends on how soon it is
         self._placeholders = itertools.count(-1, -1)
         self._keys = create_keys.Pruner()
+        self._windows: list[Window] = []  # maintenance windows not over, read per batch
         self.writer = GroupWriter(
             store,
             prepare=self._prepare,
@@ -251,6 +254,7 @@ class Creates:
         refusals = removed_host_refusals(gpus.values(), self.host_offered)
         refusals += conflict_refusals(clashes, gpus)
         refusals += split_refusals(gpus.values(), directory.instances)
+        refusals += maintenance_refusals(self._windows, gpus.values(), request.start, request.end)
         bookings = []
         if limited:
             bookings = await repository.owner_bookings(
@@ -349,6 +353,7 @@ class Creates:
         name order, so two replicas' batches never wait for each other in a circle."""
         await self.memory.sync(conn)
         await self._keys.maybe(conn, to_ms(requests[0].now) if requests else 0)
+        self._windows = await maintenance.windows(conn, min(to_ms(r.now) for r in requests))
         directory = self.memory.directory
         self._locked = set()
         for request in requests:

@@ -16,6 +16,7 @@ from services.reservations.booking import repository
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.memory import Directory, ReadDirectory
 from services.reservations.booking.repository import ReservationRecord
+from services.reservations.maintenance import rows as maintenance
 from services.reservations.rules import grid
 from services.reservations.rules.access import (
     allowed_by_gpu,
@@ -25,6 +26,7 @@ from services.reservations.rules.access import (
 )
 from services.reservations.rules.domain import AccessRule, Gpu, Interval, Member
 from services.reservations.rules.intervals import merge
+from services.reservations.rules.maintenance import busy_by_gpu, maintenance_refusals
 from services.reservations.rules.planner import IdleFirst, Locality, Slot, earliest_slot
 from services.reservations.store import Store, from_ms, now_ms, to_ms
 from services.shared.errors import InvalidRequest, NotFound
@@ -267,7 +269,9 @@ class Queries:
             conn, to_ms(not_before), to_ms(horizon), [g.uuid for g in candidates]
         )
         allowed = allowed_by_gpu(member, rules, candidates, not_before, horizon)
-        busy: dict[str, list[Interval]] = {}
+        # Drained GPUs are busy for their maintenance windows.
+        windows = await maintenance.windows(conn, to_ms(not_before), to_ms(horizon))
+        busy = busy_by_gpu(windows, candidates, not_before, horizon)
         for uuid, _id, _owner, start_ms, end_ms in rows:
             busy.setdefault(uuid, []).append(Interval(from_ms(start_ms), from_ms(end_ms)))
         return earliest_slot(
@@ -301,9 +305,12 @@ class Queries:
             rules = directory.rules
             rows = await repository.slots_in_range(conn, to_ms(start), to_ms(end), gpu_uuids)
             found = await repository.records(conn, {row.reservation_id for row in rows})
+            windows = await maintenance.windows(conn, to_ms(start), to_ms(end))
         refusals = [
             r.to_dict() for r in use_refusals(member, rules, list(known.values()), start, end)
         ]
+        # A drained GPU is nobody's to start work on in its window.
+        refusals += [r.to_dict() for r in maintenance_refusals(windows, known.values(), start, end)]
         for row in sorted(rows, key=lambda r: (r.start_ms, r.gpu_uuid)):
             record = found[row.reservation_id]
             if row.owner == username or username in record.guests:

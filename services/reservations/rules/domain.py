@@ -143,7 +143,8 @@ class Refusal:
 
     `code` is one of: not_allowed, limit_max_gpus, limit_max_duration, limit_quota, conflict,
     invalid (bad times, title, duration bounds), not_offered (a GPU of a host removed from the
-    inventory), forbidden (the actor may not do this).
+    inventory), maintenance (a GPU drained by an admin for the time asked: `rules.maintenance`),
+    forbidden (the actor may not do this).
     """
 
     code: str

@@ -250,6 +250,6 @@ def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
         return InvalidRequest(message, details)
     if codes & {"not_offered", "mig_split"}:  # well-formed, but GPUs that take no booking: 422
         return ValidationFailed(message, details)
-    if codes == {"conflict"}:
+    if codes <= {"conflict", "maintenance"}:  # taken: by a booking or a drain window
         return ReservationConflict(message, details)
     return NotAllowed(message, details)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.shared.contracts import (
     jobs,
+    maintenance,
     monitor,
     notifications,
     replicas,
@@ -16,6 +17,7 @@ from services.shared.errors import ContractError
 EVENT_TYPES: tuple[EventType, ...] = (
     *monitor.EVENTS,
     *reservations.EVENTS,
+    *maintenance.EVENTS,
     *jobs.EVENTS,
     *violations.EVENTS,
     *notifications.EVENTS,

@@ -23,6 +23,7 @@ export const KIND_LABELS: Record<string, string> = {
   job_failed: 'My job failed',
   account: 'My account: an invitation or a new password link',
   host_key_changed: 'A host presents another SSH key (admins)',
+  maintenance: 'GPUs I booked are drained for maintenance',
 }
 
 export const CHANNEL_LABELS: Record<Channel, string> = { email: 'E-mail', chat: 'Chat', browser: 'Browser' }
