@@ -20,6 +20,9 @@ introduced by a marker line starting with `@@`:
     @@apps-rc <exit status>
     @@ps
     <ps -o pid=,user:64=,etimes=,args= -p <pids of the compute apps>>          (none: empty)
+    @@health
+    <nvidia-smi --query-gpu=<health fields> --format=csv,nounits: see gpu_health.py>
+    @@health-rc <exit status>
     @@end
 
 CPU utilisation comes from the difference of two `@@stat` readings of consecutive ticks, so
@@ -35,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+
+from services.monitor.gpu_health import HEALTH_SCRIPT, HealthReading, parse_health_section
 
 GPU_FIELDS = (
     "uuid",
@@ -75,7 +80,7 @@ echo "@@apps-rc $rc"
 echo '@@ps'
 pids=$(printf '%s\\n' "$apps" | awk -F', *' '$1 ~ /^[0-9]+$/ {{print $1}}' | sort -u | paste -sd, -)
 [ -n "$pids" ] && ps -o pid=,user:64=,etimes=,args= -p "$pids" 2>/dev/null
-echo '@@end'
+{HEALTH_SCRIPT}echo '@@end'
 """
 
 
@@ -136,6 +141,7 @@ class HostReading:
     gpu_error: str | None = None
     gpus: tuple[GpuReading, ...] = ()
     processes: tuple[ProcessReading, ...] = field(default=())
+    health: HealthReading | None = None  # the GPUs' health signals; None: not read
 
 
 def cpu_percent(previous: CpuCounters | None, current: CpuCounters | None) -> float | None:
@@ -450,7 +456,15 @@ def parse_probe_output(text: str) -> HostReading:
         gpu_error=error,
         gpus=tuple(gpus),
         processes=_join_processes(apps, sections.get("ps", ()), host_time),
+        health=_health(sections, status),
     )
+
+
+def _health(sections: dict[str, list[str]], status: GpuStatus) -> HealthReading | None:
+    """The `@@health` section, when there is one and nvidia-smi ran at all."""
+    if "health" not in sections or status in (GpuStatus.NO_GPU, GpuStatus.NO_NVIDIA_SMI):
+        return None
+    return parse_health_section(sections["health"])
 
 
 def _join_processes(
