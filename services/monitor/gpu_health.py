@@ -169,9 +169,7 @@ def row_signals(row: Mapping[str, str]) -> tuple[tuple[Signal, str], ...]:
     width = _number(row.get("pcie.link.width.current", ""))
     widest = _number(row.get("pcie.link.width.max", ""))
     if width is not None and widest is not None and 0 < width < widest:
-        found.append(
-            (Signal.PCIE_LINK_DEGRADED, f"PCIe link x{int(width)} of x{int(widest)}")
-        )
+        found.append((Signal.PCIE_LINK_DEGRADED, f"PCIe link x{int(width)} of x{int(widest)}"))
     return tuple(found)
 
 
@@ -319,7 +317,9 @@ class HostHealth:
         knows them, `rows` the uuids its GPU query listed, `health` the health section (None:
         not read), `gpu_error` the GPU query's error (None: it worked). A known GPU missing
         from the rows of a failed query is lost; a GPU whose health was not read is left as it
-        was. Returns the `gpu.health_changed` events."""
+        was. Returns the `gpu.health_changed` events: of each GPU whose state changed, and of
+        each GPU read for the first time here (`previous` null), whatever its state, so that a
+        restarted or newly assigned monitor tells every consumer where each GPU stands."""
         listed = set(rows)
         by_uuid: dict[str, GpuHealthReading] = {}
         lost_buses: set[str] = set()
@@ -340,7 +340,7 @@ class HostHealth:
                 continue
             before = self.gpus.get(uuid)
             after = self.gpus[uuid] = next_health(before, signals, at, self.rules)
-            if (before.state if before else HealthState.OK) is not after.state:
+            if before is None or before.state is not after.state:
                 events.append(self.event(uuid, after, before))
         return events
 
@@ -369,7 +369,7 @@ class HostHealth:
                 "uuid": uuid,
                 "index": self.index.get(uuid),
                 **health.to_dict(),
-                "previous": before.state.value if before else HealthState.OK.value,
+                "previous": before.state.value if before else None,
             },
         )
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from services.monitor.gpu_health import HealthRules, HostHealth
+from services.monitor.probe import GpuStatus, HostReading
 from services.monitor.readers import HostReader
 from services.monitor.shards import next_tick
 from services.monitor.state import Event, HostState
@@ -94,8 +96,11 @@ class Monitor:
         poll_deadline_s: float,
         writer: MetricsWriter | None = None,
         labels: Mapping[str, Sequence[str]] | None = None,
+        health_rules: HealthRules | None = None,
     ) -> None:
         self.readers = {reader.name: reader for reader in readers}
+        self.health_rules = health_rules or HealthRules()
+        self.health: dict[str, HostHealth] = {}  # host -> its GPUs' health (gpu_health.py)
         self.publish = publish
         self.interval_s = interval_s
         self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
@@ -170,6 +175,7 @@ class Monitor:
             reader = self.readers.pop(name, None)
             self.states.pop(name, None)
             self.labels.pop(name, None)
+            self.health.pop(name, None)
             self._due.pop(name, None)
             self._until.pop(name, None)
             if reader is not None:
@@ -283,6 +289,7 @@ class Monitor:
         else:
             was_down = state.reachable is False
             events = state.on_reading(reading, at)
+            events += self._health_events(reader.name, state, reading, at)
             if was_down:
                 log.info("%s is reachable again", reader.name)
         await self._publish_all(events)
@@ -294,6 +301,25 @@ class Monitor:
                 self.writer.offer(host_point(state.last_sample, at))
         if self.stats.on_poll is not None:
             self.stats.on_poll(time.monotonic() - began, age_s)
+
+    def _health_events(
+        self, name: str, state: HostState, reading: HostReading, at: datetime
+    ) -> list[Event]:
+        """`gpu.health_changed` for the GPUs whose health this reading changed."""
+        health = self.health.get(name)
+        if health is None:
+            health = self.health[name] = HostHealth(name, self.health_rules)
+        known = {uuid: gpu.index for uuid, gpu in state.gpus.items()}
+        error = reading.gpu_error if reading.gpu_status is GpuStatus.ERROR else None
+        events = health.observe(known, [g.uuid for g in reading.gpus], reading.health, error, at)
+        for _, data in events:
+            if data["state"] != "ok":
+                log.warning(
+                    "GPU %s:%s is %s: %s", name, data["index"], data["state"], data["reason"]
+                )
+            elif data["previous"] is not None:
+                log.info("GPU %s:%s is ok again", name, data["index"])
+        return events
 
     def _unreachable(
         self, name: str, state: HostState, err: HostUnreachable, at: datetime
@@ -327,15 +353,18 @@ class Monitor:
     def snapshot(self, host: str | None = None) -> dict[str, Any]:
         """The latest state of every host (or one): figures, GPUs, processes, reachability."""
         hosts = [
-            host_entry(name, self.labels.get(name, ()), state)
+            host_entry(name, self.labels.get(name, ()), state, self.health.get(name))
             for name, state in self.states.items()
             if host is None or name == host
         ]
         return {"generated_at": datetime.now(UTC).isoformat(), "hosts": hosts}
 
 
-def host_entry(name: str, labels: Sequence[str], state: HostState) -> dict[str, Any]:
-    """One host of `snapshot`."""
+def host_entry(
+    name: str, labels: Sequence[str], state: HostState, health: HostHealth | None = None
+) -> dict[str, Any]:
+    """One host of `snapshot`; `gpu_health`: uuid -> {index, state, reason, since} of the
+    GPUs whose health was read (a lost GPU too, though no figures of it are)."""
     return {
         "name": name,
         "labels": list(labels),
@@ -345,4 +374,5 @@ def host_entry(name: str, labels: Sequence[str], state: HostState) -> dict[str, 
         "last_seen": state.last_seen.isoformat() if state.last_seen else None,
         "sample": state.last_sample,
         "processes": state.last_processes,
+        "gpu_health": health.entries() if health is not None else {},
     }

@@ -72,21 +72,18 @@ class LocalNvmlReader(HostReader):
         root = Path(self.proc_root)
         stat_line = (root / "stat").read_text().splitlines()[0]
         gpus = None if self.nvml is None else read_gpus(self.nvml, ProcInfo(self.proc_root))
+        memory_used, memory_total = parse_meminfo((root / "meminfo").read_text().splitlines())
         return HostReading(
             host_time=datetime.now(UTC),
             cpu=parse_proc_stat_line(stat_line),
             load=parse_loadavg((root / "loadavg").read_text()),
-            **_memory(parse_meminfo((root / "meminfo").read_text().splitlines())),
+            memory_used_mib=memory_used,
+            memory_total_mib=memory_total,
             gpu_status=gpus.status if gpus else GpuStatus.NO_GPU,
             gpu_error=gpus.error if gpus else None,
             gpus=gpus.gpus if gpus else (),
             processes=gpus.processes if gpus else (),
         )
-
-
-def _memory(used_total: tuple[float | None, float | None]) -> dict[str, float | None]:
-    used, total = used_total
-    return {"memory_used_mib": used, "memory_total_mib": total}
 
 
 class FakeReader(HostReader):

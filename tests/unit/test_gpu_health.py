@@ -159,7 +159,9 @@ def test_a_failed_gpu_returns_only_after_reading_healthy_for_the_whole_time() ->
 
 def test_same_state_keeps_its_since() -> None:
     health = next_health(None, HOT, T0, RULES)
-    later = next_health(health, HOT + ((Signal.PCIE_LINK_DEGRADED, "x8"),), T0 + timedelta(1), RULES)
+    later = next_health(
+        health, (*HOT, (Signal.PCIE_LINK_DEGRADED, "x8")), T0 + timedelta(1), RULES
+    )
     assert later.since == T0 and later.reason == "HW thermal clock slowdown; x8"
 
 
@@ -182,7 +184,10 @@ def observe(host: HostHealth, name: str, at: datetime) -> list[tuple[str, dict[s
 
 def test_a_gpu_lost_mid_poll_fails_and_comes_back_after_the_healthy_time() -> None:
     host = HostHealth("dgx", HealthRules(healthy_for=timedelta(seconds=30)))
-    assert observe(host, "health_v100_before.txt", T0) == []
+    first = observe(host, "health_v100_before.txt", T0)  # each GPU announced once
+    assert [(e[1]["index"], e[1]["state"], e[1]["previous"]) for e in first] == [
+        (index, "ok", None) for index in range(4)
+    ]
     events = observe(host, "health_v100_lost.txt", T0 + timedelta(seconds=10))
     assert events == [
         (
@@ -233,8 +238,6 @@ def test_every_recorded_output_observes_without_error(name: str) -> None:
     reading = recorded(name)
     known = {gpu.uuid: gpu.index for gpu in reading.gpus}
     host = HostHealth("h", RULES)
-    for event_type, data in host.observe(
-        known, list(known), reading.health, reading.gpu_error, T0
-    ):
+    for event_type, data in host.observe(known, list(known), reading.health, reading.gpu_error, T0):
         assert event_type == "gpu.health_changed"
-        assert data["state"] in ("degraded", "failed")
+        assert data["previous"] is None

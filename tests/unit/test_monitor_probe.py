@@ -92,7 +92,13 @@ SUMMARY = [
     # with the health section (its signals: tests/unit/test_gpu_health.py)
     ("h200_health.txt", GpuStatus.OK, None, [0], []),
     ("health_faults_a100x4.txt", GpuStatus.OK, None, [0, 1, 2, 3], []),
-    ("health_v100_before.txt", GpuStatus.OK, None, [0, 1, 2, 3], [(77120, "heidi"), (78002, "ivan")]),
+    (
+        "health_v100_before.txt",
+        GpuStatus.OK,
+        None,
+        [0, 1, 2, 3],
+        [(77120, "heidi"), (78002, "ivan")],
+    ),
     (
         "health_v100_lost.txt",
         GpuStatus.ERROR,

@@ -25,6 +25,7 @@ from services.shared.config.escalation import (
     parse_allow_entry,
     parse_step,
 )
+from services.shared.config.health import HealthSettings
 from services.shared.config.ldap import LdapSettings
 from services.shared.config.metrics import MetricsSettings
 from services.shared.config.monitor import MonitorSettings
@@ -509,6 +510,7 @@ class Settings:
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     violations: ViolationSettings = field(default_factory=ViolationSettings)
     jobs: JobSettings = field(default_factory=JobSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
     hosts: tuple[HostConfig, ...] = option(
         (),
         "One table per GPU server: seeds the monitor's inventory at start-up (hosts are then "
