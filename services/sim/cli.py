@@ -24,6 +24,7 @@ import asyncssh
 
 from services.shared import toml
 from services.sim.control import ControlApi
+from services.sim.gpu_faults import GPU_FAULTS
 from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
 from services.sim.server import (
     KEY_ALGORITHM,
@@ -177,6 +178,9 @@ def add_parser(
     smi.add_argument("--mode", choices=NVIDIA_SMI_MODES, required=True)
     remove = action("remove-gpu", "a GPU disappears from nvidia-smi")
     remove.add_argument("--gpu", type=int, required=True)
+    fault = action("gpu-fault", "a GPU fails (lost, ecc, row_remap_pending), throttles, or heals")
+    fault.add_argument("--gpu", type=int, required=True)
+    fault.add_argument("--fault", choices=GPU_FAULTS, required=True)
     show = action("show", "print the fleet (or one host) as JSON", host=False)
     show.add_argument("--host", help="only this host")
     return sim
@@ -214,6 +218,8 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
             return "POST", f"{base}/nvidia-smi", {"mode": args.mode}
         case "remove-gpu":
             return "POST", f"{base}/gpus/{args.gpu}/remove", None
+        case "gpu-fault":
+            return "POST", f"{base}/gpus/{args.gpu}/fault", {"fault": args.fault}
         case _:
             return "GET", base if host else "/fleet", None
 

@@ -179,6 +179,7 @@ class SimGpu:
     wave: tuple[float, float, float, float]
     removed: bool = False
     last_stop: float | None = None  # a scripted or killed process left this GPU then
+    fault: str = "ok"  # sim/gpu_faults.py: ok, lost, ecc, row_remap_pending, thermal, pcie
 
 
 @dataclass

@@ -188,6 +188,7 @@ class SimHost:
                 {
                     **asdict(gpu_metrics(g, t, by_gpu[g.index], ends[g.index])),
                     "removed": g.removed,
+                    "fault": g.fault,
                 }
                 for g in self.gpus
             ],
