@@ -84,6 +84,13 @@ class Engine:
     def on_gpu_discovered(self, data: Mapping[str, Any]) -> None:
         self.working.gpus[data["uuid"]] = (data["host"], data.get("index"))
 
+    def on_gpu_health(self, data: Mapping[str, Any]) -> None:
+        """A failed GPU is never placed on; one that heals is placed on again."""
+        if data["state"] == "failed":
+            self.working.failed[data["uuid"]] = data.get("reason") or "failed"
+        elif self.working.failed.pop(data["uuid"], None) is not None:
+            self.working.kick()
+
     def on_processes(self, data: Mapping[str, Any]) -> None:
         busy = frozenset(p["gpu_uuid"] for p in data["processes"])
         if self.working.busy.get(data["host"]) != busy:
@@ -206,7 +213,7 @@ class Engine:
         held = {g for s in jobs.values() for run in s.tasks if run.active for g in run.gpus}
         busy = {g for on_host in self.working.busy.values() for g in on_host} | held
         gpus = {
-            uuid: Gpu(uuid, host, index, uuid in busy)
+            uuid: Gpu(uuid, host, index, uuid in busy, self.working.failed.get(uuid))
             for uuid, (host, index) in self.working.gpus.items()
             if host in self.working.hosts  # not a removed host's: no new work goes there
         }

@@ -98,11 +98,15 @@ def event_handlers(engine: Engine) -> dict[tuple[str, str, str], EventHandler]:
     async def processes_observed(envelope: Envelope) -> None:
         engine.on_processes(envelope.data)
 
+    async def gpu_health_changed(envelope: Envelope) -> None:
+        engine.on_gpu_health(envelope.data)
+
     async def reservation_changed(envelope: Envelope) -> None:
         await engine.on_reservation(envelope.type, envelope.data)
 
     return {
         ("monitor", "gpu.discovered", "gpus"): gpu_discovered,
         ("monitor", "processes.observed", "busy_gpus"): processes_observed,
+        ("monitor", "gpu.health_changed", "gpu_health"): gpu_health_changed,
         ("reservations", "reservation.*", "reservations"): reservation_changed,
     }

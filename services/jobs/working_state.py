@@ -61,6 +61,7 @@ class WorkingState:
         self.book_loaded = False
         self.gpus: dict[str, tuple[str, int | None]] = {}  # uuid -> (host, index)
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
+        self.failed: dict[str, str] = {}  # uuid -> why that GPU failed (gpu.health_changed)
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -91,6 +92,8 @@ class WorkingState:
         """GPUs the reservations service listed; what a gpu.discovered event said stays."""
         for gpu in gpus:
             self.gpus.setdefault(gpu["uuid"], (gpu["host"], gpu.get("index")))
+            if gpu.get("health") == "failed":  # (a restart: the health events came before)
+                self.failed.setdefault(gpu["uuid"], gpu.get("health_reason") or "failed")
 
     def hosts_gone(self, placement: Mapping[int, tuple[str, Sequence[str]]]) -> str | None:
         """Why a placement may not start: a host of it is not in the inventory now (removed

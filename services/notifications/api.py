@@ -52,6 +52,7 @@ NOTIFICATION_KINDS = (
     "job_failed",
     "account",  # my account: an invitation or a new password link (its one-time link)
     "host_key_changed",  # (admins) a host presents another SSH key than the one trusted for it
+    "gpu_health",  # a GPU of my booking failed (with an alternative); (admins) any GPU failed
 )
 
 

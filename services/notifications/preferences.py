@@ -23,6 +23,7 @@ URGENT = frozenset(
         "job_failed",
         "account",
         "host_key_changed",
+        "gpu_health",
     }
 )
 

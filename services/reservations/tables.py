@@ -96,6 +96,11 @@ gpus = Table(
     Column("present", Boolean, nullable=False, default=True),
     Column("first_seen_ms", BigInteger, nullable=False),
     Column("last_change_ms", BigInteger, nullable=False),
+    # The monitor's gpu.health_changed (reservations_0012_health): ok, degraded or failed (a
+    # failed GPU takes no new booking), why, and since when.
+    Column("health", String(16), nullable=False, default="ok", server_default="ok"),
+    Column("health_reason", Text, nullable=True),
+    Column("health_since_ms", BigInteger, nullable=True),
     Index("ix_reservations_gpus_host", "host", "gpu_index"),
 )
 

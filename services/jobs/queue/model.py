@@ -20,6 +20,7 @@ class Gpu:
     host: str
     index: int | None
     busy: bool  # processes seen by the monitor, or held by a running Warden job
+    failed: str | None = None  # why it failed (gpu.health_changed): never placed on
 
 
 @dataclass(frozen=True, slots=True)

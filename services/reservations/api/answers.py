@@ -205,6 +205,11 @@ class GpuSchema(Answer):
     name = _Str(required=True)
     memory_total_mib = fields.Integer(allow_none=True)
     present = fields.Boolean(required=True)
+    health = _Str(
+        required=True,
+        metadata={"description": "ok, degraded or failed (a failed GPU takes no new booking)"},
+    )
+    health_reason = _Str(required=True, allow_none=True)
 
 
 class IdleNoticeSchema(Answer):

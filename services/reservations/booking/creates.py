@@ -33,6 +33,7 @@ from services.reservations.booking.repository import ReservationRecord
 from services.reservations.booking.writes import Row, write_rows
 from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.gpu_health import failed_gpu_refusals
 from services.reservations.rules.refusals import (
     START_GRACE,
     DurationBounds,
@@ -228,6 +229,7 @@ class Creates:
             await slots.load(conn, uuids, to_ms(request.now - START_GRACE))
             clashes = slots.clashes(uuids, start_ms, end_ms)
         refusals = removed_host_refusals(gpus.values(), self.host_offered)
+        refusals += failed_gpu_refusals(gpus.values())
         refusals += conflict_refusals(clashes, gpus)
         bookings = []
         if limited:

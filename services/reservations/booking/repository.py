@@ -42,6 +42,8 @@ def _gpu(row: Row[Any]) -> Gpu:
         name=row.name,
         memory_total_mib=row.memory_total_mib,
         present=row.present,
+        health=row.health,
+        health_reason=row.health_reason,
     )
 
 
@@ -61,6 +63,8 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "memory_total_mib": gpu.memory_total_mib,
         "present": gpu.present,
+        "health": gpu.health,
+        "health_reason": gpu.health_reason,
     }
 
 

@@ -40,6 +40,8 @@ class Gpu:
     name: str = ""
     memory_total_mib: float | None = None
     present: bool = True
+    health: str = "ok"  # ok, degraded or failed (gpu.health_changed): failed takes no booking
+    health_reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,7 @@ def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
         return Forbidden(message, details)
     if "invalid" in codes:
         return InvalidRequest(message, details)
-    if "not_offered" in codes:  # well-formed, but for GPUs that take no booking: 422
+    if codes & {"not_offered", "gpu_failed"}:  # well-formed, for GPUs taking no booking: 422
         return ValidationFailed(message, details)
     if codes == {"conflict"}:
         return ReservationConflict(message, details)
