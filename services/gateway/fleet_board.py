@@ -75,6 +75,13 @@ def _process(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _health(entry: dict[str, Any] | None) -> dict[str, Any]:
+    """A GPU's health as the monitor judged it; ok (since null) before it was read."""
+    if entry is None:
+        return {"state": "ok", "reason": None, "since": None}
+    return {"state": entry["state"], "reason": entry.get("reason"), "since": entry.get("since")}
+
+
 Holders = Callable[[str], tuple[dict[str, Any] | None, dict[str, Any] | None]]
 
 
@@ -93,7 +100,16 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             for uuid in dict.fromkeys(uuids):
                 by_gpu.setdefault(uuid, []).append(process)
         gpus = []
-        for reading in sample.get("gpus") or ():
+        health = raw.get("gpu_health") or {}
+        readings = list(sample.get("gpus") or ())
+        listed = {reading.get("uuid") for reading in readings}
+        # A GPU the driver lost has no figures: listed from its health, after the others.
+        readings += [
+            {"uuid": uuid, "index": entry.get("index")}
+            for uuid, entry in health.items()
+            if uuid not in listed and entry.get("state") == "failed"
+        ]
+        for reading in readings:
             uuid = reading.get("uuid")
             gpu = {"uuid": uuid, "host": raw["name"], "index": reading.get("index")}
             gpu["name"] = reading.get("name")
@@ -103,6 +119,7 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             gpu["reservation"], gpu["next_reservation"] = holders(uuid)
             gpu["reachable"] = reachable
             gpu["sampled_at"] = sampled_at
+            gpu["health"] = _health(health.get(uuid))
             gpus.append(gpu)
         host = {
             "name": raw["name"],

@@ -315,7 +315,7 @@ class Monitor:
         for _, data in events:
             if data["state"] != "ok":
                 log.warning(
-                    "GPU %s:%s is %s: %s", name, data["index"], data["state"], data["reason"]
+                    "GPU %s:%s is now %s: %s", name, data["index"], data["state"], data["reason"]
                 )
             elif data["previous"] is not None:
                 log.info("GPU %s:%s is ok again", name, data["index"])

@@ -159,9 +159,7 @@ def test_a_failed_gpu_returns_only_after_reading_healthy_for_the_whole_time() ->
 
 def test_same_state_keeps_its_since() -> None:
     health = next_health(None, HOT, T0, RULES)
-    later = next_health(
-        health, (*HOT, (Signal.PCIE_LINK_DEGRADED, "x8")), T0 + timedelta(1), RULES
-    )
+    later = next_health(health, (*HOT, (Signal.PCIE_LINK_DEGRADED, "x8")), T0 + timedelta(1), RULES)
     assert later.since == T0 and later.reason == "HW thermal clock slowdown; x8"
 
 

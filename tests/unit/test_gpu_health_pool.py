@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from services.gateway.fleet_board import compose_hosts
 from services.jobs.queue.model import Demand, Gpu, QueuedJob, QueueState, Start, Waiting
 from services.jobs.queue.scheduler import schedule
 from services.notifications.producers import gpu_failed_note
@@ -98,3 +99,25 @@ def test_admins_are_told_when_a_gpu_fails_only() -> None:
     assert note is not None and note["user"] == "root" and note["kind"] == "gpu_health"
     assert gpu_failed_note("root", {**data, "state": "ok", "previous": "failed"}) is None
     assert gpu_failed_note("root", {**data, "state": "degraded", "previous": "ok"}) is None
+
+
+def test_hosts_board_shows_each_gpus_health_and_a_lost_gpu() -> None:
+    failed = {"index": 2, "state": "failed", "reason": "not answering", "since": NOW.isoformat()}
+    raw = {
+        "name": "h1",
+        "reachable": True,
+        "sample": {"gpus": [{"uuid": "GPU-0", "index": 0}, {"uuid": "GPU-1", "index": 1}]},
+        "processes": [],
+        "gpu_health": {
+            "GPU-1": {"index": 1, "state": "degraded", "reason": "hot", "since": NOW.isoformat()},
+            "GPU-2": failed,
+        },
+    }
+    (host,) = compose_hosts({"hosts": [raw]}, lambda _uuid: (None, None))
+    shown = {gpu["uuid"]: (gpu["index"], gpu["health"]) for gpu in host["gpus"]}
+    assert shown == {
+        "GPU-0": (0, {"state": "ok", "reason": None, "since": None}),
+        "GPU-1": (1, {"state": "degraded", "reason": "hot", "since": NOW.isoformat()}),
+        "GPU-2": (2, {"state": "failed", "reason": "not answering", "since": NOW.isoformat()}),
+    }
+    assert next(g for g in host["gpus"] if g["uuid"] == "GPU-2")["utilization_gpu_percent"] is None
