@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from services.monitor.nvml import ProcInfo, read_gpus
+from services.monitor.nvml_health import NvmlHealth
 from services.monitor.probe import (
     PROBE_COMMAND,
     GpuStatus,
@@ -63,6 +64,7 @@ class LocalNvmlReader(HostReader):
         self.name = name
         self.nvml = nvml
         self.proc_root = proc_root
+        self.health = None if nvml is None else NvmlHealth(nvml)  # keeps its XID events
 
     async def read(self, timeout: float) -> HostReading:
         async with asyncio.timeout(timeout):
@@ -83,6 +85,7 @@ class LocalNvmlReader(HostReader):
             gpu_error=gpus.error if gpus else None,
             gpus=gpus.gpus if gpus else (),
             processes=gpus.processes if gpus else (),
+            health=self.health.read() if self.health is not None else None,
         )
 
 
