@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from services.client.render import NONE, status_rows
 from services.gateway.fleet_board import compose_hosts
 from services.jobs.queue.model import Demand, Gpu, QueuedJob, QueueState, Start, Waiting
 from services.jobs.queue.scheduler import schedule
@@ -121,3 +123,30 @@ def test_hosts_board_shows_each_gpus_health_and_a_lost_gpu() -> None:
         "GPU-2": (2, {"state": "failed", "reason": "not answering", "since": NOW.isoformat()}),
     }
     assert next(g for g in host["gpus"] if g["uuid"] == "GPU-2")["utilization_gpu_percent"] is None
+
+
+def test_warden_status_says_a_gpu_failed_or_is_degraded_and_why() -> None:
+    def gpu(index: int, health: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "host": "dgx",
+            "index": index,
+            "uuid": f"GPU-{index}",
+            "processes": [],
+            "health": health,
+        }
+
+    rows = status_rows(
+        {
+            "gpus": [
+                gpu(0, {"state": "failed", "reason": "row remapping pending", "since": "x"}),
+                gpu(1, {"state": "degraded", "reason": "PCIe link x8 of x16", "since": "x"}),
+                gpu(2, {"state": "ok", "reason": None, "since": None}),
+            ]
+        },
+        NOW,
+    )
+    assert [row[4] for row in rows] == [
+        "FAILED (row remapping pending)",
+        "degraded (PCIe link x8 of x16)",
+        NONE,
+    ]
