@@ -179,8 +179,14 @@ def add_parser(
     remove = action("remove-gpu", "a GPU disappears from nvidia-smi")
     remove.add_argument("--gpu", type=int, required=True)
     fault = action("gpu-fault", "a GPU fails (lost, ecc, row_remap_pending), throttles, or heals")
-    fault.add_argument("--gpu", type=int, required=True)
-    fault.add_argument("--fault", choices=GPU_FAULTS, required=True)
+    fault.add_argument("--gpu", type=int, required=True, help="its index")
+    fault.add_argument(
+        "--fault",
+        choices=GPU_FAULTS,
+        required=True,
+        help="lost, ecc (uncorrectable), row_remap_pending, thermal (slowdown), pcie (x8 of "
+        "x16); ok heals it",
+    )
     show = action("show", "print the fleet (or one host) as JSON", host=False)
     show.add_argument("--host", help="only this host")
     return sim

@@ -1485,6 +1485,19 @@ export interface components {
             /** @description violations can reach someone by e-mail or chat */
             alerts_configured: boolean;
         };
+        GpuHealth: {
+            /** @description the signals read */
+            reason: string | null;
+            /**
+             * Format: date-time
+             * @description null: not read yet
+             */
+            since: string | null;
+            /** @description ok, degraded (marked, still bookable) or failed (out of the pool: no new booking or queued job until it reads healthy for [health] healthy_for_s) */
+            state: string;
+        } & {
+            [key: string]: unknown;
+        };
         GpuRef: {
             host: string;
             index: number | null;
@@ -1500,6 +1513,7 @@ export interface components {
             clock_sm_mhz: number | null;
             /** @description null when not reported (never 0) */
             fan_speed_percent: number | null;
+            health: components["schemas"]["GpuHealth"];
             host: string;
             index: number;
             /** @description null when not reported (never 0) */
@@ -2049,7 +2063,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "gpu_health";
         };
         LastStep: {
             /** @description why it failed or was skipped, when it was */
@@ -2589,7 +2603,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "gpu_health";
         };
         TimelineEntry: {
             /** Format: date-time */

@@ -23,6 +23,7 @@ export const KIND_LABELS: Record<string, string> = {
   job_failed: 'My job failed',
   account: 'My account: an invitation or a new password link',
   host_key_changed: 'A host presents another SSH key (admins)',
+  gpu_health: 'A GPU of my booking failed (admins: any GPU)',
 }
 
 export const CHANNEL_LABELS: Record<Channel, string> = { email: 'E-mail', chat: 'Chat', browser: 'Browser' }
