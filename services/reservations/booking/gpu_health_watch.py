@@ -66,26 +66,32 @@ class GpuHealthWatch:
                     )
                 )
             ).first()
-            if before is not None and (
-                (before.health, before.health_reason) == (data["state"], data.get("reason"))
-                or (before.health_since_ms or 0) > since_ms
-            ):
-                return  # nothing new (an ok GPU announced again), or an older event
-            # A GPU not known yet (its gpu.discovered comes on another queue): known from here.
-            insert = _upsert(conn.dialect.name)(gpus).values(
-                uuid=data["uuid"],
-                host=data["host"],
-                gpu_index=data.get("index") or 0,
-                name="",
-                present=True,
-                first_seen_ms=since_ms,
-                last_change_ms=0,  # its gpu.discovered still sets its identity
-                **values,
+            if before is not None and (before.health_since_ms or 0) > since_ms:
+                return  # an older event, replayed or late
+            unchanged = before is not None and (before.health, before.health_reason) == (
+                data["state"],
+                data.get("reason"),
             )
-            await conn.execute(
-                insert.on_conflict_do_update(index_elements=[gpus.c.uuid], set_=values)
-            )
-        if data["state"] == FAILED and (before is None or before.health != FAILED):
+            if not unchanged:  # (an ok GPU announced again writes nothing)
+                # A GPU not known yet (its gpu.discovered comes on another queue): known now.
+                insert = _upsert(conn.dialect.name)(gpus).values(
+                    uuid=data["uuid"],
+                    host=data["host"],
+                    gpu_index=data.get("index") or 0,
+                    name="",
+                    present=True,
+                    first_seen_ms=since_ms,
+                    last_change_ms=0,  # its gpu.discovered still sets its identity
+                    **values,
+                )
+                await conn.execute(
+                    insert.on_conflict_do_update(index_elements=[gpus.c.uuid], set_=values)
+                )
+        # Newly failed, or this very event again (its owners' notices may not all have gone
+        # out: the notification keys keep each to one message).
+        if data["state"] == FAILED and (
+            before is None or before.health != FAILED or before.health_since_ms == since_ms
+        ):
             log.warning(
                 "GPU %s:%s failed (%s): it takes no new booking",
                 data["host"],
