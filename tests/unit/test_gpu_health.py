@@ -6,6 +6,8 @@ The recorded outputs are in tests/fixtures/nvidia_smi/ (the H200's are real valu
 
 from __future__ import annotations
 
+import os
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -239,3 +241,36 @@ def test_every_recorded_output_observes_without_error(name: str) -> None:
     for event_type, data in host.observe(known, list(known), reading.health, reading.gpu_error, T0):
         assert event_type == "gpu.health_changed"
         assert data["previous"] is None
+
+
+OLD_DRIVER_SMI = f"""#!/bin/sh
+# A driver without the row remapper: it refuses the full health query, answers the shorter one.
+case "$1" in
+  --query-gpu=pci.bus_id,*remapped_rows*)
+    echo 'Field "remapped_rows.pending" is not a valid field to query.'; exit 2 ;;
+  --query-gpu=pci.bus_id,*)
+    echo '{", ".join(LEGACY_HEALTH_FIELDS)}'
+    echo '00000000:85:00.0, GPU-k80, 0, Yes, Not Active, Not Active, Not Active, 16, 16' ;;
+  --query-gpu=*)
+    echo 'GPU-k80, 0, Tesla K80, 1, 1, 1, 11441, 30, 50.0, 149.00, [N/A], 823, 2505' ;;
+esac
+"""
+
+
+def test_the_real_script_asks_an_old_driver_again_without_the_row_remapper(
+    tmp_path: Path,
+) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(OLD_DRIVER_SMI)
+    smi.chmod(0o755)
+    done = subprocess.run(
+        ["sh", "-c", PROBE_COMMAND],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        timeout=30,
+        check=True,
+    )
+    reading = parse_probe_output(done.stdout)
+    assert [gpu.uuid for gpu in reading.gpus] == ["GPU-k80"]
+    assert signals_of(reading) == {"GPU-k80": {Signal.RETIRED_PAGES_PENDING}}
