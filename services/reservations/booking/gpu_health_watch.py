@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.notifications import api as notifications_api
@@ -58,7 +58,7 @@ class GpuHealthWatch:
             "health_reason": data.get("reason"),
             "health_since_ms": since_ms,
         }
-        async with self.store.write() as conn:
+        async with self.store.read() as conn:  # most events change nothing: no write then
             before = (
                 await conn.execute(
                     select(gpus.c.health, gpus.c.health_reason, gpus.c.health_since_ms).where(
@@ -66,13 +66,14 @@ class GpuHealthWatch:
                     )
                 )
             ).first()
-            if before is not None and (before.health_since_ms or 0) > since_ms:
-                return  # an older event, replayed or late
-            unchanged = before is not None and (before.health, before.health_reason) == (
-                data["state"],
-                data.get("reason"),
-            )
-            if not unchanged:  # (an ok GPU announced again writes nothing)
+        if before is not None and (before.health_since_ms or 0) > since_ms:
+            return  # an older event, replayed or late
+        unchanged = before is not None and (before.health, before.health_reason) == (
+            data["state"],
+            data.get("reason"),
+        )
+        if not unchanged:  # (an ok GPU announced again writes nothing)
+            async with self.store.write() as conn:
                 # A GPU not known yet (its gpu.discovered comes on another queue): known now.
                 insert = _upsert(conn.dialect.name)(gpus).values(
                     uuid=data["uuid"],
@@ -85,7 +86,13 @@ class GpuHealthWatch:
                     **values,
                 )
                 await conn.execute(
-                    insert.on_conflict_do_update(index_elements=[gpus.c.uuid], set_=values)
+                    insert.on_conflict_do_update(
+                        index_elements=[gpus.c.uuid],
+                        set_=values,
+                        where=or_(
+                            gpus.c.health_since_ms.is_(None), gpus.c.health_since_ms <= since_ms
+                        ),
+                    )
                 )
         # Newly failed, or this very event again (its owners' notices may not all have gone
         # out: the notification keys keep each to one message).
