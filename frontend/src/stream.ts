@@ -20,6 +20,7 @@ type Handler = (event: StreamEvent<any>) => void // eslint-disable-line @typescr
 export const EVENT_TYPES = [
   'gpu.discovered',
   'gpu.disappeared',
+  'gpu.health_changed',
   'host.sampled',
   'processes.observed',
   'host.unreachable',

@@ -146,12 +146,18 @@ STATUS_COLUMNS = (
 def status_rows(
     payload: Mapping[str, Any], now: datetime, tz: tzinfo | None = None
 ) -> list[list[str]]:
-    """One row per GPU of `GET /gpus`: unreported figures are a dash, never 0."""
+    """One row per GPU of `GET /gpus`: unreported figures are a dash, never 0; a GPU that
+    is not healthy says so first (FAILED: out of the pool; degraded), with why."""
     rows = []
     for gpu in sorted(payload.get("gpus") or (), key=_by_place):
         processes = processes_text(gpu.get("processes"))
         if gpu.get("reachable") is False:
             processes = "host unreachable" + ("" if processes == NONE else f": {processes}")
+        health = gpu.get("health") or {}
+        if health.get("state") in ("failed", "degraded"):
+            state = "FAILED" if health["state"] == "failed" else "degraded"
+            said = f"{state} ({health.get('reason') or 'no reason given'})"
+            processes = said + ("" if processes == NONE else f"; {processes}")
         rows.append(
             [
                 gpu_place(gpu),

@@ -77,6 +77,13 @@ def _process(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _health(entry: dict[str, Any] | None) -> dict[str, Any]:
+    """A GPU's health as the monitor judged it; ok (since null) before it was read."""
+    if entry is None:
+        return {"state": "ok", "reason": None, "since": None}
+    return {"state": entry["state"], "reason": entry.get("reason"), "since": entry.get("since")}
+
+
 Holders = Callable[[str], tuple[dict[str, Any] | None, dict[str, Any] | None]]
 
 
@@ -107,7 +114,15 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             for uuid in dict.fromkeys(uuids):
                 by_gpu.setdefault(uuid, []).append(process)
         gpus = []
-        readings = sample.get("gpus") or ()
+        health = raw.get("gpu_health") or {}
+        readings = list(sample.get("gpus") or ())
+        listed = {reading.get("uuid") for reading in readings}
+        # A GPU the driver lost has no figures: listed from its health, after the others.
+        readings += [
+            {"uuid": uuid, "index": entry.get("index")}
+            for uuid, entry in health.items()
+            if uuid not in listed and entry.get("state") == "failed"
+        ]
         for reading in readings or [_last_known(known) for known in raw.get("known_gpus") or ()]:
             uuid = reading.get("uuid")
             gpu = {"uuid": uuid, "host": raw["name"], "index": reading.get("index")}
@@ -115,11 +130,12 @@ def compose_hosts(snapshot: dict[str, Any], holders: Holders) -> list[dict[str, 
             for figure in GPU_FIGURES:
                 gpu[figure] = reading.get(figure)
             gpu["labels"] = gpu_labels(gpu["name"], gpu.get("memory_total_mib"))
-            gpu["present"] = bool(readings)
+            gpu["present"] = uuid in listed
             gpu["processes"] = by_gpu.get(uuid, [])
             gpu["reservation"], gpu["next_reservation"] = holders(uuid)
             gpu["reachable"] = reachable
             gpu["sampled_at"] = sampled_at
+            gpu["health"] = _health(health.get(uuid))
             gpus.append(gpu)
         host = {
             "name": raw["name"],

@@ -89,14 +89,20 @@ class Engine:
         if data.get("mig_parent_uuid"):  # a GPU split by MIG takes work on its instances only
             self.working.split[data["uuid"]] = data["mig_parent_uuid"]
 
+    async def on_gpu_health(self, data: Mapping[str, Any]) -> None:
+        """A failed GPU is never placed on (one that heals is placed on again), and the jobs
+        running on it are requeued when they end (`aftercare.py`)."""
+        if data["state"] == "failed":
+            self.working.failed[data["uuid"]] = data.get("reason") or "failed"
+        elif self.working.failed.pop(data["uuid"], None) is not None:
+            self.working.kick()
+        await self.aftercare.on_gpu_health(data)
+
     def on_processes(self, data: Mapping[str, Any]) -> None:
         busy = frozenset(p["gpu_uuid"] for p in data["processes"])
         if self.working.busy.get(data["host"]) != busy:
             self.working.busy[data["host"]] = busy
             self.working.kick()
-
-    async def on_gpu_health(self, data: Mapping[str, Any]) -> None:
-        await self.aftercare.on_gpu_health(data)
 
     async def load_maintenance(self, windows: Iterable[Mapping[str, Any]]) -> None:
         async with self.working.lock:
@@ -249,7 +255,14 @@ class Engine:
         busy = {g for on_host in self.working.busy.values() for g in on_host} | held
         busy |= set(self.working.split.values())
         gpus = {
-            uuid: Gpu(uuid, host, index, uuid in busy, self.working.gpu_labels.get(uuid, ()))
+            uuid: Gpu(
+                uuid,
+                host,
+                index,
+                uuid in busy,
+                self.working.gpu_labels.get(uuid, ()),
+                self.working.failed.get(uuid),
+            )
             for uuid, (host, index) in self.working.gpus.items()
             if host in self.working.hosts  # not a removed host's: no new work goes there
         }

@@ -112,6 +112,6 @@ def event_handlers(engine: Engine) -> dict[tuple[str, str, str], EventHandler]:
         ("monitor", "gpu.discovered", "gpus"): gpu_discovered,
         ("monitor", "processes.observed", "busy_gpus"): processes_observed,
         ("reservations", "reservation.*", "reservations"): reservation_changed,
-        # A failed GPU under a running job: it is requeued when it ends (services.jobs.aftercare).
+        # A failed GPU: never placed on, and a running job on it is requeued when it ends.
         ("monitor", "gpu.health_changed", "gpu_health"): gpu_health_changed,
     }

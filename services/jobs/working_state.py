@@ -67,6 +67,7 @@ class WorkingState:
         self.gpu_labels: dict[str, tuple[str, ...]] = {}  # uuid -> its hardware labels
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
         self.split: dict[str, str] = {}  # MIG instance uuid -> the GPU it splits (never placed)
+        self.failed: dict[str, str] = {}  # uuid -> why that GPU failed (gpu.health_changed)
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
         # Each host's GPU interconnect (the monitor's host.topology_read): placement and the
         # CPU affinity hints; and [scheduling] packing.
@@ -106,6 +107,8 @@ class WorkingState:
                 self.learn_labels(gpu)
             if gpu.get("mig_parent_uuid") and gpu.get("present", True):
                 self.split.setdefault(gpu["uuid"], gpu["mig_parent_uuid"])
+            if gpu.get("health") == "failed":  # (a restart: the health events came before)
+                self.failed.setdefault(gpu["uuid"], gpu.get("health_reason") or "failed")
 
     def learn_labels(self, gpu: Mapping[str, Any]) -> None:
         """A GPU's hardware labels, from its name and memory (a gpu.discovered event or the

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from services.monitor.gpu_health import HealthRules, HealthState, HostHealth
+from services.monitor.health_store import HealthKeeper
+from services.monitor.probe import GpuStatus, HostReading
 from services.monitor.readers import HostReader
 from services.monitor.shards import next_tick
 from services.monitor.state import Event, HostState
@@ -94,8 +97,13 @@ class Monitor:
         poll_deadline_s: float,
         writer: MetricsWriter | None = None,
         labels: Mapping[str, Sequence[str]] | None = None,
+        health_rules: HealthRules | None = None,
+        health_store: HealthKeeper | None = None,
     ) -> None:
         self.readers = {reader.name: reader for reader in readers}
+        self.health_rules = health_rules or HealthRules()
+        self.health: dict[str, HostHealth] = {}  # host -> its GPUs' health (gpu_health.py)
+        self.health_store = health_store  # where it is kept across restarts (health_store.py)
         self.publish = publish
         self.interval_s = interval_s
         self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
@@ -170,6 +178,7 @@ class Monitor:
             reader = self.readers.pop(name, None)
             self.states.pop(name, None)
             self.labels.pop(name, None)
+            self.health.pop(name, None)
             self._due.pop(name, None)
             self._until.pop(name, None)
             if reader is not None:
@@ -283,6 +292,7 @@ class Monitor:
         else:
             was_down = state.reachable is False
             events = state.on_reading(reading, at)
+            events += await self._health_events(reader.name, state, reading, at)
             if was_down:
                 log.info("%s is reachable again", reader.name)
         await self._publish_all(events)
@@ -294,6 +304,52 @@ class Monitor:
                 self.writer.offer(host_point(state.last_sample, at))
         if self.stats.on_poll is not None:
             self.stats.on_poll(time.monotonic() - began, age_s)
+
+    async def _host_health(self, name: str) -> HostHealth:
+        """The health of `name`'s GPUs: kept here, else as the database kept it."""
+        health = self.health.get(name)
+        if health is not None:
+            return health
+        health = HostHealth(name, self.health_rules)
+        if self.health_store is not None:
+            try:
+                for uuid, (index, kept) in (await self.health_store.load(name)).items():
+                    health.gpus[uuid], health.index[uuid] = kept, index
+            except Exception as err:  # its GPUs start from their next reading
+                log.warning("reading the GPU health of %s failed: %s", name, err)
+        return self.health.setdefault(name, health)
+
+    async def _keep_health(self, health: HostHealth, before: Mapping[str, Any]) -> None:
+        """Save the GPUs whose health changed (an ok GPU seen the first time has no row)."""
+        if self.health_store is None:
+            return
+        for uuid, after in health.gpus.items():
+            was = before.get(uuid)
+            if after == was or (was is None and after.state is HealthState.OK):
+                continue
+            try:
+                await self.health_store.save(health.host, uuid, health.index.get(uuid), after)
+            except Exception as err:  # kept in memory; saved at its next change
+                log.warning("saving the health of GPU %s failed: %s", uuid, err)
+
+    async def _health_events(
+        self, name: str, state: HostState, reading: HostReading, at: datetime
+    ) -> list[Event]:
+        """`gpu.health_changed` for the GPUs whose health this reading changed."""
+        health = await self._host_health(name)
+        before = dict(health.gpus)
+        known = {uuid: gpu.index for uuid, gpu in state.gpus.items()}
+        error = reading.gpu_error if reading.gpu_status is GpuStatus.ERROR else None
+        events = health.observe(known, [g.uuid for g in reading.gpus], reading.health, error, at)
+        await self._keep_health(health, before)
+        for _, data in events:
+            if data["state"] != "ok":
+                log.warning(
+                    "GPU %s:%s is now %s: %s", name, data["index"], data["state"], data["reason"]
+                )
+            elif data["previous"] is not None:
+                log.info("GPU %s:%s is ok again", name, data["index"])
+        return events
 
     def _unreachable(
         self, name: str, state: HostState, err: HostUnreachable, at: datetime
@@ -327,15 +383,18 @@ class Monitor:
     def snapshot(self, host: str | None = None) -> dict[str, Any]:
         """The latest state of every host (or one): figures, GPUs, processes, reachability."""
         hosts = [
-            host_entry(name, self.labels.get(name, ()), state)
+            host_entry(name, self.labels.get(name, ()), state, self.health.get(name))
             for name, state in self.states.items()
             if host is None or name == host
         ]
         return {"generated_at": datetime.now(UTC).isoformat(), "hosts": hosts}
 
 
-def host_entry(name: str, labels: Sequence[str], state: HostState) -> dict[str, Any]:
-    """One host of `snapshot`."""
+def host_entry(
+    name: str, labels: Sequence[str], state: HostState, health: HostHealth | None = None
+) -> dict[str, Any]:
+    """One host of `snapshot`; `gpu_health`: uuid -> {index, state, reason, since} of the
+    GPUs whose health was read (a lost GPU too, though no figures of it are)."""
     return {
         "name": name,
         "labels": list(labels),
@@ -346,4 +405,5 @@ def host_entry(name: str, labels: Sequence[str], state: HostState) -> dict[str, 
         "sample": state.last_sample,
         "processes": state.last_processes,
         "topology": state.topology,
+        "gpu_health": health.entries() if health is not None else {},
     }

@@ -66,9 +66,14 @@ def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
     gpus: list[GpuReading] = []
     processes: list[ProcessReading] = []
     split = []  # the MIG instances of each GPU in MIG mode, with their processes
+    errors: list[str] = []
     for index in range(count):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        except nvml.NVMLError as err:  # a lost GPU: the others are still read
+            errors.append(f"NVML: GPU {index}: {err}")
+            continue
         utilization = _optional(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
         memory = _optional(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
         power = _optional(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
@@ -112,6 +117,8 @@ def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
         split.append(read_instances(nvml, handle, gpus[-1], proc))
     processes.sort(key=lambda p: (p.gpu_uuid, p.pid))
     shown, placed = with_instances(gpus, processes, split)
+    if errors:
+        return NvmlReading(GpuStatus.ERROR, shown, placed, "; ".join(errors))
     return NvmlReading(GpuStatus.OK, shown, placed)
 
 
@@ -170,6 +177,13 @@ class FakeGpu:
     fan: int | None = None  # data-centre GPUs report no fan
     clocks: tuple[int, int] | None = (1410, 1593)
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # pid, bytes
+    # health (nvml_health.py); None: not supported
+    lost: bool = False  # its handle cannot be had ("GPU is lost")
+    ecc_uncorrected: int | None = 0
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corr, unc, pending, failure
+    clock_reasons: int | None = 1  # idle
+    pcie_width: tuple[int, int] | None = (16, 16)  # current, max
+    xids: list[int] = field(default_factory=list)  # events waiting to be read
 
 
 class FakeNvml:
@@ -192,7 +206,43 @@ class FakeNvml:
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        if self.gpus[index].lost:
+            raise FakeNvmlError("GPU is lost")
         return self.gpus[index]
+
+    # health (nvml_health.py)
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+
+    def nvmlDeviceGetTotalEccErrors(self, gpu: FakeGpu, _type: int, _counter: int) -> int:
+        return self._get(gpu.ecc_uncorrected)
+
+    def nvmlDeviceGetRemappedRows(self, gpu: FakeGpu) -> tuple[int, int, int, int]:
+        return self._get(gpu.remapped_rows)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, gpu: FakeGpu) -> int:
+        raise FakeNvmlError("Not Supported")  # as on Ampere and later
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, gpu: FakeGpu) -> int:
+        return self._get(gpu.clock_reasons)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, gpu: FakeGpu) -> int:
+        return self._get(gpu.pcie_width)[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, gpu: FakeGpu) -> int:
+        return self._get(gpu.pcie_width)[1]
+
+    def nvmlEventSetCreate(self) -> list[FakeGpu]:
+        return []  # the GPUs registered
+
+    def nvmlDeviceRegisterEvents(self, gpu: FakeGpu, _types: int, events: list[FakeGpu]) -> None:
+        events.append(gpu)
+
+    def nvmlEventSetWait(self, events: list[FakeGpu], _timeout_ms: int) -> Any:
+        for gpu in events:
+            if gpu.xids:
+                return type("Event", (), {"device": gpu, "eventData": gpu.xids.pop(0)})()
+        raise FakeNvmlError("Timeout")
 
     def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> str:
         return gpu.uuid

@@ -8,6 +8,8 @@ from services.shared.bus import Teardown
 from services.shared.metrics import POLL_DURATION, POLL_FAILURES, SAMPLE_AGE, Sample
 from services.shared.runtime import ServiceContext
 
+HEALTH_VALUES = {"ok": 0.0, "degraded": 1.0, "failed": 2.0}
+
 
 def observe(monitor: Monitor, ctx: ServiceContext) -> Teardown:
     """Count `monitor`'s polls under this replica's labels; returns what stops counting."""
@@ -31,5 +33,22 @@ def observe(monitor: Monitor, ctx: ServiceContext) -> Teardown:
             ("warden_hosts_polled", {}, float(len(monitor.readers) if count is None else count))
         ]
 
+    async def gpu_health() -> list[Sample]:
+        return [
+            (
+                "warden_gpu_health",
+                {"host": host, "uuid": uuid, "index": str(entry["index"])},
+                HEALTH_VALUES[entry["state"]],
+            )
+            for host, health in list(monitor.health.items())
+            for uuid, entry in health.entries().items()
+        ]
+
     monitor.stats.on_poll = on_poll
-    return ctx.metered.add_probe(hosts)
+    removals = [ctx.metered.add_probe(hosts), ctx.metered.add_probe(gpu_health)]
+
+    async def remove() -> None:
+        for removal in removals:
+            await removal()
+
+    return remove

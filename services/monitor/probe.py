@@ -25,6 +25,9 @@ introduced by a marker line starting with `@@`:
     @@topo                                   (only in `probe_command(topology=True)`)
     <nvidia-smi topo -m, stdout and stderr>
     @@topo-rc <exit status>
+    @@health
+    <nvidia-smi --query-gpu=<health fields> --format=csv,nounits: see gpu_health.py>
+    @@health-rc <exit status>
     @@end
 
 The GPU interconnect rarely changes, so the `@@topo` section is asked for only now and then
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from services.monitor.gpu_health import HEALTH_SCRIPT, HealthReading, parse_health_section
 from services.monitor.mig import MIG_PROBE_SECTIONS, apply_mig, parse_mig_sections
 from services.shared.topology import Topology, parse_topo_matrix
 
@@ -87,7 +91,7 @@ echo "@@apps-rc $rc"
 echo '@@ps'
 pids=$(printf '%s\\n' "$apps" | awk -F', *' '$1 ~ /^[0-9]+$/ {{print $1}}' | sort -u | paste -sd, -)
 [ -n "$pids" ] && ps -o pid=,user:64=,etimes=,args= -p "$pids" 2>/dev/null
-{MIG_PROBE_SECTIONS}echo '@@end'
+{MIG_PROBE_SECTIONS}{HEALTH_SCRIPT}echo '@@end'
 """
 
 TOPOLOGY_SECTION = """\
@@ -166,6 +170,7 @@ class HostReading:
     processes: tuple[ProcessReading, ...] = field(default=())
     topology_read: bool = False  # the `@@topo` section was asked for (and so `topology` is news)
     topology: Topology | None = None  # None: not asked, or no matrix (one GPU, old driver)
+    health: HealthReading | None = None  # the GPUs' health signals; None: not read
 
 
 def cpu_percent(previous: CpuCounters | None, current: CpuCounters | None) -> float | None:
@@ -483,6 +488,7 @@ def parse_probe_output(text: str) -> HostReading:
         processes=_join_processes(apps, sections.get("ps", ()), host_time),
         topology_read="topo" in sections,
         topology=_topology(sections, args),
+        health=_health(sections, status),
     )
     mig = parse_mig_sections(sections.get("mig", []), sections.get("mig-smi", []))
     return apply_mig(reading, mig)
@@ -492,6 +498,13 @@ def _topology(sections: dict[str, list[str]], args: dict[str, str]) -> Topology 
     if "topo" not in sections or _parse_int(args.get("topo-rc", "")) != 0:
         return None
     return parse_topo_matrix("\n".join(sections["topo"]))
+
+
+def _health(sections: dict[str, list[str]], status: GpuStatus) -> HealthReading | None:
+    """The `@@health` section, when there is one and nvidia-smi ran at all."""
+    if "health" not in sections or status in (GpuStatus.NO_GPU, GpuStatus.NO_NVIDIA_SMI):
+        return None
+    return parse_health_section(sections["health"])
 
 
 def _join_processes(

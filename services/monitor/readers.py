@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from services.monitor.nvml import ProcInfo, read_gpus
+from services.monitor.nvml_health import NvmlHealth
 from services.monitor.nvml_topology import read_topology
 from services.monitor.probe import (
     TOPOLOGY_EVERY_S,
@@ -84,6 +85,7 @@ class LocalNvmlReader(HostReader):
         self.nvml = nvml
         self.proc_root = proc_root
         self._topology_due = 0.0  # monotonic: the interconnect is read now and then
+        self.health = None if nvml is None else NvmlHealth(nvml)  # keeps its XID events
 
     async def read(self, timeout: float) -> HostReading:
         async with asyncio.timeout(timeout):
@@ -109,6 +111,7 @@ class LocalNvmlReader(HostReader):
             processes=gpus.processes if gpus else (),
             topology_read=topology_read,
             topology=read_topology(self.nvml) if topology_read else None,
+            health=self.health.read() if self.health is not None else None,
         )
 
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from services.monitor import poll_metrics
 from services.monitor.fleet_view import FleetView
+from services.monitor.gpu_health import HealthRules
 from services.monitor.handlers import EVENT_HANDLERS, replica_handlers, rpc_methods
+from services.monitor.health_store import HealthStore
 from services.monitor.hosts.host_store import HostStore
 from services.monitor.hosts.hosts_admin import HostsAdmin
 from services.monitor.hosts.inventory import active, local_host
@@ -106,6 +108,12 @@ async def start(ctx: ServiceContext) -> Teardown:
             interval_s=settings.interval_s,
             poll_deadline_s=settings.poll_deadline_s,
             writer=MetricsWriter(store),
+            health_rules=HealthRules.from_names(
+                ctx.settings.health.failed,
+                ctx.settings.health.degraded,
+                ctx.settings.health.healthy_for_s,
+            ),
+            health_store=HealthStore(engine),
         )
         replicas, view = ctx.replicas, FleetView()
         peers = Peers(ctx.bus, replicas)

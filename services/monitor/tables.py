@@ -116,3 +116,18 @@ hosts = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+# GPU health (`gpu_health.py`): one row per GPU that is degraded or failed (an ok GPU has
+# none), so a restarted monitor, or the replica a host moves to, goes on where it was
+# (a failed GPU's wait for `healthy_for_s` included). Migration `monitor_0004_health`.
+gpu_health = Table(
+    "monitor_gpu_health",
+    metadata,
+    Column("uuid", String(96), primary_key=True),
+    Column("host", String(63), nullable=False, index=True),
+    Column("gpu_index", Integer, nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("since_ms", BigInteger, nullable=False),
+    Column("healthy_since_ms", BigInteger, nullable=True),
+)

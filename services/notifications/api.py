@@ -53,6 +53,7 @@ NOTIFICATION_KINDS = (
     "account",  # my account: an invitation or a new password link (its one-time link)
     "host_key_changed",  # (admins) a host presents another SSH key than the one trusted for it
     "maintenance",  # GPUs I booked are drained for maintenance (what became of the booking)
+    "gpu_health",  # a GPU of my booking failed (with an alternative); (admins) any GPU failed
 )
 
 

@@ -24,6 +24,7 @@ URGENT = frozenset(
         "account",
         "host_key_changed",
         "maintenance",
+        "gpu_health",
     }
 )
 

@@ -173,6 +173,23 @@ def telling_each(
     return handle
 
 
+def gpu_failed_note(admin: str, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """gpu.health_changed to failed, told to an admin (the owners of its bookings are told
+    by the reservations service, with an alternative); None for any other state."""
+    if data.get("state") != "failed" or data.get("previous") == "failed":
+        return None
+    label = f"{data['host']}:{data.get('index')}"
+    return {
+        "user": admin,
+        "kind": "gpu_health",
+        "title": f"GPU {label} failed",
+        "text": f"GPU {label} ({data['uuid']}) failed at {data['since']}: "
+        f"{str(data.get('reason') or 'no reason given')[:3000]}. It takes no new booking or "
+        "queued job until it reads healthy for [health] healthy_for_s.",
+        "key": f"gpu-failed:{data['uuid']}:{data['since']}",
+    }
+
+
 def owner_mailed_by_steps(
     steps: Sequence[EscalationStep], handlers: Collection[str]
 ) -> frozenset[str]:
@@ -182,6 +199,24 @@ def owner_mailed_by_steps(
         step.action == "email" and "owner" in step.recipients for step in steps
     )
     return frozenset({"email"}) if mails else frozenset()
+
+
+def _to_admins(
+    notify: Notify,
+    admins: Callable[[], Awaitable[list[str]]],
+    build: Callable[[str, Mapping[str, Any]], dict[str, Any] | None],
+) -> EventHandler:
+    """An event told to every admin, when `build` makes a note of it."""
+
+    async def handle(envelope: Envelope) -> None:
+        if build("", envelope.data) is None:
+            return
+        for admin in await admins():
+            note = build(admin, envelope.data)
+            if note is not None:
+                await notify(note)
+
+    return handle
 
 
 def event_handlers(
@@ -206,20 +241,15 @@ def event_handlers(
             await notify(note, skip=told_by_steps(envelope.data))
         await notify(offender_note(envelope.data))
 
-    async def host_unreachable(envelope: Envelope) -> None:
-        if host_key_note("", envelope.data) is None:
-            return
-        for admin in await admins():
-            note = host_key_note(admin, envelope.data)
-            if note is not None:
-                await notify(note)
-
     return {
         ("jobs", "job.status_changed", "notify-jobs"): making(job_note),
         ("reservations", "maintenance.scheduled", "notify-maintenance"): telling_each(
             notify, maintenance_notes
         ),
-        ("monitor", "host.unreachable", "notify-hosts"): host_unreachable,
+        ("monitor", "gpu.health_changed", "notify-gpu-health"): _to_admins(
+            notify, admins, gpu_failed_note
+        ),
+        ("monitor", "host.unreachable", "notify-hosts"): _to_admins(notify, admins, host_key_note),
         ("violations", "violation.opened", "notify-violations"): violation_opened,
         ("reservations", "reservation.cancelled", "notify-cancelled"): making(cancelled_note),
     }

@@ -15,6 +15,7 @@ from services.reservations import api
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.calls import BookingCalls
 from services.reservations.booking.changes import Changes
+from services.reservations.booking.gpu_health_watch import GpuHealthWatch
 from services.reservations.booking.gpu_inventory import GpuInventory
 from services.reservations.booking.queries import Queries
 from services.reservations.idle.calls import IdleCalls
@@ -80,12 +81,16 @@ def rpc_methods(
 
 
 def event_handlers(
-    store: Store, on_host_sampled: Callable[[Envelope], Awaitable[None]]
+    store: Store,
+    on_host_sampled: Callable[[Envelope], Awaitable[None]],
+    health: GpuHealthWatch | None = None,
 ) -> dict[tuple[str, str, str], EventHandler]:
     inventory = GpuInventory(store)
+    health = health or GpuHealthWatch(store)
     return {
         ("monitor", "gpu.discovered", "gpu_discovered"): inventory.discovered,
         ("monitor", "gpu.disappeared", "gpu_disappeared"): inventory.disappeared,
+        ("monitor", "gpu.health_changed", "gpu_health"): health.changed,
         ("monitor", "host.sampled", "usage"): on_host_sampled,
     }
 

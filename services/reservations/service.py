@@ -10,6 +10,7 @@ from services.accounts.ldap_directory import LdapDirectory
 from services.monitor import api as monitor_api
 from services.reservations.booking.activity import ActivityBoard
 from services.reservations.booking.changes import Changes
+from services.reservations.booking.gpu_health_watch import GpuHealthWatch
 from services.reservations.booking.lifecycle import TICK_S as lifecycle_tick_s
 from services.reservations.booking.lifecycle import Lifecycle, UsageTracker
 from services.reservations.booking.queries import Queries
@@ -116,7 +117,7 @@ async def start(ctx: ServiceContext, *, idle_notify_retry: timedelta = NOTIFY_RE
             ctx,
             stack,
             rpc_methods(store, changes, queries, activity, directory, watch),
-            event_handlers(store, usage.on_host_sampled),
+            event_handlers(store, usage.on_host_sampled, GpuHealthWatch(store, queries, ctx.bus)),
         )
     except BaseException:
         await stack.aclose()

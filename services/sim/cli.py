@@ -25,6 +25,7 @@ import asyncssh
 from services.shared import toml
 from services.shared.topology_shapes import SHAPES
 from services.sim.control import ControlApi
+from services.sim.gpu_faults import GPU_FAULTS
 from services.sim.mig import parse_mig_option
 from services.sim.model import DEFAULT_GPU_MODEL, GPU_MODELS, NVIDIA_SMI_MODES, SimFleet
 from services.sim.server import (
@@ -210,6 +211,15 @@ def add_parser(
     split.add_argument(
         "--profiles", required=True, help="e.g. 3g.40gb,3g.40gb; `none` ends MIG mode"
     )
+    fault = action("gpu-fault", "a GPU fails (lost, ecc, row_remap_pending), throttles, or heals")
+    fault.add_argument("--gpu", type=int, required=True, help="its index")
+    fault.add_argument(
+        "--fault",
+        choices=GPU_FAULTS,
+        required=True,
+        help="lost, ecc (uncorrectable), row_remap_pending, thermal (slowdown), pcie (x8 of "
+        "x16); ok heals it",
+    )
     show = action("show", "print the fleet (or one host) as JSON", host=False)
     show.add_argument("--host", help="only this host")
     return sim
@@ -249,13 +259,21 @@ def _ctl_request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | N
             return "POST", f"{base}/nvidia-smi", {"mode": args.mode}
         case "topology":
             return "POST", f"{base}/topology", {"shape": args.shape}
-        case "remove-gpu":
-            return "POST", f"{base}/gpus/{args.gpu}/remove", None
-        case "split-gpu":
-            profiles = [] if args.profiles == "none" else args.profiles.split(",")
-            return "POST", f"{base}/gpus/{args.gpu}/mig", {"profiles": profiles}
+        case "remove-gpu" | "split-gpu" | "gpu-fault":
+            return _gpu_request(args, f"{base}/gpus/{args.gpu}")
         case _:
             return "GET", base if host else "/fleet", None
+
+
+def _gpu_request(args: argparse.Namespace, gpu: str) -> tuple[str, str, dict[str, Any] | None]:
+    match args.sim_action:
+        case "split-gpu":
+            profiles = [] if args.profiles == "none" else args.profiles.split(",")
+            return "POST", f"{gpu}/mig", {"profiles": profiles}
+        case "gpu-fault":
+            return "POST", f"{gpu}/fault", {"fault": args.fault}
+        case _:
+            return "POST", f"{gpu}/remove", None
 
 
 async def _ctl(args: argparse.Namespace) -> int:

@@ -18,6 +18,8 @@
     POST   /hosts/{host}/gpus/{index}/remove
     POST   /hosts/{host}/gpus/{index}/mig       {profiles: ["3g.40gb", ...]}: split it into MIG
                                                 instances ([]: MIG mode off) -> {instances}
+    POST   /hosts/{host}/gpus/{index}/fault     {fault: ok | lost | ecc | row_remap_pending |
+                                                 thermal | pcie} (sim/gpu_faults.py)
 
 Errors use the gateway's envelope `{"error", "message", "details"}`: bad input is a 400, an
 unknown host, GPU or process a 404. Listens on 127.0.0.1 unless told otherwise.
@@ -34,6 +36,7 @@ from aiohttp import web
 
 from services.shared.errors import InvalidRequest
 from services.shared.http_errors import error_middleware
+from services.sim.gpu_faults import GPU_FAULTS
 from services.sim.server import SimServer
 
 SERVER = web.AppKey("sim_server", SimServer)
@@ -182,6 +185,15 @@ async def split_gpu(request: web.Request) -> web.Response:
     return web.json_response({"host": host, "gpu": index, "instances": instances})
 
 
+async def gpu_fault(request: web.Request) -> web.Response:
+    server, host = request.app[SERVER], request.match_info["host"]
+    body = await _body(request)
+    if not isinstance(body.get("fault"), str):
+        raise InvalidRequest('give "fault": ' + ", ".join(GPU_FAULTS))
+    server.fleet.set_gpu_fault(host, _int(request.match_info["index"], "index"), body["fault"])
+    return web.json_response(_host_view(server, host))
+
+
 def create_control_app(server: SimServer) -> web.Application:
     app = web.Application(middlewares=[error_middleware])
     app[SERVER] = server
@@ -199,6 +211,7 @@ def create_control_app(server: SimServer) -> web.Application:
     app.router.add_post("/hosts/{host}/topology", topology)
     app.router.add_post("/hosts/{host}/gpus/{index}/remove", remove_gpu)
     app.router.add_post("/hosts/{host}/gpus/{index}/mig", split_gpu)
+    app.router.add_post("/hosts/{host}/gpus/{index}/fault", gpu_fault)
     return app
 
 

@@ -184,6 +184,7 @@ class SimGpu:
     removed: bool = False
     last_stop: float | None = None  # a scripted or killed process left this GPU then
     mig: tuple[SimMig, ...] = ()  # split into MIG instances (services.sim.mig)
+    fault: str = "ok"  # sim/gpu_faults.py: ok, lost, ecc, row_remap_pending, thermal, pcie
 
 
 @dataclass

@@ -195,6 +195,7 @@ class SimHost:
                     **asdict(gpu_metrics(g, t, by_gpu[g.index], ends[g.index])),
                     "removed": g.removed,
                     "mig": [asdict(m) for m in g.mig],
+                    "fault": g.fault,
                 }
                 for g in self.gpus
             ],

@@ -32,6 +32,7 @@ from services.jobs.scripts import SCRIPT_NAME as JOB_SCRIPT_NAME
 from services.shared.errors import InvalidRequest, NotFound
 from services.shared.topology_shapes import SHAPES
 from services.sim import job_scripts, probe_output, violation_scripts
+from services.sim.gpu_faults import GPU_FAULTS
 from services.sim.gpus import DEFAULT_GPU_MODEL, GPU_MODELS, SimProcess
 from services.sim.host import (
     NVIDIA_SMI_MODES,
@@ -160,7 +161,7 @@ class SimFleet:
         return probe_output.render(self._host(host), now, self.login_shell)
 
     def nvidia_smi_query(
-        self, host: str, what: Literal["gpus", "apps"], now: float
+        self, host: str, what: Literal["gpus", "apps", "health"], now: float
     ) -> CommandResult:
         """What `nvidia-smi --query-gpu=...` (gpus) or `--query-compute-apps=...` (apps) alone
         prints: lets a test run the real PROBE_COMMAND around it and compare with
@@ -422,6 +423,16 @@ class SimFleet:
         )
         self._emit(host, "gpus")
         return [asdict(m) for m in gpu.mig]
+
+    def set_gpu_fault(self, host: str, index: int, fault: str) -> None:
+        """A GPU fails (lost, ecc, row_remap_pending), throttles (thermal), runs on a narrow
+        PCIe link (pcie), or is healthy again (ok): see sim/gpu_faults.py."""
+        h = self._host(host)
+        self._gpu_indexes(h, index)
+        if fault not in GPU_FAULTS:
+            raise InvalidRequest(f"fault must be one of {', '.join(GPU_FAULTS)}", {"fault": fault})
+        h.gpus[index].fault = fault
+        self._emit(host, "gpus")
 
     def remove_gpu(self, host: str, index: int) -> None:
         """The GPU disappears from nvidia-smi's output (the others keep their index)."""

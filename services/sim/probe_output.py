@@ -24,6 +24,7 @@ from services.monitor.probe import (
 )
 from services.shared.topology import TopoGpu, Topology, render_topo_matrix
 from services.shared.topology_shapes import shape
+from services.sim.gpu_faults import LOST_RC, health_section, lost_line
 from services.sim.gpus import GpuMetrics, SimGpu, SimProcess, gpu_metrics
 from services.sim.host import SimHost
 from services.sim.mig import instance_of, list_lines, smi_table_rows
@@ -87,6 +88,7 @@ _APP_ROW = tuple(_APP_FIELD_TEXT.get(f, lambda _p, _uuid: NA) for f in APP_FIELD
 
 _PROBE_GPU_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-gpu")
 _PROBE_APPS_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-compute-apps")
+_PROBE_HEALTH_LINE = line_of(PROBE_COMMAND, "nvidia-smi --query-gpu=pci.bus_id")
 _PROBE_HEAD = f"@@warden-probe {PROBE_VERSION}\n"
 _PROBE_TRIMMED = PROBE_COMMAND.rstrip("\n")  # as `ssh host "$(cat probe.sh)"` sends it
 _PROBE_TOPOLOGY = probe_command(topology=True)
@@ -144,24 +146,36 @@ def render(host: SimHost, now: float, shell: LoginShell) -> str:
         apps_text, apps_rc = _nvidia_smi_failure(host, shell, _PROBE_APPS_LINE) or ("", 0)
         if apps_text.rstrip("\n"):  # $(...) drops trailing newlines; printf adds one
             out.append(apps_text.rstrip("\n") + "\n")
-        out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@mig\n@@end\n")
+        out.append(f"@@apps-rc {apps_rc}\n@@ps\n@@mig\n@@health\n")
+        health_text, health_rc = _nvidia_smi_failure(host, shell, _PROBE_HEALTH_LINE) or ("", 0)
+        if health_text.rstrip("\n"):
+            out.append(health_text.rstrip("\n") + "\n")
+        out.append(f"@@health-rc {health_rc}\n@@end\n")
         return "".join(out)
     apps = []
     listed: dict[int, SimProcess] = {}
+    rc = 0
     for gpu in host.gpus:
         if gpu.removed:
+            continue
+        if gpu.fault == "lost":  # its line in place of its row, in both queries
+            out.append(lost_line(gpu))
+            apps.append(lost_line(gpu))
+            rc = LOST_RC
             continue
         procs = by_gpu[gpu.index]
         out.append(_gpu_row(gpu_metrics(gpu, t, procs, ends[gpu.index]), split=bool(gpu.mig)))
         for proc in procs:
             apps.append(_app_row(proc, gpu))
             listed[proc.pid] = proc
-    out.append("@@gpus-rc 0\n@@apps\n")
+    out.append(f"@@gpus-rc {rc}\n@@apps\n")
     out.extend(apps)
-    out.append("@@apps-rc 0\n@@ps\n")
+    out.append(f"@@apps-rc {rc}\n@@ps\n")
     pid_width = max(5, len(str(host.pid_max - 1)))
     out.extend(_ps_row(listed[pid], t, pid_width) for pid in sorted(listed))
     out.append(_mig_sections(host, by_gpu))
+    health, health_rc = health_section(g for g in host.gpus if not g.removed)
+    out.append(f"@@health\n{health}@@health-rc {health_rc}\n")
     out.append("@@end\n")
     return "".join(out)
 
@@ -215,14 +229,17 @@ def topology_of(host: SimHost, present: list[int]) -> Topology:
 
 
 def nvidia_smi_query(
-    host: SimHost, what: Literal["gpus", "apps"], now: float, shell: LoginShell
+    host: SimHost, what: Literal["gpus", "apps", "health"], now: float, shell: LoginShell
 ) -> CommandResult:
-    """What `nvidia-smi --query-gpu=...` (gpus) or `--query-compute-apps=...` (apps) alone
-    prints (when nvidia-smi is missing, the shell's message, on stderr)."""
+    """What `nvidia-smi --query-gpu=...` (gpus), `--query-compute-apps=...` (apps) or the
+    health query alone prints (when nvidia-smi is missing, the shell's message, on stderr)."""
     t = float(now)
     failure = _nvidia_smi_failure(host, shell, 1)
     if failure is not None:
         return _failed(host, failure)
+    if what == "health":
+        text, rc = health_section(g for g in host.gpus if not g.removed)
+        return CommandResult(text, "", rc)
     by_gpu, ends = host.by_gpu(t)
     rows = []
     for gpu in host.gpus:

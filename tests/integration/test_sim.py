@@ -44,6 +44,8 @@ MARKERS = [
     "@@apps-rc",
     "@@ps",
     "@@mig",
+    "@@health",
+    "@@health-rc",
     "@@end",
 ]
 REPO = Path(__file__).resolve().parents[2]
@@ -325,6 +327,7 @@ async def test_many_concurrent_commands(sim: Sim) -> None:
 FAKE_SMI = """\
 #!/bin/sh
 case "$1" in
+  --query-gpu=pci.bus_id,*) what=health ;;
   --query-gpu=*) what=gpus ;;
   --query-compute-apps=*) what=apps ;;
   *) echo "fake nvidia-smi: unexpected $*" >&2; exit 2 ;;
@@ -355,7 +358,7 @@ def _real_probe(tmp_path: Path, shell: str, fleet: SimFleet, host: str, now: flo
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     if fleet.snapshot(host)["hosts"][0]["nvidia_smi"] != "missing":
-        for what in ("gpus", "apps"):
+        for what in ("gpus", "apps", "health"):
             result = fleet.nvidia_smi_query(host, what, now)
             (data / f"{what}.out").write_text(result.stdout + result.stderr)
             (data / f"{what}.rc").write_text(str(result.exit_status))

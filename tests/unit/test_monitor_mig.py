@@ -155,7 +155,7 @@ def test_the_probe_command_on_a_host_without_mig_prints_an_empty_section(
     done = subprocess.run(
         ["/bin/sh", "-c", PROBE_COMMAND], env=env, capture_output=True, text=True, timeout=30
     )
-    assert "@@mig\n@@end\n" in done.stdout
+    assert "@@mig\n@@health\n" in done.stdout  # the next section follows at once
     assert [gpu.index for gpu in parse_probe_output(done.stdout).gpus] == [0]
 
 

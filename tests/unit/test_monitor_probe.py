@@ -89,6 +89,25 @@ SUMMARY = [
         [(77120, "heidi")],
     ),
     ("process_exited_between.txt", GpuStatus.OK, None, [0], [(52110, "judy"), (52188, None)]),
+    # with the health section (its signals: tests/unit/test_gpu_health.py)
+    ("h200_health.txt", GpuStatus.OK, None, [0], []),
+    ("health_faults_a100x4.txt", GpuStatus.OK, None, [0, 1, 2, 3], []),
+    (
+        "health_v100_before.txt",
+        GpuStatus.OK,
+        None,
+        [0, 1, 2, 3],
+        [(77120, "heidi"), (78002, "ivan")],
+    ),
+    (
+        "health_v100_lost.txt",
+        GpuStatus.ERROR,
+        "Unable to determine the device handle for GPU0000:88:00.0: Unknown Error",
+        [0, 1, 3],
+        [(77120, "heidi")],
+    ),
+    ("health_k80_old_driver.txt", GpuStatus.OK, None, [0, 1, 2, 3], [(30571, "frank")]),
+    ("health_query_refused.txt", GpuStatus.OK, None, [0, 1], [(412907, "carol")]),
 ]
 
 

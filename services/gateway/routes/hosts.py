@@ -76,6 +76,18 @@ def _figure() -> fields.Float:
     return _Num(required=True, allow_none=True, metadata=_NULL_WHEN_ABSENT)
 
 
+class GpuHealthSchema(Answer):
+    state = _Str(
+        required=True,
+        metadata={
+            "description": "ok, degraded (marked, still bookable) or failed (out of the pool: "
+            "no new booking or queued job until it reads healthy for [health] healthy_for_s)"
+        },
+    )
+    reason = _Str(required=True, allow_none=True, metadata={"description": "the signals read"})
+    since = _Time(required=True, allow_none=True, metadata={"description": "null: not read yet"})
+
+
 class GpuStateSchema(Answer):
     """A GPU now: its figures, its processes, who holds it now and who next."""
 
@@ -124,6 +136,7 @@ class GpuStateSchema(Answer):
             "before, with no figures"
         },
     )
+    health = fields.Nested(GpuHealthSchema, required=True)
 
 
 class TopologyGpuSchema(Answer):

@@ -23,6 +23,7 @@ class Gpu:
     index: int | None
     busy: bool  # processes seen by the monitor, or held by a running Warden job
     labels: tuple[str, ...] = ()  # from the hardware (services.shared.gpu_labels)
+    failed: str | None = None  # why it failed (gpu.health_changed): never placed on
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ hold). The rules it follows are in `services.jobs.queue.scheduler`'s docstring.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
@@ -81,6 +81,8 @@ class Placer:
         self.free: set[str] = set()
         self.special: dict[str, dict[str, list[str]]] = {}
         for g in gpus:
+            if g.failed is not None:  # out of the pool: not even "busy" (place_named says why)
+                continue
             self.host_all.setdefault(g.host, []).append(g.uuid)
             free = self.host_free.setdefault(g.host, [])
             lims = self.host_lims.setdefault(g.host, [])
@@ -241,9 +243,7 @@ class Placer:
         host = d.host
         busy: str | None = None
         for uuid in d.gpus:
-            gpu = gpus.get(uuid)
-            if gpu is None:
-                raise Refused(f"GPU {uuid} is not known")
+            gpu = _named(gpus, uuid)
             label = _label(gpu)
             if host is None:
                 host = gpu.host
@@ -557,6 +557,16 @@ def _placement_order(demands: Sequence[Demand]) -> list[Demand]:
         demands,
         key=lambda d: (0, 0, d.index) if d.gpus else (1, -(d.gpu_count or 0), d.index),
     )
+
+
+def _named(gpus: Mapping[str, Gpu], uuid: str) -> Gpu:
+    """A GPU a task names; refused when unknown or failed (it waits for it to heal)."""
+    gpu = gpus.get(uuid)
+    if gpu is None:
+        raise Refused(f"GPU {uuid} is not known")
+    if gpu.failed is not None:
+        raise Refused(f"GPU {_label(gpu)} has failed ({gpu.failed}); waiting for it to heal")
+    return gpu
 
 
 def _label(gpu: Gpu) -> str:

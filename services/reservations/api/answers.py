@@ -227,6 +227,11 @@ class GpuSchema(Answer):
         allow_none=True,
         metadata={"description": "a MIG instance: the uuid of the GPU it is part of"},
     )
+    health = _Str(
+        required=True,
+        metadata={"description": "ok, degraded or failed (a failed GPU takes no new booking)"},
+    )
+    health_reason = _Str(required=True, allow_none=True)
 
 
 class IdleNoticeSchema(Answer):

@@ -35,6 +35,7 @@ from services.reservations.booking.writes import Row, write_rows
 from services.reservations.maintenance import rows as maintenance
 from services.reservations.rules.access import access_refusals, rule_applies_to
 from services.reservations.rules.domain import Gpu, Refusal
+from services.reservations.rules.gpu_health import failed_gpu_refusals
 from services.reservations.rules.maintenance import Window, maintenance_refusals
 from services.reservations.rules.mig import split_refusals
 from services.reservations.rules.refusals import (
@@ -252,6 +253,7 @@ class Creates:
             await slots.load(conn, uuids, to_ms(request.now - START_GRACE))
             clashes = slots.clashes(uuids, start_ms, end_ms)
         refusals = removed_host_refusals(gpus.values(), self.host_offered)
+        refusals += failed_gpu_refusals(gpus.values())
         refusals += conflict_refusals(clashes, gpus)
         refusals += split_refusals(gpus.values(), directory.instances)
         refusals += maintenance_refusals(self._windows, gpus.values(), request.start, request.end)

@@ -379,7 +379,7 @@ def _gpus(directory: Directory, uuids: Sequence[str] | None) -> dict[str, Gpu]:
 
 
 def _matches(gpu: Gpu, host: str | None, gpu_model: str | None) -> bool:
-    if not gpu.present or (host is not None and gpu.host != host):
+    if not gpu.present or gpu.health == "failed" or (host is not None and gpu.host != host):
         return False
     return gpu_model is None or gpu_model.lower() in gpu.name.lower()
 

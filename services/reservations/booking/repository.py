@@ -44,6 +44,8 @@ def _gpu(row: Row[Any]) -> Gpu:
         memory_total_mib=row.memory_total_mib,
         present=row.present,
         mig_parent_uuid=row.mig_parent_uuid,
+        health=row.health,
+        health_reason=row.health_reason,
     )
 
 
@@ -65,6 +67,8 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "present": gpu.present,
         "labels": gpu_labels(gpu.name, gpu.memory_total_mib),
         "mig_parent_uuid": gpu.mig_parent_uuid,
+        "health": gpu.health,
+        "health_reason": gpu.health_reason,
     }
 
 

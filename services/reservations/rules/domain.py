@@ -41,6 +41,8 @@ class Gpu:
     memory_total_mib: float | None = None
     present: bool = True
     mig_parent_uuid: str | None = None  # a MIG instance: the GPU it is part of
+    health: str = "ok"  # ok, degraded or failed (gpu.health_changed): failed takes no booking
+    health_reason: str | None = None
 
 
 @dataclass(frozen=True)

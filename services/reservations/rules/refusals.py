@@ -248,8 +248,8 @@ def refusal_error(refusals: Sequence[Refusal]) -> WardenError:
         return Forbidden(message, details)
     if "invalid" in codes:
         return InvalidRequest(message, details)
-    if codes & {"not_offered", "mig_split"}:  # well-formed, but GPUs that take no booking: 422
-        return ValidationFailed(message, details)
+    if codes & {"not_offered", "mig_split", "gpu_failed"}:  # well-formed, but GPUs that take
+        return ValidationFailed(message, details)  # no booking: 422
     if codes <= {"conflict", "maintenance"}:  # taken: by a booking or a drain window
         return ReservationConflict(message, details)
     return NotAllowed(message, details)

@@ -25,6 +25,7 @@ from services.shared.config.escalation import (
     parse_allow_entry,
     parse_step,
 )
+from services.shared.config.health import HealthSettings
 from services.shared.config.ldap import LdapSettings
 from services.shared.config.metrics import MetricsSettings
 from services.shared.config.monitor import MonitorSettings
@@ -525,6 +526,7 @@ class Settings:
     violations: ViolationSettings = field(default_factory=ViolationSettings)
     jobs: JobSettings = field(default_factory=JobSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
     hosts: tuple[HostConfig, ...] = option(
         (),
         "One table per GPU server: seeds the monitor's inventory at start-up (hosts are then "

@@ -29,6 +29,23 @@ class GpuDisappeared(HostRef):
     at = fields.AwareDateTime(required=True)
 
 
+GPU_HEALTH_STATES = ("ok", "degraded", "failed")
+
+
+class GpuHealthChanged(HostRef):
+    """A GPU's health state: ok, degraded (marked, still in the pool) or failed (out of the
+    pool until it reads healthy for `[health] healthy_for_s`)."""
+
+    uuid = Str(required=True, validate=NonEmpty)
+    index = Integer(required=True, allow_none=True)
+    state = Str(required=True, validate=validate.OneOf(GPU_HEALTH_STATES))
+    reason = Str(required=True, allow_none=True)  # the signals that decided it; null when ok
+    since = fields.AwareDateTime(required=True)
+    # The state before; null: the first reading of this GPU by this monitor (after a start, or
+    # when its host moved to another monitor replica).
+    previous = Str(load_default=None, allow_none=True, validate=validate.OneOf(GPU_HEALTH_STATES))
+
+
 class GpuSample(Strict):
     """One GPU at one tick. A figure the GPU does not report is null, never 0."""
 
@@ -149,6 +166,14 @@ EVENTS: tuple[EventType, ...] = (
         "monitor",
         GpuDisappeared,
         "A GPU seen before is missing from its host's reading (the host itself answered).",
+    ),
+    EventType(
+        "gpu.health_changed",
+        1,
+        "monitor",
+        GpuHealthChanged,
+        "A GPU's health changed (ok, degraded, failed) with its reason and since when; also "
+        "sent once for every GPU a monitor reads for the first time (`previous` null).",
     ),
     EventType(
         "host.sampled",

@@ -110,6 +110,10 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "warden_replica_info": ("1, with this replica's role and version.", ("role", "version")),
     "warden_hosts_polled": ("Hosts this monitor replica polls.", ()),
+    "warden_gpu_health": (
+        "Health of each GPU this monitor replica polls: 0 ok, 1 degraded, 2 failed.",
+        ("host", "uuid", "index"),
+    ),
     "warden_queue_messages": (
         "Messages ready in a queue this service consumes (its dead-letter and RPC queues too).",
         ("queue",),

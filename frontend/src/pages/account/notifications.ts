@@ -24,6 +24,7 @@ export const KIND_LABELS: Record<string, string> = {
   account: 'My account: an invitation or a new password link',
   host_key_changed: 'A host presents another SSH key (admins)',
   maintenance: 'GPUs I booked are drained for maintenance',
+  gpu_health: 'A GPU of my booking failed (admins: any GPU)',
 }
 
 export const CHANNEL_LABELS: Record<Channel, string> = { email: 'E-mail', chat: 'Chat', browser: 'Browser' }

@@ -85,3 +85,17 @@ describe('a GPU nobody booked', () => {
     }
   })
 })
+
+describe('GPU health badge', () => {
+  it('says a GPU failed and why, and nothing for a healthy one', () => {
+    const since = new Date(T0).toISOString()
+    const { view } = gpu({ health: { state: 'failed', reason: '2 uncorrectable ECC error(s)', since } })
+    const card = mount(GpuCard, { props: { gpu: view() }, global: { stubs } })
+    expect(card.get('[data-testid="health-badge"]').text()).toBe('Failed: out of the pool')
+    expect(card.text()).toContain('2 uncorrectable ECC error(s)')
+    const row = mount(GpuRow, { props: { gpu: view() }, global: { stubs } })
+    expect(row.get('[data-testid="health-badge"]').text()).toBe('Failed')
+    const healthy = mount(GpuCard, { props: { gpu: gpu().view() }, global: { stubs } })
+    expect(healthy.find('[data-testid="health-badge"]').exists()).toBe(false)
+  })
+})

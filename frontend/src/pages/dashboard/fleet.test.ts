@@ -27,6 +27,7 @@ function gpuState(host: string, index: number, extra: Partial<Schemas['GpuState'
     reachable: true,
     sampled_at: iso(T0),
     present: true,
+    health: { state: 'ok', reason: null, since: null },
     ...extra,
   }
 }
@@ -335,5 +336,23 @@ describe('filtering and grouping', () => {
   it('groups by GPU model', () => {
     const groups = groupHosts([view('a', [[]], 'H100'), view('b', [[]], 'A100')], 'model')
     expect(groups.map((g) => g.key)).toEqual(['A100', 'H100'])
+  })
+})
+
+describe('GPU health', () => {
+  it('comes from the hosts answer and from gpu.health_changed, ok when not said', () => {
+    const fleet = new Fleet()
+    const failed = { state: 'failed', reason: 'row remapping pending', since: iso(T0) }
+    fleet.load([hostState('h1', 0, { gpus: [gpuState('h1', 0, { health: failed }), gpuState('h1', 1)] })], [], T0)
+    const health = () => fleet.hosts.get('h1')!.gpus.map((g) => g.health.state)
+    expect(health()).toEqual(['failed', 'ok'])
+    fleet.takeDirty()
+    fleet.applyGpuHealth({ host: 'h1', uuid: 'GPU-h1-1', state: 'degraded', reason: 'PCIe link x8 of x16', since: iso(T0) })
+    fleet.applyGpuHealth({ host: 'h1', uuid: 'GPU-h1-0', state: 'ok', reason: null, since: iso(T0) })
+    expect(health()).toEqual(['ok', 'degraded'])
+    expect(fleet.hosts.get('h1')!.gpus[1].health.reason).toBe('PCIe link x8 of x16')
+    expect(fleet.takeDirty()).toEqual(['h1'])
+    fleet.applyGpuHealth({ host: 'nowhere', uuid: 'GPU-x', state: 'failed', since: iso(T0) })
+    expect(fleet.hasDirty).toBe(false)
   })
 })

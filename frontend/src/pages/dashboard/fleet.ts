@@ -52,6 +52,24 @@ export const HOST_FIGURES = [
 ] as const
 export type HostFigure = (typeof HOST_FIGURES)[number]
 
+/** A GPU's health (gpu.health_changed): failed GPUs are out of the pool until they read healthy. */
+export type GpuHealth = {
+  readonly state: 'ok' | 'degraded' | 'failed'
+  readonly reason: string | null
+  readonly since: string | null
+}
+export const HEALTHY: GpuHealth = { state: 'ok', reason: null, since: null }
+
+export function asHealth(value: { state?: unknown; reason?: unknown; since?: unknown } | null | undefined): GpuHealth {
+  const state = value?.state
+  if (state !== 'degraded' && state !== 'failed') return HEALTHY
+  return {
+    state,
+    reason: typeof value?.reason === 'string' ? value.reason : null,
+    since: typeof value?.since === 'string' ? value.since : null,
+  }
+}
+
 export type GpuView = {
   readonly uuid: string
   readonly host: string
@@ -62,6 +80,7 @@ export type GpuView = {
   readonly next_reservation: Reservation | null
   readonly sampled_at: string | null
   readonly violations: readonly ViolationMark[]
+  readonly health: GpuHealth
 } & { readonly [K in GpuFigure]: number | null }
 
 export type HostView = {
@@ -147,6 +166,7 @@ function gpuFromState(state: Schemas['GpuState'], violations: readonly Violation
     next_reservation: asReservation(state.next_reservation),
     sampled_at: state.sampled_at ?? null,
     violations,
+    health: asHealth(state.health),
   }
 }
 
@@ -164,6 +184,7 @@ function emptyGpu(host: string, uuid: string, index: number, name: string | null
     next_reservation: null,
     sampled_at: null,
     violations: [],
+    health: HEALTHY,
   }
 }
 
@@ -399,6 +420,14 @@ export class Fleet {
     this.hostOfGpu.set(data.uuid, data.host)
     this.membershipChanged = true
     this.put({ ...old, gpus: [...old.gpus, gpu].sort(byIndex) })
+  }
+
+  /** gpu.health_changed */
+  applyGpuHealth(data: { host: string; uuid: string; state: string; reason?: string | null; since: string }): void {
+    const old = this.hosts.get(data.host)
+    if (!old || !old.gpus.some((g) => g.uuid === data.uuid)) return
+    const health = asHealth(data)
+    this.put({ ...old, gpus: old.gpus.map((g) => (g.uuid === data.uuid ? { ...g, health } : g)) })
   }
 
   /** gpu.disappeared */
