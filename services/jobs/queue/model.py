@@ -73,6 +73,9 @@ class QueueState:
     avoid: Mapping[int, frozenset[str]] = field(default_factory=dict)  # job id -> GPUs refused
     # Anti-starvation (see the scheduler's docstring): None keeps nothing for waiting jobs.
     hold_after: timedelta | None = None
+    # The queue's order as job ids (fair share, `services.jobs.queue.fairshare`); None: the
+    # scheduler's own round robin (`queue_order`). Jobs of `queue` not named go last.
+    order: Sequence[int] | None = None
 
 
 # --- what one pass decides ------------------------------------------------------------------

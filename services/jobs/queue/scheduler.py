@@ -92,6 +92,16 @@ def queue_order(queue: Sequence[QueuedJob]) -> list[QueuedJob]:
     return [job for _, job in keyed]
 
 
+def ordered(state: QueueState) -> list[QueuedJob]:
+    """The queue in `state.order` when given (others after it, round robin), else
+    `queue_order`."""
+    if state.order is None:
+        return queue_order(state.queue)
+    by_id = {job.job_id: job for job in state.queue}
+    out = [by_id.pop(i) for i in state.order if i in by_id]
+    return out + queue_order(list(by_id.values()))
+
+
 # --- the pass --------------------------------------------------------------------------------
 
 
@@ -146,7 +156,7 @@ def _starts(state: QueueState) -> list[Decision]:
     out: list[Decision] = []
     hold_after = state.hold_after
     holder: int | None = None
-    for job in queue_order(state.queue):
+    for job in ordered(state):
         w = placer.windows[job.job_id]
         avoid = state.avoid.get(job.job_id, frozenset())
         placer.probe_busy = (
