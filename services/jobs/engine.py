@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from services.jobs.fair_queue import forecast_queue, publish_queue
 from services.jobs.queue.model import (
     Booking,
     Demand,
@@ -239,6 +240,7 @@ class Engine:
             for s in jobs.values()
             if s.active and s.from_queue
         ]
+        self.working.fair.note_reservations(self.working.book.all(), now)
         return QueueState(
             now=now,
             gpus=gpus,
@@ -251,6 +253,7 @@ class Engine:
             hold_after=timedelta(seconds=settings.queue_hold_after_s)
             if settings.queue_hold_after_s
             else None,
+            order=self.working.fair.order(queue, jobs.values(), now),
         )
 
     async def _queue_pass(self) -> None:
@@ -258,7 +261,8 @@ class Engine:
             jobs = self.working.jobs
             if not any(s.queued or (s.active and s.from_queue) for s in jobs.values()):
                 return
-            decisions = schedule(self.queue_state(self.working.clock()))
+            queue_state = self.queue_state(self.working.clock())
+            decisions = schedule(queue_state)
             starts = []
             for decision in decisions:
                 state = jobs.get(decision.job_id)
@@ -284,5 +288,7 @@ class Engine:
                     state.waiting_reason = decision.reason
                 elif isinstance(decision, Start):
                     starts.append((state, decision.placement))
+            changed = forecast_queue(self.working, queue_state)
         for state, placement in starts:
             await self._launch_checked(state, placement, from_queue=True)
+        await publish_queue(self.bus, self.working, changed)

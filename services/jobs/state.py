@@ -63,6 +63,7 @@ class JobState:
     interrupted_for: set[int] = field(default_factory=set)  # reservations it yielded to
     waiting_reason: str | None = None
     signals_sent: set[str] = field(default_factory=set)  # of the current stop
+    predicted_start: datetime | None = None  # a queued job's, from the queue's forecast
 
     @property
     def id(self) -> int:
@@ -122,6 +123,7 @@ class JobState:
             "max_runtime_s": self.max_runtime_s,
             "template": None if self.job.template is None else self.job.template.kind,
             "waiting_reason": self.waiting_reason,
+            "predicted_start": _iso(self.predicted_start) if self.queued else None,
             "tasks": [self.task_data(i) for i in range(len(self.tasks))],
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
+from services.jobs.fair_queue import FairQueue
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
 from services.shared.cluster.host_directory import HostDirectory
@@ -62,6 +63,8 @@ class WorkingState:
         self.gpus: dict[str, tuple[str, int | None]] = {}  # uuid -> (host, index)
         self.busy: dict[str, frozenset[str]] = {}  # host -> GPUs with processes on them
         self.avoid: dict[int, set[str]] = {}  # job id -> GPUs its owner may not use now
+        # The queue's order (fair share or FIFO), reasons and predicted starts.
+        self.fair = FairQueue(settings.queue, timedelta(seconds=settings.jobs.queue_min_window_s))
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
 

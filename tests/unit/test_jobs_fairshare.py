@@ -89,8 +89,11 @@ def test_a_job_that_waited_past_starve_after_goes_first() -> None:
     policy = Policy(starve_after=timedelta(hours=24))
     got = fair_order(queue, {"heavy": 1e6}, {"heavy": 0.5, "light": 0.5}, NOW, policy)
     assert ids(got) == [1, 2]
-    assert ids(fair_order(queue, {"heavy": 1e6}, {"heavy": 0.5, "light": 0.5}, NOW,
-                          Policy(starve_after=None))) == [2, 1]
+    assert ids(
+        fair_order(
+            queue, {"heavy": 1e6}, {"heavy": 0.5, "light": 0.5}, NOW, Policy(starve_after=None)
+        )
+    ) == [2, 1]
 
 
 @given(
@@ -153,5 +156,9 @@ def test_heavy_users_fifty_jobs_block_the_light_one_no_longer_than_one_running_j
     started = [d.job_id for d in decisions if isinstance(d, Start)]
     assert started == [99]
     fifo = ids(order(queue, stand, NOW, policy, fair=False))
-    assert predict_starts(QueueState(NOW, gpus, {}, queue, order=fifo), running, {},
-                          NOW + 30 * 24 * H)[99] > NOW + 6 * H
+    assert (
+        predict_starts(
+            QueueState(NOW, gpus, {}, queue, order=fifo), running, {}, NOW + 30 * 24 * H
+        )[99]
+        > NOW + 6 * H
+    )

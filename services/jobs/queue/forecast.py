@@ -19,7 +19,6 @@ their last runs of a job of the same name, else of jobs on as many GPUs, capped 
 from __future__ import annotations
 
 import bisect
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -63,7 +62,9 @@ def estimate_runtime(
         same = [r.duration for r in history if r.owner == owner and r.gpus == gpus]
     if not same:
         return limit
-    guess: timedelta = statistics.median(same[-last:])
+    recent = sorted(same[-last:])
+    half = len(recent) // 2
+    guess = recent[half] if len(recent) % 2 else (recent[half - 1] + recent[half]) / 2
     return min(guess, limit) if limit is not None else guess
 
 
@@ -107,4 +108,6 @@ def predict_starts(
         if not later:
             break
         now = min(later)
-    return {job_id: (at if at is not None and at < horizon else None) for job_id, at in starts.items()}
+    return {
+        job_id: (at if at is not None and at < horizon else None) for job_id, at in starts.items()
+    }

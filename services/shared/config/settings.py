@@ -28,6 +28,7 @@ from services.shared.config.escalation import (
 from services.shared.config.ldap import LdapSettings
 from services.shared.config.metrics import MetricsSettings
 from services.shared.config.monitor import MonitorSettings
+from services.shared.config.queue import QueueSettings
 from services.shared.config.replicas import ReplicaSettings
 
 MIN_SECRET_LENGTH = 32
@@ -509,6 +510,7 @@ class Settings:
     reservations: ReservationSettings = field(default_factory=ReservationSettings)
     violations: ViolationSettings = field(default_factory=ViolationSettings)
     jobs: JobSettings = field(default_factory=JobSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
     hosts: tuple[HostConfig, ...] = option(
         (),
         "One table per GPU server: seeds the monitor's inventory at start-up (hosts are then "
