@@ -1,0 +1,117 @@
+"""The queue through the API, on the simulated fleet over real SSH: fair share puts a light
+user's job before a heavy user's queue, `GET /queue` says the order, why each job waits and
+when it is predicted to start (from the running jobs' time limits), job answers carry the
+predicted start, and the live stream's `queue.changed` event carries the queue."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from services.jobs.api import QueueSchema
+from tests.e2e.api import ApiClient, ApiSystem, running_system
+from tests.e2e.test_api_stream import open_stream
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
+
+FOREVER = "python train.py"  # the sim runs it until it is signalled
+HOUR_S = 3600
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def system(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ApiSystem]:
+    async with running_system(tmp_path_factory.mktemp("api-queue")) as system:
+        yield system
+
+
+async def queue(client: ApiClient, name: str, runtime_s: int) -> int:
+    created = await client.post(
+        "/jobs",
+        {
+            "name": name,
+            "queued": True,
+            "max_runtime_s": runtime_s,
+            "tasks": [{"command": FOREVER, "gpu_count": 4}],
+        },
+    )
+    assert created.status == 201, created.body
+    return int(created.body["id"])
+
+
+def when(text: str | None) -> datetime:
+    assert text is not None
+    return datetime.fromisoformat(text)
+
+
+async def test_a_light_users_job_goes_first_with_reasons_and_predicted_starts(
+    system: ApiSystem,
+) -> None:
+    alice, bob = await system.as_user("alice"), await system.as_user("bob")
+    viewer = await system.as_user("admin")  # any signed-in user reads the queue
+    stream = await open_stream(system, "admin", topics="jobs")
+    try:
+        # alice fills both hosts (4 GPUs each) for an hour, then queues three more.
+        running = [await queue(alice, f"fill-{i}", HOUR_S) for i in range(2)]
+        started: list[datetime] = []
+        for job_id in running:
+
+            async def is_running(job_id: int = job_id) -> dict[str, Any] | None:
+                job = (await alice.get(f"/jobs/{job_id}")).body
+                return job if job["status"] == "running" else None
+
+            job = await system.until(is_running, f"job {job_id} running")
+            started.append(when(job["tasks"][0]["started_at"]))
+        heavy = [await queue(alice, f"sweep-{i}", HOUR_S) for i in range(3)]
+        light = await queue(bob, "debug", HOUR_S // 2)
+
+        async def forecast() -> dict[str, Any] | None:
+            answer = await viewer.get("/queue")
+            assert answer.status == 200, answer.body
+            jobs = answer.body["jobs"]
+            done = len(jobs) == 4 and all(j["predicted_start"] for j in jobs[:3])
+            return dict(answer.body) if done and jobs[0]["id"] == light else None
+
+        got = await system.until(forecast, "the queue with bob's job first, forecast")
+        QueueSchema().load(got)
+        assert got["policy"] == "fair"
+        assert [j["id"] for j in got["jobs"]] == [light, *heavy]
+        assert [j["position"] for j in got["jobs"]] == [1, 2, 3, 4]
+        first_end, second_end = sorted(s + timedelta(seconds=HOUR_S) for s in started)
+        by_id = {j["id"]: j for j in got["jobs"]}
+        # bob's job: when the first of alice's running jobs reaches its time limit
+        assert when(by_id[light]["predicted_start"]) == first_end
+        assert when(by_id[heavy[0]]["predicted_start"]) == second_end
+        assert when(by_id[heavy[1]]["predicted_start"]) == first_end + timedelta(minutes=30)
+        assert "4 free GPUs" in by_id[light]["reason"]
+        assert "behind 1 jobs of users with less usage" in by_id[heavy[0]]["reason"]
+        users = {u["user"]: u for u in got["users"]}
+        assert [u["user"] for u in got["users"]] == ["bob", "alice"]
+        assert users["alice"]["usage_gpu_h"] > 0 and users["bob"]["usage_gpu_h"] == 0
+        assert users["alice"]["share"] == users["bob"]["share"] == 0.5
+        assert users["alice"]["running"] == 2 and users["alice"]["queued"] == 3
+
+        job = (await bob.get(f"/jobs/{light}")).body
+        assert job["predicted_start"] == by_id[light]["predicted_start"]
+
+        async def event_with_bob_first() -> dict[str, Any]:
+            while True:
+                _, event = await stream.next("queue.changed")
+                if event["data"]["jobs"] and event["data"]["jobs"][0]["id"] == light:
+                    return dict(event["data"])
+
+        seen = await event_with_bob_first()
+        assert seen["jobs"][0]["owner"] == "bob"
+    finally:
+        stream.response.close()
+        for job_id in running:
+            await alice.post(f"/jobs/{job_id}/stop")
+
+
+async def test_the_queue_is_for_signed_in_users(system: ApiSystem) -> None:
+    answer = await system.anonymous().get("/queue")
+    assert answer.status == 401
+    assert answer.body["error"] == "authentication_required"
