@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.jobs.fair_queue import forecast_queue, publish_queue
+from services.jobs.fair_queue import forecast_queue, publish_queue, refresh_groups
 from services.jobs.queue.model import (
     Booking,
     Demand,
@@ -106,6 +106,7 @@ class Engine:
             launches = await self._timers(now)
         for state, placement in launches:
             await self._launch_checked(state, placement, from_queue=False)
+        await refresh_groups(self.bus, self.working)
         await self._queue_pass()
 
     async def _timers(self, now: datetime) -> list[tuple[JobState, dict[int, Any]]]:  # noqa: C901 - one pass over the timers: stops, warnings and launches together

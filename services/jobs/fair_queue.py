@@ -8,26 +8,34 @@ No I/O here: the engine calls it under the working state's lock and publishes wh
 
 from __future__ import annotations
 
+import logging
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from services.accounts import api as accounts_api
 from services.jobs.queue import fairshare, forecast
 from services.jobs.queue.fairshare import Policy, Standing, Usage
 from services.jobs.queue.forecast import PastRun, Running
 from services.jobs.queue.model import QueuedJob, QueueState
 from services.jobs.state import JobState
 from services.shared.config.queue import QueueSettings
+from services.shared.errors import WardenError
 from services.shared.reservation_book import Holding
 
 if TYPE_CHECKING:
     from services.jobs.working_state import WorkingState
     from services.shared.bus import Bus
 
+log = logging.getLogger("warden.jobs")
+
 # A running job past its expected end is expected to end this much later (it is overdue).
 OVERDUE_SLACK = timedelta(minutes=10)
 # The forecast is computed again when what it read changed, or after this long.
 FORECAST_EVERY = timedelta(seconds=30)
+# Who is in which group (for the group weights) is asked again after this long.
+GROUPS_EVERY = timedelta(minutes=5)
 _ENDED = frozenset({"succeeded", "failed", "stopped"})
 
 
@@ -52,6 +60,7 @@ class FairQueue:
             min_window=min_window,
         )
         self.groups: dict[str, tuple[str, ...]] = {}  # user -> groups (when weights are set)
+        self.groups_at: datetime | None = None
         self.reserved: dict[int, Usage] = {}  # reservations used so far, by id
         self.standing: dict[str, Standing] = {}
         self.order_ids: list[int] = []
@@ -264,3 +273,28 @@ async def publish_queue(bus: Bus, working: WorkingState, changed: bool) -> None:
     async with working.lock:
         data = working.fair.answer(working.jobs, working.clock())
     await bus.emit("queue.changed", data, source="jobs")
+
+
+async def refresh_groups(bus: Bus, working: WorkingState) -> None:
+    """Who is in which group, asked of the accounts every GROUPS_EVERY while [queue] weights
+    are set (as a queued job's owner: any user may list the groups); kept when it fails."""
+    fair = working.fair
+    now = working.clock()
+    if not fair.policy.weights or (
+        fair.groups_at is not None and now - fair.groups_at < GROUPS_EVERY
+    ):
+        return
+    asker = next((s.owner for s in working.jobs.values() if s.queued), None)
+    if asker is None:
+        return
+    fair.groups_at = now
+    try:
+        found = await accounts_api.LIST_GROUPS.call(bus, {"actor": asker})
+    except WardenError as err:
+        log.warning("fair share: groups not read (%s); the last ones are used", err.message)
+        return
+    groups: dict[str, list[str]] = defaultdict(list)
+    for group in found:
+        for member in group["members"]:
+            groups[member].append(group["name"])
+    fair.groups = {user: tuple(names) for user, names in groups.items()}
