@@ -1,5 +1,6 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, violations, report.
+reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, queue, violations,
+report.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
@@ -19,6 +20,7 @@ from services.client import (
     idle,
     jobs,
     notifications,
+    queue,
     reports,
     reservations,
     session,
@@ -40,6 +42,7 @@ _RESOURCES = (
     idle,
     notifications,
     jobs,
+    queue,
     violations,
     reports,
     settings,
