@@ -22,6 +22,7 @@ import heapq
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -56,6 +57,7 @@ CLASS = {
     **dict.fromkeys(LIGHT, "light"),
 }
 TICK = timedelta(minutes=5)
+INFLOW_WINDOW = timedelta(days=1)  # the recent rate of queued GPU-hours, over this long
 GRACE = timedelta(minutes=1)  # an interrupted job ends this long after SIGINT
 
 
@@ -124,7 +126,7 @@ def make_workload(seed: int, days: float) -> Workload:  # noqa: C901 - the lab's
                 return out
             out.append(t)
 
-    for burst in poisson(2.2):  # the heavy user: bursts of 12-20 4-GPU trainings
+    for burst in poisson(4.0):  # the heavy user: bursts of 12-20 4-GPU trainings
         for k in range(rng.randint(12, 20)):
             specs.append((burst + k * MIN, "heavy", "sweep", 4, rng.random() < 0.8))
     for u in MEDIUM:
@@ -184,7 +186,7 @@ class Simulation:
         self.bookings: dict[str, list[Booking]] = defaultdict(list)
         self.booked: list[tuple[Booking, int]] = []  # (booking, GPUs) known so far
         self.gpus_of_booking = {b.reservation_id: chosen for _, b, chosen in work.bookings}
-        self.policy = Policy(half_life=7 * 24 * H, starve_after=24 * H, min_window=H)
+        self.policy = Policy(half_life=7 * 24 * H, starve_after=72 * H, min_window=H)
         self.forecast_every = forecast_every
         self.horizon = horizon
         self.queue: dict[int, SimJob] = {}
@@ -194,6 +196,7 @@ class Simulation:
         self._seq = 0
         self.passes = 0
         self.forecasts = 0
+        self.standing: dict[str, fairshare.Standing] = {}
 
     def _push(self, at: datetime, kind: str, ref: int = 0, run_no: int = 0) -> None:
         self._seq += 1
@@ -271,6 +274,20 @@ class Simulation:
             order=self._order(queue, now),
         )
 
+    def _ahead(self, now: datetime) -> dict[int, float]:
+        stand = self.standing
+        ratio = {u: s.ratio for u, s in stand.items()}
+        inflow = _inflow(self.jobs.values(), self.history, now) if self.fair else {}
+        booked = sum(
+            n * ((b.end - b.start) / H)
+            for (at, b, _), n in zip(
+                self.pending_bookings, (len(c) for *_, c in self.pending_bookings), strict=True
+            )
+            if now - INFLOW_WINDOW <= at <= now
+        ) / (INFLOW_WINDOW / H)
+        owners = {j.id: j.owner for j in self.queue.values()}
+        return forecast.arrivals_ahead(owners, ratio, inflow, len(self.gpus), booked)
+
     def _order(self, queue: list[QueuedJob], now: datetime) -> list[int]:
         periods = [
             Usage(b.owner, n, b.start, min(b.end, now)) for b, n in self.booked if b.start < now
@@ -282,7 +299,7 @@ class Simulation:
             for j in self.running.values()
             if j.started_at is not None
         )
-        stand = fairshare.standings(queue, periods, {}, now, self.policy)
+        stand = self.standing = fairshare.standings(queue, periods, {}, now, self.policy)
         return [j.job_id for j in fairshare.order(queue, stand, now, self.policy, fair=self.fair)]
 
     def _pass(self, now: datetime) -> None:
@@ -319,10 +336,20 @@ class Simulation:
             j.id: max(_expected(j, self.history) - _ran(j), MIN) for j in self.queue.values()
         }
         got = forecast.predict_starts(state, running, durations, now + self.horizon)
+        got = forecast.stretched(got, now, self._ahead(now), now + self.horizon)
         for job_id, at in got.items():
             job = self.jobs[job_id]
             if job.predicted_at is None and at is not None and job.first_start is None:
                 job.predicted, job.predicted_at = at, now
+
+
+def _inflow(jobs: Iterable[SimJob], history: list[PastRun], now: datetime) -> dict[str, float]:
+    """Each user's GPU-hours queued over the last day, per hour (expected run times)."""
+    out: dict[str, float] = defaultdict(float)
+    for j in jobs:
+        if now - INFLOW_WINDOW <= j.enqueued_at <= now:
+            out[j.owner] += j.gpus * (_expected(j, history) / H) / (INFLOW_WINDOW / H)
+    return dict(out)
 
 
 def _ran(job: SimJob) -> timedelta:

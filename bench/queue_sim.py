@@ -9,7 +9,7 @@ bursts of 4-GPU trainings, 4 medium users, 11 light users with many short debug 
 reservations booked 1-24 h ahead) is run through the real queue pass
 (`services.jobs.queue.scheduler.schedule`) in the order of the real policy
 (`services.jobs.queue.fairshare`), with a simulated clock, once with `[queue] policy = "fifo"`
-and once with "fair" (half-life 7 days, starve_after 24 h), the same workload both times. The
+and once with "fair" (half-life 7 days, starve_after 72 h), the same workload both times. The
 fair run also asks the real forecast (`services.jobs.queue.forecast.predict_starts`) every
 hour and keeps each waiting job's first predicted start.
 

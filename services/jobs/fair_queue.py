@@ -36,6 +36,8 @@ OVERDUE_SLACK = timedelta(minutes=10)
 FORECAST_EVERY = timedelta(seconds=30)
 # Who is in which group (for the group weights) is asked again after this long.
 GROUPS_EVERY = timedelta(minutes=5)
+# Predicted starts allow for jobs and reservations still to come at the rates of this long.
+INFLOW_WINDOW = timedelta(days=1)
 _ENDED = frozenset({"succeeded", "failed", "stopped"})
 
 
@@ -129,7 +131,9 @@ class FairQueue:
                 if j.job_id in jobs
             }
             horizon = now + timedelta(hours=self.settings.forecast_horizon_h)
-            self.predicted = forecast.predict_starts(state, running, durations, horizon)
+            starts = forecast.predict_starts(state, running, durations, horizon)
+            ahead = self._ahead(state, jobs.values(), history)
+            self.predicted = forecast.stretched(starts, now, ahead, horizon)
         self.reasons = self._reasons(jobs)
         for job_id, at in self.predicted.items():
             if job_id in jobs:
@@ -139,6 +143,33 @@ class FairQueue:
             return False
         self._published = shown
         return True
+
+    def _ahead(
+        self, state: QueueState, jobs: Iterable[JobState], history: Sequence[PastRun]
+    ) -> dict[int, float]:
+        """The share of the GPUs jobs and reservations still to come are expected to take
+        ahead of each queued job, from the rates of the last INFLOW_WINDOW."""
+        now, window_h = state.now, INFLOW_WINDOW / timedelta(hours=1)
+        since = now - INFLOW_WINDOW
+        inflow: dict[str, float] = defaultdict(float)
+        if self.fair:
+            for s in jobs:
+                if s.enqueued_at is not None and since <= s.enqueued_at <= now:
+                    hours = expected_runtime(s, history, self.policy.min_window) / timedelta(
+                        hours=1
+                    )
+                    inflow[s.owner] += _gpus(s) * hours / window_h
+        booked = (
+            sum(
+                u.gpus * ((u.end - u.start) / timedelta(hours=1))
+                for u in self.reserved.values()
+                if since <= u.start <= now
+            )
+            / window_h
+        )
+        ratio = {user: s.ratio for user, s in self.standing.items()}
+        owners = {j.job_id: j.owner for j in state.queue}
+        return forecast.arrivals_ahead(owners, ratio, inflow, len(state.gpus), booked)
 
     def _reasons(self, jobs: Mapping[int, JobState]) -> dict[int, str]:
         out: dict[int, str] = {}

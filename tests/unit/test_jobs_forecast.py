@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from services.jobs.queue.forecast import PastRun, Running, estimate_runtime, predict_starts
+from services.jobs.queue.forecast import (
+    PastRun,
+    Running,
+    arrivals_ahead,
+    estimate_runtime,
+    predict_starts,
+    stretched,
+)
 from services.jobs.queue.model import Booking, Demand, Gpu, QueuedJob, QueueState
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -81,3 +88,18 @@ def test_runtime_is_learned_from_the_same_users_similar_jobs() -> None:
     assert estimate_runtime(history, "ann", "other", 1, None) == 5 * MIN  # same GPU count
     assert estimate_runtime(history, "cy", "train", 8, 30 * MIN) == 30 * MIN
     assert estimate_runtime(history, "cy", "train", 8, None) is None
+
+
+def test_jobs_to_come_of_users_with_less_usage_stretch_the_wait() -> None:
+    owners = {1: "heavy", 2: "light"}
+    ratio = {"heavy": 100.0, "light": 0.0, "mid": 10.0}
+    inflow = {"light": 8.0, "mid": 8.0, "heavy": 30.0}  # GPU-hours per hour
+    ahead = arrivals_ahead(owners, ratio, inflow, 64, booked=16.0)
+    assert ahead == {1: 0.5, 2: 0.25}  # heavy: light's, mid's and the bookings; light: bookings
+    got = stretched({1: at(60), 2: at(60), 3: None}, NOW, ahead, at(24 * 60))
+    assert got == {1: at(120), 2: at(80), 3: None}
+    assert stretched({1: at(60)}, NOW, {1: 0.5}, at(100)) == {1: None}  # now past the horizon
+
+
+def test_jobs_to_come_take_at_most_most_of_the_gpus() -> None:
+    assert arrivals_ahead({1: "a"}, {"a": 1.0, "b": 0.0}, {"b": 1000.0}, 8) == {1: 0.8}

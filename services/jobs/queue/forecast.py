@@ -12,6 +12,12 @@ still waiting at `horizon` (or when nothing more happens) has none. What the rep
 - the bookings (the calendar) stay as they are; nobody queues more jobs;
 - the order is the one given (`QueueState.order`), as it is now.
 
+Jobs still to come: under fair share, users with less usage for their share go before a
+waiting job when they queue more, and reservations booked later take GPUs too.
+`arrivals_ahead` estimates the share of the GPUs these will take (each user's recent rate of
+GPU-hours queued, the recent rate of GPU-hours booked), and `stretched` lengthens each
+predicted wait by 1 / (1 - that share), as the wait of a low class in a priority queue is.
+
 `estimate_runtime` learns how long a job runs from the same user's earlier runs: the median of
 their last runs of a job of the same name, else of jobs on as many GPUs, capped by its limit.
 """
@@ -25,6 +31,9 @@ from datetime import datetime, timedelta
 
 from services.jobs.queue.model import Gpu, QueueState, Start
 from services.jobs.queue.scheduler import schedule
+
+# At most this share of the GPUs is expected to go to jobs still to come (`arrivals_ahead`).
+MAX_AHEAD = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +120,46 @@ def predict_starts(
     return {
         job_id: (at if at is not None and at < horizon else None) for job_id, at in starts.items()
     }
+
+
+def arrivals_ahead(
+    owners: Mapping[int, str],
+    ratio: Mapping[str, float],
+    inflow: Mapping[str, float],
+    capacity: int,
+    booked: float = 0.0,
+) -> dict[int, float]:
+    """For each queued job (`owners`: job id -> owner), the share of the GPUs that jobs still
+    to come are expected to take ahead of it: those of users whose usage over their share
+    (`ratio`) is lower than its owner's, at each one's recent rate (`inflow`: GPU-hours per
+    hour), and reservations still to be booked (`booked`: the recent rate of GPU-hours booked
+    per hour, ahead of everyone). Under FIFO only `booked`: jobs still to come go behind."""
+    if capacity <= 0:
+        return {}
+    out = {}
+    for job_id, owner in owners.items():
+        mine = ratio.get(owner, 0.0)
+        ahead = booked + sum(
+            rate for u, rate in inflow.items() if u != owner and ratio.get(u, 0.0) < mine
+        )
+        out[job_id] = min(ahead / capacity, MAX_AHEAD)
+    return out
+
+
+def stretched(
+    starts: Mapping[int, datetime | None],
+    now: datetime,
+    ahead: Mapping[int, float],
+    horizon: datetime,
+) -> dict[int, datetime | None]:
+    """Predicted starts with the wait stretched by 1 / (1 - ahead): while a job waits, jobs to
+    come that go before it take that share of the GPUs (as in a priority queue)."""
+    out: dict[int, datetime | None] = {}
+    for job_id, at in starts.items():
+        rho = ahead.get(job_id, 0.0)
+        if at is None or rho <= 0:
+            out[job_id] = at
+            continue
+        later = now + (at - now) / (1 - rho)
+        out[job_id] = later if later < horizon else None
+    return out

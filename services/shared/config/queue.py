@@ -58,7 +58,7 @@ class QueueSettings:
         "weight of their groups (1 when none is listed), shares are equal by default.",
     )
     starve_after_h: float = option(
-        24.0,
+        72.0,
         "A job waiting this many hours goes before every job that has not waited as long, "
         "whatever its owner's usage; 0: no such bound (usage still decays while one waits).",
         min=0,
