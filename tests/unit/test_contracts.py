@@ -223,9 +223,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                 "predicted_start": NOW,
             }
         ],
-        "users": [
-            {"user": "alice", "share": 0.5, "usage_gpu_h": 3.5, "queued": 1, "running": 0}
-        ],
+        "users": [{"user": "alice", "share": 0.5, "usage_gpu_h": 3.5, "queued": 1, "running": 0}],
     },
 }
 
