@@ -52,6 +52,8 @@ async def test_a_light_users_job_goes_first_with_reasons_and_predicted_starts(
 ) -> None:
     alice, bob = await system.as_user("alice"), await system.as_user("bob")
     viewer = await system.as_user("admin")  # any signed-in user reads the queue
+    for host in (0, 1):  # the fleet's GPUs known to the services before anything is queued
+        await system.gpu(host, 3)
     stream = await open_stream(system, "admin", topics="jobs")
     try:
         # alice fills both hosts (4 GPUs each) for an hour, then queues three more.
