@@ -16,7 +16,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.jobs.fair_queue import forecast_queue, publish_queue, refresh_groups
+from services.jobs.fair_queue import (
+    forecast_queue,
+    publish_queue,
+    refresh_groups,
+    start_forecast,
+)
 from services.jobs.queue.model import (
     Booking,
     Demand,
@@ -66,6 +71,7 @@ class Engine:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._loop)
+        await cancel_and_wait(self.working.fair.task)
 
     async def _run(self) -> None:
         retrying = Retrying(log, "the jobs tick")
@@ -289,7 +295,8 @@ class Engine:
                     state.waiting_reason = decision.reason
                 elif isinstance(decision, Start):
                     starts.append((state, decision.placement))
-            changed = forecast_queue(self.working, queue_state)
+            changed, compute = forecast_queue(self.working, queue_state)
         for state, placement in starts:
             await self._launch_checked(state, placement, from_queue=True)
         await publish_queue(self.bus, self.working, changed)
+        start_forecast(self.bus, self.working, compute)

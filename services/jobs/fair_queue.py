@@ -8,9 +8,10 @@ No I/O here: the engine calls it under the working state's lock and publishes wh
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +30,13 @@ if TYPE_CHECKING:
     from services.shared.bus import Bus
 
 log = logging.getLogger("warden.jobs")
+Compute = Callable[[], dict[int, datetime | None]]
 
 # A running job past its expected end is expected to end this much later (it is overdue).
 OVERDUE_SLACK = timedelta(minutes=10)
 # The forecast is computed again when what it read changed, or after this long.
 FORECAST_EVERY = timedelta(seconds=30)
+FORECAST_GAP = timedelta(seconds=5)  # and not sooner than this after the last
 # Who is in which group (for the group weights) is asked again after this long.
 GROUPS_EVERY = timedelta(minutes=5)
 # Predicted starts allow for jobs and reservations still to come at the rates of this long.
@@ -69,6 +72,8 @@ class FairQueue:
         self.predicted: dict[int, datetime | None] = {}
         self.reasons: dict[int, str] = {}
         self._seen: tuple[Any, ...] | None = None
+        self.computing = False  # a forecast is being computed off the lock
+        self.task: asyncio.Task[None] | None = None
         self._forecast_at: datetime | None = None
         self._published: tuple[Any, ...] | None = None
 
@@ -114,15 +119,24 @@ class FairQueue:
 
     def forecast(
         self, state: QueueState, jobs: Mapping[int, JobState], end_of: Mapping[int, datetime]
-    ) -> bool:
-        """Predicted starts and reasons after a pass; True when what users see changed.
-        `end_of`: reservation id -> its end (jobs inside one end with it)."""
+    ) -> tuple[bool, Compute | None]:
+        """After a pass: the reasons, whether what users see changed, and the forecast to
+        compute off the lock when one is due (`apply` takes its answer). `end_of`: reservation
+        id -> its end (jobs inside one end with it)."""
         now = state.now
+        self.reasons = self._reasons(jobs)
         busy = frozenset(u for u, g in state.gpus.items() if g.busy)
-        seen = (tuple(self.order_ids), busy, len(state.bookings), tuple(sorted(end_of.items())))
-        stale = self._forecast_at is None or now - self._forecast_at >= FORECAST_EVERY
-        if seen != self._seen or stale:
-            self._seen, self._forecast_at = seen, now
+        booked = sum(len(b) for b in state.bookings.values())
+        seen = (tuple(self.order_ids), busy, booked, tuple(sorted(end_of.items())))
+        last = self._forecast_at
+        due = (
+            last is None
+            or now - last >= FORECAST_EVERY
+            or (seen != self._seen and now - last >= FORECAST_GAP)
+        )
+        compute: Compute | None = None
+        if due and not self.computing:
+            self._seen, self._forecast_at, self.computing = seen, now, True
             history = past_runs(jobs.values())
             running = running_ends(jobs.values(), history, end_of, now, self.policy.min_window)
             durations = {
@@ -131,13 +145,24 @@ class FairQueue:
                 if j.job_id in jobs
             }
             horizon = now + timedelta(hours=self.settings.forecast_horizon_h)
-            starts = forecast.predict_starts(state, running, durations, horizon)
             ahead = self._ahead(state, jobs.values(), history)
-            self.predicted = forecast.stretched(starts, now, ahead, horizon)
-        self.reasons = self._reasons(jobs)
-        for job_id, at in self.predicted.items():
+
+            def compute() -> dict[int, datetime | None]:
+                starts = forecast.predict_starts(state, running, durations, horizon)
+                return forecast.stretched(starts, now, ahead, horizon)
+
+        return self._changed(), compute
+
+    def apply(self, predicted: Mapping[int, datetime | None], jobs: Mapping[int, JobState]) -> bool:
+        """Under the lock: a computed forecast; True when what users see changed."""
+        self.computing = False
+        self.predicted = dict(predicted)
+        for job_id, at in predicted.items():
             if job_id in jobs:
                 jobs[job_id].predicted_start = at
+        return self._changed()
+
+    def _changed(self) -> bool:
         shown = tuple((i, self.predicted.get(i), self.reasons.get(i)) for i in self.order_ids)
         if shown == self._published:
             return False
@@ -286,8 +311,8 @@ def running_ends(
 # --- the engine's calls ------------------------------------------------------------------------
 
 
-def forecast_queue(working: WorkingState, state: QueueState) -> bool:
-    """Under the lock, after a pass: the forecast of `working` (a WorkingState)."""
+def forecast_queue(working: WorkingState, state: QueueState) -> tuple[bool, Compute | None]:
+    """Under the lock, after a pass: reasons now, the forecast to compute when due."""
     end_of = {}
     for s in working.jobs.values():
         if s.active and s.reservation_id is not None:
@@ -329,3 +354,24 @@ async def refresh_groups(bus: Bus, working: WorkingState) -> None:
         for member in group["members"]:
             groups[member].append(group["name"])
     fair.groups = {user: tuple(names) for user, names in groups.items()}
+
+
+def start_forecast(bus: Bus, working: WorkingState, compute: Compute | None) -> None:
+    """Compute a forecast in a worker thread (a replay of many passes may take seconds on a
+    large fleet: never under the lock), then apply it and publish what changed."""
+    if compute is None:
+        return
+
+    async def run() -> None:
+        fair = working.fair
+        try:
+            predicted = await asyncio.to_thread(compute)
+        except Exception:
+            log.exception("the queue's forecast failed; the last one is kept")
+            fair.computing = False
+            return
+        async with working.lock:
+            changed = fair.apply(predicted, working.jobs)
+        await publish_queue(bus, working, changed)
+
+    working.fair.task = asyncio.create_task(run(), name="queue forecast")
