@@ -1,17 +1,20 @@
 """`warden queue`: the jobs queue in the order jobs get GPUs (`GET /api/v1/queue`): why each
-job waits and when it is predicted to start, then each user's share and recent usage."""
+job waits and when it is predicted to start, then each user's share and recent usage;
+`--watch` draws it again every few seconds until Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
 
 from rich.console import Group
+from rich.live import Live
 from rich.table import Table
 
-from services.client.args import Subcommands, json_flag
+from services.client.args import Subcommands, json_flag, positive_int
 from services.client.columns import Cell, Column, fitted_table
 from services.client.output import console, print_json, utc_now
 from services.client.render import NONE, WIDE, when
@@ -93,13 +96,22 @@ def queue_view(
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
-    answer = stored_api().get("/queue")
+    api = stored_api()
     if args.json:
-        print_json(answer)
+        print_json(api.get("/queue"))
         return 0
     out = console()
-    out.print(queue_view(answer, utc_now(), width=out.width))
-    return 0
+    if args.watch is None:
+        out.print(queue_view(api.get("/queue"), utc_now(), width=out.width))
+        return 0
+    with Live(console=out, auto_refresh=False) as live:
+        try:
+            while True:
+                view = queue_view(api.get("/queue"), utc_now(), width=out.width)
+                live.update(view, refresh=True)
+                time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"queue": cmd_queue}
@@ -110,5 +122,13 @@ def add_parsers(commands: Subcommands, common: Sequence[argparse.ArgumentParser]
         "queue",
         parents=common,
         help="the jobs queue in order: why each job waits, predicted starts, users' shares",
+    )
+    queue.add_argument(
+        "--watch",
+        type=positive_int,
+        nargs="?",
+        const=5,
+        metavar="SECONDS",
+        help="draw it again every SECONDS (5) until Ctrl-C",
     )
     json_flag(queue)

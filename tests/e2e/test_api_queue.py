@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from services.client.output import utc_now
+from services.client.render import when as when_shown
 from services.jobs.api import QueueSchema
 from tests.e2e.api import ApiClient, ApiSystem, running_system
 from tests.e2e.test_api_stream import open_stream
+from tests.e2e.test_cli_client import Cli
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 
@@ -49,6 +53,9 @@ def when(text: str | None) -> datetime:
 
 async def test_a_light_users_job_goes_first_with_reasons_and_predicted_starts(
     system: ApiSystem,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     alice, bob = await system.as_user("alice"), await system.as_user("bob")
     viewer = await system.as_user("admin")  # any signed-in user reads the queue
@@ -115,6 +122,11 @@ async def test_a_light_users_job_goes_first_with_reasons_and_predicted_starts(
 
         seen = await event_with_bob_first()
         assert seen["jobs"][0]["owner"] == "bob"
+
+        # `warden queue`, and `warden jobs`' STARTS column, as bob in a 200-column terminal
+        monkeypatch.setenv("COLUMNS", "200")
+        cli = Cli(system, tmp_path, monkeypatch, capsys)
+        await _the_cli_shows_it(cli, light, heavy[0], by_id[light]["predicted_start"])
     finally:
         stream.response.close()
         for job_id in running:
@@ -125,3 +137,27 @@ async def test_the_queue_is_for_signed_in_users(system: ApiSystem) -> None:
     answer = await system.anonymous().get("/queue")
     assert answer.status == 401
     assert answer.body["error"] == "authentication_required"
+
+
+async def _the_cli_shows_it(cli: Cli, light: int, heavy: int, light_start: str) -> None:
+    await cli.login("bob")
+    shown = await cli("queue")
+    assert shown.code == 0, shown
+    rows = [line for line in shown.out.splitlines() if "debug" in line or "sweep-" in line]
+    assert f" {light} " in rows[0] and "debug" in rows[0] and "4 free GPUs" in rows[0]
+    assert f" {heavy} " in rows[1] and "behind 1 jobs of users with less usage" in rows[1]
+    assert "not within horizon" not in shown.out and "policy: fair" in shown.out
+    listed = await cli("jobs", "--mine")
+    assert listed.code == 0, listed
+    [debug] = [line for line in listed.out.splitlines() if "debug" in line]
+    assert debug.rstrip().endswith(when_shown(light_start, utc_now()))
+    # --watch draws it, then again until Ctrl-C
+    sleeps: list[int] = []
+
+    def interrupted(seconds: int) -> None:
+        sleeps.append(seconds)
+        raise KeyboardInterrupt
+
+    cli.monkeypatch.setattr("services.client.queue.time.sleep", interrupted)
+    watched = await cli("queue", "--watch", "2")
+    assert watched.code == 0 and sleeps == [2] and "debug" in watched.out
