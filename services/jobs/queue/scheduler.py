@@ -26,8 +26,9 @@ split across hosts would fit, see "Limits").
 Order: `QueueState.order` when given (the jobs engine gives fair share or FIFO,
 `services.jobs.queue.fairshare`), else FIFO with per-user fairness (`queue_order`): a job's
 rank is its position among its owner's queued jobs (by enqueued_at, then job_id); jobs go by
-(rank, enqueued_at, job_id), so users take turns. A job that cannot start does not block later ones (backfill): with the
-defaults a waiting job keeps nothing, not even GPUs that are free now.
+(rank, enqueued_at, job_id), so users take turns. A job that cannot start does not block
+later ones (backfill): with the defaults a waiting job keeps nothing, not even GPUs that are
+free now.
 
 Anti-starvation (opt-in, `QueueState.hold_after`): backfill alone lets a stream of small jobs
 starve a big one (its GPUs never come free together). With `hold_after` set, the first job in
