@@ -197,22 +197,26 @@ class FairQueue:
         return forecast.arrivals_ahead(owners, ratio, inflow, len(state.gpus), booked)
 
     def _reasons(self, jobs: Mapping[int, JobState]) -> dict[int, str]:
+        """The pass's reason of each job, and how many jobs of users with less usage for their
+        share go before it (one count per user seen so far: no quadratic walk)."""
         out: dict[int, str] = {}
-        for position, job_id in enumerate(self.order_ids):
+        before: dict[str, int] = defaultdict(int)  # owner -> their jobs so far in the order
+        ratio = {user: s.ratio for user, s in self.standing.items()}
+        for job_id in self.order_ids:
             state = jobs.get(job_id)
             if state is None:
                 continue
             reason = state.waiting_reason or "waiting for the next pass"
-            mine = self.standing.get(state.owner)
-            ahead = 0
+            mine = ratio.get(state.owner)
             if self.fair and mine is not None:
-                for other in self.order_ids[:position]:
-                    o = jobs.get(other)
-                    if o is not None and o.owner != state.owner:
-                        theirs = self.standing.get(o.owner)
-                        ahead += theirs is not None and theirs.ratio < mine.ratio
-            if ahead:
-                reason += f"; behind {ahead} jobs of users with less usage for their share"
+                ahead = sum(
+                    n
+                    for owner, n in before.items()
+                    if owner != state.owner and ratio.get(owner, mine) < mine
+                )
+                if ahead:
+                    reason += f"; behind {ahead} jobs of users with less usage for their share"
+            before[state.owner] += 1
             out[job_id] = reason
         return out
 
