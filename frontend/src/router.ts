@@ -15,6 +15,7 @@ const routes: RouteRecordRaw[] = [
   { path: '/reservations/find', name: 'find-slot', component: () => import('./pages/reservations/FindSlotPage.vue'), meta: { title: 'Find GPUs' } },
   { path: '/reservations/:id(\\d+)', name: 'reservation', component: () => import('./pages/reservations/ReservationPage.vue'), props: true, meta: { title: 'Reservation' } },
   { path: '/jobs', name: 'jobs', component: () => import('./pages/jobs/JobsPage.vue'), meta: { title: 'Jobs' } },
+  { path: '/jobs/queue', name: 'queue', component: () => import('./pages/jobs/QueuePage.vue'), meta: { title: 'Queue' } },
   { path: '/jobs/new', name: 'job-new', component: () => import('./pages/jobs/JobEditorPage.vue'), meta: { title: 'New job' } },
   { path: '/jobs/:id(\\d+)', name: 'job', component: () => import('./pages/jobs/JobPage.vue'), props: true, meta: { title: 'Job' } },
   { path: '/jobs/:id(\\d+)/edit', name: 'job-edit', component: () => import('./pages/jobs/JobEditorPage.vue'), props: true, meta: { title: 'Edit job' } },

@@ -44,6 +44,7 @@ export const EVENT_TYPES = [
   'job.deleted',
   'job.status_changed',
   'task.status_changed',
+  'queue.changed',
   'violation.opened',
   'violation.escalated',
   'violation.resolved',

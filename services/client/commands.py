@@ -1,6 +1,6 @@
 """The `warden` commands for researchers, over the REST API: login, logout, status, reserve,
-reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, violations, maintenance,
-report.
+reservations, cancel, calendar-feed, idle, jobs, submit, stop, logs, queue, violations,
+maintenance, report.
 
 Tables for people (rich), `--json` for scripts (the API's JSON as it came). Exit status: 0 done,
 1 refused or failed (why on stderr), 2 usage. This module assembles the commands of each
@@ -21,6 +21,7 @@ from services.client import (
     jobs,
     maintenance,
     notifications,
+    queue,
     reports,
     reservations,
     session,
@@ -42,6 +43,7 @@ _RESOURCES = (
     idle,
     notifications,
     jobs,
+    queue,
     violations,
     maintenance,
     reports,

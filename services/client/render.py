@@ -224,6 +224,7 @@ JOB_COLUMNS = (
     Column("TASKS", 12),
     Column("CREATED"),
     Column("NOTE", 10),
+    Column("STARTS"),
 )
 
 
@@ -257,9 +258,17 @@ def job_rows(
                 tasks or NONE,
                 when(job.get("created_at"), now, tz),
                 str(job.get("waiting_reason") or job.get("stop_reason") or ""),
+                predicted_start(job, now, tz),
             ]
         )
     return rows
+
+
+def predicted_start(job: Mapping[str, Any], now: datetime, tz: tzinfo | None = None) -> str:
+    """A queued job's predicted start; "> horizon" when none within the forecast's."""
+    if job.get("status") != "queued" or "predicted_start" not in job:
+        return ""
+    return when(job["predicted_start"], now, tz) if job["predicted_start"] else "> horizon"
 
 
 VIOLATION_COLUMNS = (

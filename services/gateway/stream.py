@@ -59,6 +59,7 @@ SUBSCRIPTIONS = (
     ("reservations", "user.*", "users"),
     ("jobs", "job.*", "jobs"),
     ("jobs", "task.*", "jobs"),
+    ("jobs", "queue.*", "jobs"),
     ("violations", "violation.*", "violations"),
     ("violations", "notification.*", "notifications"),
 )

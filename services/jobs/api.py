@@ -303,6 +303,10 @@ class JobSchema(Answer):
         metadata={"description": "the template's kind; for the owner and admins `{kind, options}`"},
     )
     waiting_reason = _Str(allow_none=True, metadata={"description": "why a queued job waits"})
+    predicted_start = _Time(
+        allow_none=True,
+        metadata={"description": "a queued job's predicted start; null: not within the horizon"},
+    )
     tasks = fields.List(fields.Nested(JobTaskSchema), required=True)
     created_at = _Time(required=True)
     updated_at = _Time(required=True)
@@ -328,6 +332,49 @@ class JobSchema(Answer):
         },
     )
     failure_reason = _Str(allow_none=True)
+
+
+class QueueArgs(Schema):
+    """The queue is the same for everyone: no arguments."""
+
+
+class QueuedJobSchema(Answer):
+    id = _Int(required=True)
+    owner = _Str(required=True)
+    name = _Str(required=True)
+    position = _Int(required=True, metadata={"description": "1: the next to get GPUs"})
+    gpus = _Int(required=True, metadata={"description": "GPUs it asks for"})
+    enqueued_at = _Time(required=True)
+    max_runtime_s = fields.Float(allow_none=True, metadata={"description": "its time limit"})
+    reason = _Str(allow_none=True, metadata={"description": "why it waits"})
+    predicted_start = _Time(
+        allow_none=True, metadata={"description": "null: not within the forecast's horizon"}
+    )
+
+
+class QueueUserSchema(Answer):
+    user = _Str(required=True)
+    share = fields.Float(required=True, metadata={"description": "their share, 0 to 1"})
+    usage_gpu_h = fields.Float(
+        required=True, metadata={"description": "recent GPU-hours, decayed by the half-life"}
+    )
+    queued = _Int(required=True)
+    running = _Int(required=True)
+
+
+class QueueSchema(Answer):
+    policy = _Str(required=True, metadata={"description": "fair or fifo"})
+    half_life_h = fields.Float(required=True)
+    horizon_h = fields.Float(required=True, metadata={"description": "the forecast's horizon"})
+    at = _Time(required=True, metadata={"description": "when it was computed"})
+    jobs = fields.List(
+        fields.Nested(QueuedJobSchema), required=True, metadata={"description": "in order"}
+    )
+    users = fields.List(
+        fields.Nested(QueueUserSchema),
+        required=True,
+        metadata={"description": "lowest usage for their share first"},
+    )
 
 
 class JobDeletedSchema(Answer):
@@ -484,6 +531,14 @@ PREVIEW_JOB = _method(
     raises=_DEFINING,
 )
 
+GET_QUEUE = _method(
+    "get_queue",
+    "The queue in the order jobs get GPUs: each job's reason and predicted start, each "
+    "user's share and usage",
+    QueueArgs,
+    answer=QueueSchema,
+)
+
 USAGE_REPORT = _method(
     "usage_report",
     "Jobs run and GPU-hours of jobs without a reservation over a period, per user and GPU",
@@ -505,5 +560,6 @@ METHODS = (
     DEQUEUE_JOB,
     TASK_LOGS,
     PREVIEW_JOB,
+    GET_QUEUE,
     USAGE_REPORT,
 )

@@ -17,6 +17,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from services.jobs.aftercare import Aftercare
+from services.jobs.fair_queue import (
+    forecast_queue,
+    publish_queue,
+    refresh_groups,
+    start_forecast,
+)
 from services.jobs.queue.model import (
     Booking,
     Demand,
@@ -67,6 +73,7 @@ class Engine:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._loop)
+        await cancel_and_wait(self.working.fair.task)
 
     async def _run(self) -> None:
         retrying = Retrying(log, "the jobs tick")
@@ -131,6 +138,7 @@ class Engine:
             await self._drain_stops(now)
         for state, placement in launches:
             await self._launch_checked(state, placement, from_queue=False)
+        await refresh_groups(self.bus, self.working)
         await self._queue_pass()
 
     async def _drain_stops(self, now: datetime) -> None:
@@ -299,6 +307,7 @@ class Engine:
             for s in jobs.values()
             if s.active and s.from_queue
         ]
+        self.working.fair.note_reservations(self.working.book.all(), now)
         return QueueState(
             now=now,
             gpus=gpus,
@@ -314,6 +323,7 @@ class Engine:
             topologies=self.working.topologies,
             packing=self.working.packing,
             drained=self.working.drains.by_gpu(self.working.gpus, now),
+            order=self.working.fair.order(queue, jobs.values(), now),
         )
 
     async def _queue_pass(self) -> None:
@@ -321,7 +331,8 @@ class Engine:
             jobs = self.working.jobs
             if not any(s.queued or (s.active and s.from_queue) for s in jobs.values()):
                 return
-            decisions = schedule(self.queue_state(self.working.clock()))
+            queue_state = self.queue_state(self.working.clock())
+            decisions = schedule(queue_state)
             starts = []
             for decision in decisions:
                 state = jobs.get(decision.job_id)
@@ -333,8 +344,11 @@ class Engine:
                     state.waiting_reason = decision.reason
                 elif isinstance(decision, Start):
                     starts.append((state, decision.placement))
+            changed, compute = forecast_queue(self.working, queue_state)
         for state, placement in starts:
             await self._launch_checked(state, placement, from_queue=True)
+        await publish_queue(self.bus, self.working, changed)
+        start_forecast(self.bus, self.working, compute)
 
     async def _yield(self, state: JobState, decision: Interrupt | Kill) -> None:
         """Under the lock: a queued job makes way for a reservation: its hand-back signal

@@ -71,6 +71,11 @@ def rpc_methods(calls: JobCalls, store: Store) -> dict[str, RpcHandler]:  # noqa
         await calls.refresh_gpus(args)
         return calls.preview(args["owner"] or args["actor"], _definition(args))
 
+    async def get_queue(_args: dict[str, Any]) -> dict[str, Any]:
+        working = calls.working
+        async with working.lock:
+            return working.fair.answer(working.jobs, working.clock())
+
     return served(
         api.METHODS,
         {
@@ -86,6 +91,7 @@ def rpc_methods(calls: JobCalls, store: Store) -> dict[str, RpcHandler]:  # noqa
             api.DEQUEUE_JOB: queueing(False),
             api.TASK_LOGS: task_logs,
             api.PREVIEW_JOB: preview_job,
+            api.GET_QUEUE: get_queue,
             api.USAGE_REPORT: report_handler(store, usage_report.usage_report),
         },
     )

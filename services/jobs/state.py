@@ -69,6 +69,7 @@ class JobState:
     # or "infrastructure" (its GPU failed or its host was lost: requeued), and why.
     failure: str | None = None
     failure_reason: str | None = None
+    predicted_start: datetime | None = None  # a queued job's, from the queue's forecast
 
     @property
     def id(self) -> int:
@@ -131,6 +132,7 @@ class JobState:
             "waiting_reason": self.waiting_reason,
             "interruptions": self.interruptions,
             "failure": self.failure,
+            "predicted_start": _iso(self.predicted_start) if self.queued else None,
             "tasks": [self.task_data(i) for i in range(len(self.tasks))],
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),

@@ -15,13 +15,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from services.jobs import repository
 from services.jobs.domain import TASK_ENDED
 from services.jobs.drains import DrainBook
 from services.jobs.failures import INFRASTRUCTURE
+from services.jobs.fair_queue import FairQueue
 from services.jobs.state import JobState, TaskRun
 from services.jobs.tables import outbox
 from services.shared.cluster.host_directory import HostDirectory
@@ -74,6 +75,8 @@ class WorkingState:
         self.topologies: Mapping[str, Topology] = {}
         self.packing = settings.scheduling.packing
         self.drains = DrainBook()  # maintenance windows: the queue keeps out of them
+        # The queue's order (fair share or FIFO), reasons and predicted starts.
+        self.fair = FairQueue(settings.queue, timedelta(seconds=settings.jobs.queue_min_window_s))
         self.lock = asyncio.Lock()
         self._wake = asyncio.Event()
 

@@ -260,6 +260,26 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "previous_status": "running",
         "at": NOW,
     },
+    "queue.changed": {
+        "policy": "fair",
+        "half_life_h": 168.0,
+        "horizon_h": 168.0,
+        "at": NOW,
+        "jobs": [
+            {
+                "id": 12,
+                "owner": "alice",
+                "name": "train",
+                "position": 1,
+                "gpus": 2,
+                "enqueued_at": NOW,
+                "max_runtime_s": 3600.0,
+                "reason": "no host has 2 free GPUs for 1 h",
+                "predicted_start": NOW,
+            }
+        ],
+        "users": [{"user": "alice", "share": 0.5, "usage_gpu_h": 3.5, "queued": 1, "running": 0}],
+    },
 }
 
 TYPE_NAMES = sorted({t.name for t in EVENT_TYPES})

@@ -733,6 +733,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/queue": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The queue in the order jobs get GPUs, with reasons and predicted starts
+         * @description `jobs` in order (position 1 goes next): why each waits and its predicted start (null: not within `horizon_h`); `users`: each one's share and decayed GPU-hours, lowest usage for their share first. The live stream's `queue.changed` event carries the same answer when it changes.
+         */
+        get: operations["get_queue"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/reports/usage": {
         parameters: {
             query?: never;
@@ -1957,6 +1977,11 @@ export interface components {
             on_time_limit?: string;
             owner: string;
             params?: components["schemas"]["JobParam"][];
+            /**
+             * Format: date-time
+             * @description a queued job's predicted start; null: not within the horizon
+             */
+            predicted_start?: string | null;
             queued: boolean;
             requeue?: boolean | null;
             reservation_id?: number | null;
@@ -2445,6 +2470,57 @@ export interface components {
             /** @description in words a person can act on */
             reason: string;
             tried: components["schemas"]["LoginOutcome"][];
+        } & {
+            [key: string]: unknown;
+        };
+        Queue: {
+            /**
+             * Format: date-time
+             * @description when it was computed
+             */
+            at: string;
+            half_life_h: number;
+            /** @description the forecast's horizon */
+            horizon_h: number;
+            /** @description in order */
+            jobs: components["schemas"]["QueuedJob"][];
+            /** @description fair or fifo */
+            policy: string;
+            /** @description lowest usage for their share first */
+            users: components["schemas"]["QueueUser"][];
+        } & {
+            [key: string]: unknown;
+        };
+        QueueUser: {
+            queued: number;
+            running: number;
+            /** @description their share, 0 to 1 */
+            share: number;
+            /** @description recent GPU-hours, decayed by the half-life */
+            usage_gpu_h: number;
+            user: string;
+        } & {
+            [key: string]: unknown;
+        };
+        QueuedJob: {
+            /** Format: date-time */
+            enqueued_at: string;
+            /** @description GPUs it asks for */
+            gpus: number;
+            id: number;
+            /** @description its time limit */
+            max_runtime_s?: number | null;
+            name: string;
+            owner: string;
+            /** @description 1: the next to get GPUs */
+            position: number;
+            /**
+             * Format: date-time
+             * @description null: not within the forecast's horizon
+             */
+            predicted_start?: string | null;
+            /** @description why it waits */
+            reason?: string | null;
         } & {
             [key: string]: unknown;
         };
@@ -4658,6 +4734,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Tokens"];
+                };
+            };
+            /** @description an error (see `error` for the code) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    get_queue: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description success */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Queue"];
                 };
             };
             /** @description an error (see `error` for the code) */

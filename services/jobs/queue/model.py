@@ -84,6 +84,9 @@ class QueueState:
     packing: str = PACK
     # Maintenance windows, uuid -> (start, end; None: open-ended): no work placed into one.
     drained: Mapping[str, Sequence[tuple[datetime, datetime | None]]] = field(default_factory=dict)
+    # The queue's order as job ids (fair share, `services.jobs.queue.fairshare`); None: the
+    # scheduler's own round robin (`queue_order`). Jobs of `queue` not named go last.
+    order: Sequence[int] | None = None
 
 
 # --- what one pass decides ------------------------------------------------------------------

@@ -23,10 +23,12 @@ together or not at all: named tasks first, then any-N tasks largest first, each 
 ones before left (a greedy choice: a job of several any-N tasks may wait although another
 split across hosts would fit, see "Limits").
 
-Order: FIFO with per-user fairness (`queue_order`): a job's rank is its position among its
-owner's queued jobs (by enqueued_at, then job_id); jobs go by (rank, enqueued_at, job_id), so
-users take turns. A job that cannot start does not block later ones (backfill): with the
-defaults a waiting job keeps nothing, not even GPUs that are free now.
+Order: `QueueState.order` when given (the jobs engine gives fair share or FIFO,
+`services.jobs.queue.fairshare`), else FIFO with per-user fairness (`queue_order`): a job's
+rank is its position among its owner's queued jobs (by enqueued_at, then job_id); jobs go by
+(rank, enqueued_at, job_id), so users take turns. A job that cannot start does not block
+later ones (backfill): with the defaults a waiting job keeps nothing, not even GPUs that are
+free now.
 
 Anti-starvation (opt-in, `QueueState.hold_after`): backfill alone lets a stream of small jobs
 starve a big one (its GPUs never come free together). With `hold_after` set, the first job in
@@ -93,6 +95,16 @@ def queue_order(queue: Sequence[QueuedJob]) -> list[QueuedJob]:
     return [job for _, job in keyed]
 
 
+def ordered(state: QueueState) -> list[QueuedJob]:
+    """The queue in `state.order` when given (others after it, round robin), else
+    `queue_order`."""
+    if state.order is None:
+        return queue_order(state.queue)
+    by_id = {job.job_id: job for job in state.queue}
+    out = [by_id.pop(i) for i in state.order if i in by_id]
+    return out + queue_order(list(by_id.values()))
+
+
 # --- the pass --------------------------------------------------------------------------------
 
 
@@ -148,7 +160,7 @@ def _starts(state: QueueState) -> list[Decision]:
     out: list[Decision] = []
     hold_after = state.hold_after
     holder: int | None = None
-    for job in queue_order(state.queue):
+    for job in ordered(state):
         w = placer.windows[job.job_id]
         avoid = state.avoid.get(job.job_id, frozenset())
         placer.probe_busy = (

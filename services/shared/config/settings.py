@@ -29,6 +29,7 @@ from services.shared.config.health import HealthSettings
 from services.shared.config.ldap import LdapSettings
 from services.shared.config.metrics import MetricsSettings
 from services.shared.config.monitor import MonitorSettings
+from services.shared.config.queue import QueueSettings
 from services.shared.config.replicas import ReplicaSettings
 from services.shared.config.scheduling import SchedulingSettings
 
@@ -527,6 +528,7 @@ class Settings:
     jobs: JobSettings = field(default_factory=JobSettings)
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
     hosts: tuple[HostConfig, ...] = option(
         (),
         "One table per GPU server: seeds the monitor's inventory at start-up (hosts are then "

@@ -58,6 +58,8 @@ class JobData(Strict):
     # How its last run failed: "early" (on its own in its first minutes: not retried, its
     # owner told with the output's tail) or "infrastructure" (GPU failed, host lost: requeued).
     failure = Str(allow_none=True, load_default=None)
+    # a queued job's predicted start (None: not within the forecast's horizon)
+    predicted_start = fields.AwareDateTime(allow_none=True, load_default=None)
     tasks = fields.List(fields.Nested(TaskData), required=True)
     created_at = fields.AwareDateTime(required=True)
     updated_at = fields.AwareDateTime(required=True)
@@ -78,6 +80,39 @@ class TaskStatusChanged(Strict):
     task = fields.Nested(TaskData, required=True)
     previous_status = Str(required=True, validate=validate.OneOf(TASK_STATUSES))
     at = fields.AwareDateTime(required=True)
+
+
+class QueuedJobData(Strict):
+    """A waiting job in the queue's order."""
+
+    id = Integer(required=True)
+    owner = Str(required=True, validate=NonEmpty)
+    name = Str(required=True)
+    position = Integer(required=True, validate=validate.Range(min=1))
+    gpus = Integer(required=True)
+    enqueued_at = fields.AwareDateTime(required=True)
+    max_runtime_s = Number(allow_none=True, load_default=None)
+    reason = Str(allow_none=True, load_default=None)
+    predicted_start = fields.AwareDateTime(allow_none=True, load_default=None)
+
+
+class QueueUserData(Strict):
+    """A user's standing in the fair share."""
+
+    user = Str(required=True, validate=NonEmpty)
+    share = Number(required=True)
+    usage_gpu_h = Number(required=True)
+    queued = Integer(required=True)
+    running = Integer(required=True)
+
+
+class QueueChanged(Strict):
+    policy = Str(required=True, validate=validate.OneOf(("fair", "fifo")))
+    half_life_h = Number(required=True)
+    horizon_h = Number(required=True)
+    at = fields.AwareDateTime(required=True)
+    jobs = fields.List(fields.Nested(QueuedJobData), required=True)
+    users = fields.List(fields.Nested(QueueUserData), required=True)
 
 
 EVENTS: tuple[EventType, ...] = (
@@ -115,5 +150,13 @@ EVENTS: tuple[EventType, ...] = (
         "jobs",
         TaskStatusChanged,
         "A task started, is running, ended (with its exit code), was stopped or lost its host.",
+    ),
+    EventType(
+        "queue.changed",
+        1,
+        "jobs",
+        QueueChanged,
+        "The queue's order, a waiting job's reason or predicted start changed: the whole "
+        "queue as GET /queue answers it.",
     ),
 )
