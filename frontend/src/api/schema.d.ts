@@ -1598,6 +1598,19 @@ export interface components {
             /** @description violations can reach someone by e-mail or chat */
             alerts_configured: boolean;
         };
+        GpuHealth: {
+            /** @description the signals read */
+            reason: string | null;
+            /**
+             * Format: date-time
+             * @description null: not read yet
+             */
+            since: string | null;
+            /** @description ok, degraded (marked, still bookable) or failed (out of the pool: no new booking or queued job until it reads healthy for [health] healthy_for_s) */
+            state: string;
+        } & {
+            [key: string]: unknown;
+        };
         GpuRef: {
             host: string;
             index: number | null;
@@ -1613,6 +1626,7 @@ export interface components {
             clock_sm_mhz: number | null;
             /** @description null when not reported (never 0) */
             fan_speed_percent: number | null;
+            health: components["schemas"]["GpuHealth"];
             host: string;
             index: number;
             /** @description labels from the hardware: model=, memory=, arch= */
@@ -2238,7 +2252,7 @@ export interface components {
             chat: boolean;
             email: boolean;
             /** @enum {string} */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "maintenance";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "maintenance" | "gpu_health";
         };
         LastStep: {
             /** @description why it failed or was skipped, when it was */
@@ -2897,7 +2911,7 @@ export interface components {
              * @default job_finished
              * @enum {string}
              */
-            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "maintenance";
+            kind: "reservation_starting" | "reservation_ending" | "reservation_idle" | "reservation_released" | "reservation_cancelled" | "reservation_violated" | "using_reserved_gpu" | "job_finished" | "job_failed" | "account" | "host_key_changed" | "maintenance" | "gpu_health";
         };
         TimelineEntry: {
             /** Format: date-time */
