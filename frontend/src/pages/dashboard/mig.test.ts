@@ -13,6 +13,7 @@ function state(uuid: string, index: number, name: string): Schemas['GpuState'] {
     utilization_gpu_percent: null, utilization_memory_percent: null, memory_used_mib: 1024, memory_total_mib: 40192,
     temperature_c: null, power_draw_w: null, power_limit_w: null, fan_speed_percent: null, clock_sm_mhz: null, clock_memory_mhz: null,
     processes: [], reservation: null, next_reservation: null, reachable: true, sampled_at: new Date(T0).toISOString(),
+    present: true, health: { state: 'ok', reason: null, since: null },
   } as Schemas['GpuState']
 }
 
