@@ -97,9 +97,9 @@ gpus = Table(
     Column("mig_parent_uuid", String(96), nullable=True),  # a MIG instance: its GPU
     Column("first_seen_ms", BigInteger, nullable=False),
     Column("last_change_ms", BigInteger, nullable=False),
-    # The monitor's gpu.health_changed (reservations_0012_health): ok, degraded or failed (a
+    # The monitor's gpu.health_changed (reservations_0016_health): ok, degraded or failed (a
     # failed GPU takes no new booking), why, and since when.
-    Column("health", String(16), nullable=False, default="ok", server_default="ok"),
+    Column("health", String(16), nullable=False, server_default="ok"),
     Column("health_reason", Text, nullable=True),
     Column("health_since_ms", BigInteger, nullable=True),
     Index("ix_reservations_gpus_host", "host", "gpu_index"),

@@ -83,7 +83,7 @@ def test_rule_problems_name_the_field(changes: dict[str, Any], field: str) -> No
     assert list(problems) == [field]
     assert problems[field]
     if field == "objects":
-        assert problems[field] == "grant all GPUs, or name hosts or GPUs"
+        assert problems[field] == "grant all GPUs, or name hosts, GPUs or labels"
 
 
 # --- windows ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from services.monitor.probe import PROBE_COMMAND, GpuStatus, parse_probe_output
+from services.monitor.probe import GpuStatus, parse_probe_output, probe_command
 from services.monitor.readers import SshReader
 from services.shared.config import HostConfig, SshSettings
 from services.shared.remote.ssh import (
@@ -155,7 +155,8 @@ async def test_ssh_reader_runs_the_probe_once_and_parses_its_output() -> None:
 
     reading = await reader.read(5.0)
 
-    assert shell.commands == [PROBE_COMMAND]  # one round trip
+    # One round trip; the first poll of a host also reads its GPU interconnect.
+    assert shell.commands == [probe_command(topology=True)]
     assert reading == parse_probe_output(text)
     assert reading.gpu_status is GpuStatus.OK
     assert len(reading.gpus) == 8
