@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -37,6 +38,9 @@ OVERDUE_SLACK = timedelta(minutes=10)
 # The forecast is computed again when what it read changed, or after this long.
 FORECAST_EVERY = timedelta(seconds=30)
 FORECAST_GAP = timedelta(seconds=5)  # and not sooner than this after the last
+# Nor sooner than this many times the last one took: on a large fleet a forecast takes
+# seconds of CPU, and it shares the process with the queue (at most a fifth of a core).
+FORECAST_COST_RATIO = 5
 # Who is in which group (for the group weights) is asked again after this long.
 GROUPS_EVERY = timedelta(minutes=5)
 # Predicted starts allow for jobs and reservations still to come at the rates of this long.
@@ -73,6 +77,7 @@ class FairQueue:
         self.reasons: dict[int, str] = {}
         self._seen: tuple[Any, ...] | None = None
         self.computing = False  # a forecast is being computed off the lock
+        self.cost = timedelta(0)  # how long the last forecast took to compute
         self.task: asyncio.Task[None] | None = None
         self._forecast_at: datetime | None = None
         self._published: tuple[Any, ...] | None = None
@@ -129,10 +134,10 @@ class FairQueue:
         booked = sum(len(b) for b in state.bookings.values())
         seen = (tuple(self.order_ids), busy, booked, tuple(sorted(end_of.items())))
         last = self._forecast_at
-        due = (
-            last is None
-            or now - last >= FORECAST_EVERY
-            or (seen != self._seen and now - last >= FORECAST_GAP)
+        paced = FORECAST_COST_RATIO * self.cost
+        due = last is None or (
+            now - last >= max(paced, FORECAST_GAP)
+            and (now - last >= FORECAST_EVERY or seen != self._seen)
         )
         compute: Compute | None = None
         if due and not self.computing:
@@ -368,12 +373,14 @@ def start_forecast(bus: Bus, working: WorkingState, compute: Compute | None) -> 
 
     async def run() -> None:
         fair = working.fair
+        began = time.monotonic()
         try:
             predicted = await asyncio.to_thread(compute)
         except Exception:
             log.exception("the queue's forecast failed; the last one is kept")
             fair.computing = False
             return
+        fair.cost = timedelta(seconds=time.monotonic() - began)
         async with working.lock:
             changed = fair.apply(predicted, working.jobs)
         await publish_queue(bus, working, changed)

@@ -6,8 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.jobs.domain import Job, Task
-from services.jobs.fair_queue import FORECAST_GAP, FairQueue, past_runs, running_ends
-from services.jobs.queue.model import Gpu, QueueState
+from services.jobs.fair_queue import (
+    FORECAST_COST_RATIO,
+    FORECAST_GAP,
+    FairQueue,
+    past_runs,
+    running_ends,
+)
+from services.jobs.queue.model import Demand, Gpu, QueuedJob, QueueState
 from services.jobs.state import JobState, TaskRun
 from services.shared.config.queue import QueueSettings
 
@@ -77,17 +83,7 @@ def test_forecast_then_apply_then_the_answer() -> None:
     from services.jobs.engine import Engine  # noqa: F401 - the engine imports this module
 
     queue = [
-        __import__("services.jobs.queue.model", fromlist=["QueuedJob"]).QueuedJob(
-            s.id,
-            s.owner,
-            s.enqueued_at,
-            (
-                __import__("services.jobs.queue.model", fromlist=["Demand"]).Demand(
-                    0, None, gpu_count=1
-                ),
-            ),
-            H,
-        )
+        QueuedJob(s.id, s.owner, s.enqueued_at, (Demand(0, None, gpu_count=1),), H)
         for s in (jobs[2], jobs[3])
     ]
     order = fair.order(queue, jobs.values(), NOW)
@@ -113,3 +109,13 @@ def test_forecast_then_apply_then_the_answer() -> None:
     assert fair.forecast(soon, jobs, {})[1] is None
     later = QueueState(NOW + FORECAST_GAP, free, {}, queue, order=order)
     assert fair.forecast(later, jobs, {})[1] is not None
+    # A forecast that took 4 s is not computed again for 5 times that, changes or not.
+    fair.apply({}, jobs)
+    fair.cost = 4 * timedelta(seconds=1)
+    paced = FORECAST_COST_RATIO * fair.cost
+    busy = {"h-0": Gpu("h-0", "h", 0, True)}
+    assert paced > FORECAST_GAP
+    early = QueueState(NOW + FORECAST_GAP + FORECAST_GAP, busy, {}, queue, order=order)
+    assert fair.forecast(early, jobs, {})[1] is None
+    paced_out = QueueState(NOW + FORECAST_GAP + paced, busy, {}, queue, order=order)
+    assert fair.forecast(paced_out, jobs, {})[1] is not None
