@@ -40,12 +40,16 @@ from services.jobs.start_checks import fixed_placement, run_until, use_refusals
 from services.jobs.state import JobState
 from services.jobs.supervisor import TaskSupervisor
 from services.jobs.working_state import WorkingState
+from services.reservations import api as reservations_api
 from services.shared.bus import Bus
 from services.shared.cluster.background import cancel_and_wait
 from services.shared.errors import WardenError
 from services.shared.failures import Retrying
 
 log = logging.getLogger("warden.jobs")
+
+# How often the GPUs are listed again while a host of the inventory has none known.
+GPU_RELIST = timedelta(seconds=30)
 
 
 class Engine:
@@ -55,6 +59,7 @@ class Engine:
         self.bus = bus
         self.aftercare = Aftercare(working, supervisor, bus)
         self._loop: asyncio.Task[None] | None = None
+        self._listed_at: datetime | None = None  # the last time GPUs were listed again
 
     # -- start-up and shutdown ----------------------------------------------------------------
 
@@ -139,7 +144,29 @@ class Engine:
         for state, placement in launches:
             await self._launch_checked(state, placement, from_queue=False)
         await refresh_groups(self.bus, self.working)
+        await self._learn_unknown_gpus(now)
         await self._queue_pass()
+
+    async def _learn_unknown_gpus(self, now: datetime) -> None:
+        """GPUs this service may never have heard of (their gpu.discovered went out before it
+        listened, and the reservations' list at its start was read before they were in it):
+        asked of the reservations service again, at most every GPU_RELIST while a host has
+        none known or a queued job waits."""
+        known = {host for host, _ in self.working.gpus.values()}
+        waiting = any(s.queued and s.waiting_reason for s in self.working.jobs.values())
+        if not waiting and all(host in known for host in self.working.hosts):
+            return
+        if self._listed_at is not None and now - self._listed_at < GPU_RELIST:
+            return
+        self._listed_at = now
+        try:
+            gpus = await reservations_api.LIST_GPUS.call(self.bus)
+        except WardenError as err:
+            log.debug("listing the GPUs failed: %s", err.message)
+            return
+        async with self.working.lock:
+            self.working.add_gpus(gpus)
+        self.working.kick()
 
     async def _drain_stops(self, now: datetime) -> None:
         """Stop the running jobs on GPUs drained now by a window that asked for it (under the
