@@ -37,7 +37,7 @@ it('drains a GPU from the Hosts page and shows the window on the calendar', asyn
   await admin.goto('/admin/hosts')
   await admin.getByRole('button', { name: 'Drain sim-001' }).click()
   const dialog = admin.getByRole('dialog', { name: 'Drain sim-001 for maintenance' })
-  await dialog.getByLabel('GPUs').fill('2')
+  await dialog.getByLabel('GPUs', { exact: true }).fill('2')
   await dialog.getByLabel('From').fill(local(8))
   await dialog.getByLabel('Until').fill(local(12))
   await dialog.getByLabel('Reason').fill('e2e: new fan')
