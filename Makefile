@@ -18,7 +18,7 @@ UI_SOURCES := $(shell find frontend/src frontend/public -type f 2>/dev/null) \
 	frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
 UI_BUILD := frontend/dist/index.html
 
-.PHONY: help install api-types frontend run wheels demo test test-unit test-ui test-deploy lint docs docs-reference screenshots bench bench-quick clean distclean
+.PHONY: help install api-types frontend run wheels demo test test-unit test-ui test-faults test-deploy lint docs docs-reference screenshots bench bench-quick clean distclean
 
 help: ## list the targets
 	@echo "Warden make targets:"
@@ -88,14 +88,18 @@ demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week
 # vhost, database, ports and sshd, so they do not meet. PYTEST_WORKERS=0 runs them in one.
 PYTEST_WORKERS ?= 2
 
-test: install frontend ## the whole suite: Python (in PYTEST_WORKERS processes, 2 by default), then the web UI's unit and browser tests
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
+test: install frontend ## the suite: Python (in PYTEST_WORKERS processes, 2 by default) but the fault and deploy tests, then the web UI's unit and browser tests
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not faults and not deploy"
 	$(MAKE) --no-print-directory test-ui
 
 test-ui: install frontend ## the web UI: Vitest unit tests, then end-to-end in Debian's Chromium
 	cd frontend && npm test && npm run test:e2e
 
-test-deploy: install frontend ## docker-compose.yml really deployed with podman-compose (root; see docker/test-deploy.py)
+test-faults: install ## the fault tests: real brokers, databases and replicas killed, stopped or frozen, and the recovery checked (minutes)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m faults
+
+test-deploy: install frontend ## the wheels built and installed in clean venvs, then docker-compose.yml really deployed with podman-compose (root; see docker/test-deploy.py)
+	$(BIN)/pytest -q -m deploy
 	$(BIN)/python docker/test-deploy.py
 
 test-unit: install ## unit tests only (no servers needed)

@@ -31,7 +31,7 @@ from tests.support.monitor_double import host_record
 from tests.support.polling import until
 from tests.support.replica_set import ReplicaSet
 
-pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.faults, pytest.mark.timeout(300)]
 
 STEPS = ("0s webhook admins", "6s webhook admins", "12s webhook admins")
 DEADLINE_S = 90.0

@@ -36,7 +36,7 @@ from tests.support.ports import free_port
 from tests.support.private_servers import private_postgres, private_rabbit
 from tests.support.system import system_settings
 
-pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.faults, pytest.mark.timeout(300)]
 
 WARDEN = [sys.executable, "-m", "services.cli"]
 CORE = ("reservations", "monitor", "jobs", "gateway")

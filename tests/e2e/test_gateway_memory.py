@@ -27,7 +27,7 @@ CONCURRENT = 64
 GROWTH_MIB = 40  # measured here: 21 MiB with large blocks mapped, 63 MiB without
 WARDEN = [sys.executable, "-m", "services.cli"]
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
 
 def rss_mib(pid: int) -> float:

@@ -63,7 +63,7 @@ from tests.support.replicas import (
 from tests.support.system import system_settings
 from tests.support.webhooks import webhook_receiver
 
-pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.faults, pytest.mark.timeout(240)]
 
 BACKENDS = ("reservations", "monitor", "jobs", "violations")
 STEPS = ["0s webhook owner", "6s webhook owner"]

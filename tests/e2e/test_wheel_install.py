@@ -26,7 +26,7 @@ import pytest
 from tests.support.polling import until_sync
 from tests.support.ports import free_port
 
-pytestmark = [pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 UI_INDEX = ROOT / "frontend" / "dist" / "index.html"

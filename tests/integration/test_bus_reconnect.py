@@ -19,7 +19,7 @@ from services.shared.contracts import Envelope
 from tests.support.polling import until
 from tests.support.private_servers import private_rabbit
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 WAIT_S = 60.0
 # Reconnect attempts every 0.5 s instead of 5 s: back sooner once the broker is.
 RECONNECT_S = 0.5

@@ -40,7 +40,7 @@ from tests.support.events import record
 from tests.support.fleet import ServedFleet, served_fleet
 from tests.support.polling import until
 
-pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.amqp, pytest.mark.postgres, pytest.mark.faults, pytest.mark.timeout(300)]
 
 WARDEN = [sys.executable, "-m", "services.cli"]
 HOSTS = 12
