@@ -318,8 +318,10 @@ class HostHealth:
         not read), `gpu_error` the GPU query's error (None: it worked). A known GPU missing
         from the rows of a failed query is lost; a GPU whose health was not read is left as it
         was. Returns the `gpu.health_changed` events: of each GPU whose state changed, and of
-        each GPU read for the first time here (`previous` null), whatever its state, so that a
-        restarted or newly assigned monitor tells every consumer where each GPU stands."""
+        each GPU read for the first time here (`previous` null) that is not ok, so that a
+        restarted or newly assigned monitor tells every consumer of the GPUs it found degraded
+        or failed (an ok one is what consumers assume: announcing each of thousands of GPUs
+        when a replica starts or takes over would double its first polls' events)."""
         listed = set(rows)
         by_uuid: dict[str, GpuHealthReading] = {}
         lost_buses: set[str] = set()
@@ -340,6 +342,8 @@ class HostHealth:
                 continue
             before = self.gpus.get(uuid)
             after = self.gpus[uuid] = next_health(before, signals, at, self.rules)
+            if before is None and after.state is HealthState.OK:
+                continue  # an ok GPU read the first time: what every consumer takes by default
             if before is None or before.state is not after.state:
                 events.append(self.event(uuid, after, before))
         return events

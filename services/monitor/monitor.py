@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.monitor.gpu_health import HealthRules, HealthState, HostHealth
-from services.monitor.health_store import HealthKeeper
+from services.monitor.health_store import HealthKeeper, KeptHealth
 from services.monitor.probe import GpuStatus, HostReading
 from services.monitor.readers import HostReader
 from services.monitor.shards import next_tick
@@ -104,6 +104,7 @@ class Monitor:
         self.health_rules = health_rules or HealthRules()
         self.health: dict[str, HostHealth] = {}  # host -> its GPUs' health (gpu_health.py)
         self.health_store = health_store  # where it is kept across restarts (health_store.py)
+        self.kept_health = None if health_store is None else KeptHealth(health_store)
         self.publish = publish
         self.interval_s = interval_s
         self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
@@ -311,9 +312,9 @@ class Monitor:
         if health is not None:
             return health
         health = HostHealth(name, self.health_rules)
-        if self.health_store is not None:
+        if self.kept_health is not None:
             try:
-                for uuid, (index, kept) in (await self.health_store.load(name)).items():
+                for uuid, (index, kept) in (await self.kept_health.of(name)).items():
                     health.gpus[uuid], health.index[uuid] = kept, index
             except Exception as err:  # its GPUs start from their next reading
                 log.warning("reading the GPU health of %s failed: %s", name, err)

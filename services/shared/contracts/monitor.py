@@ -173,7 +173,7 @@ EVENTS: tuple[EventType, ...] = (
         "monitor",
         GpuHealthChanged,
         "A GPU's health changed (ok, degraded, failed) with its reason and since when; also "
-        "sent once for every GPU a monitor reads for the first time (`previous` null).",
+        "sent for a GPU a monitor reads for the first time degraded or failed (`previous` null).",
     ),
     EventType(
         "host.sampled",
