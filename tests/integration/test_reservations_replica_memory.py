@@ -176,6 +176,8 @@ async def test_a_quota_counts_the_earlier_creates_of_its_group(replicas: Replica
     quota = dataclasses.replace(rule, limits=Limits(max_gpu_hours_per_week=2))
     await replicas.b.update_rule(ADMIN, quota)  # 2 GPU-hours a week; a's model is older
     start, end = slot(9)
+    start = start.replace(hour=12)  # its two hours in one quota week, whatever the hour now
+    end = start + timedelta(hours=2)
     results = await asyncio.gather(  # one group: the second must count the first
         *(
             replicas.a.create("ann", owner="ann", gpu_uuids=[gpu], start=start, end=end, title="t")
