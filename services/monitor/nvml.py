@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, TypeVar
 
+from services.monitor.nvml_calls import compute_processes, optional, text
 from services.monitor.nvml_mig import read_instances, with_instances
 from services.monitor.probe import GpuReading, GpuStatus, ProcessReading
 
@@ -34,18 +34,6 @@ def load_nvml() -> ModuleType | None:
     except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return None
     return pynvml
-
-
-def _optional(nvml: Any, function: Callable[..., T], *args: Any) -> T | None:
-    """`function(*args)`, or None when the GPU does not support or report it."""
-    try:
-        return function(*args)
-    except nvml.NVMLError:
-        return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -70,25 +58,25 @@ def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
     for index in range(count):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            uuid = text(nvml.nvmlDeviceGetUUID(handle))
         except nvml.NVMLError as err:  # a lost GPU: the others are still read
             errors.append(f"NVML: GPU {index}: {err}")
             continue
-        utilization = _optional(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
-        memory = _optional(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
-        power = _optional(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
-        limit = _optional(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        temperature = _optional(
+        utilization = optional(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = optional(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
+        power = optional(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
+        limit = optional(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        temperature = optional(
             nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
         )
-        fan = _optional(nvml, nvml.nvmlDeviceGetFanSpeed, handle)
-        clock_sm = _optional(nvml, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
-        clock_mem = _optional(nvml, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)
+        fan = optional(nvml, nvml.nvmlDeviceGetFanSpeed, handle)
+        clock_sm = optional(nvml, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+        clock_mem = optional(nvml, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM)
         gpus.append(
             GpuReading(
                 uuid=uuid,
                 index=index,
-                name=_text(nvml.nvmlDeviceGetName(handle)),
+                name=text(nvml.nvmlDeviceGetName(handle)),
                 utilization_gpu_percent=_float(utilization.gpu if utilization else None),
                 utilization_memory_percent=_float(utilization.memory if utilization else None),
                 memory_used_mib=memory.used / 2**20 if memory else None,
@@ -101,19 +89,7 @@ def read_gpus(nvml: Any, proc: ProcInfo | None = None) -> NvmlReading:
                 clock_memory_mhz=_float(clock_mem),
             )
         )
-        running = _optional(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, handle)
-        for process in running or ():
-            used = getattr(process, "usedGpuMemory", None)
-            processes.append(
-                ProcessReading(
-                    pid=int(process.pid),
-                    gpu_uuid=uuid,
-                    used_memory_mib=used / 2**20 if isinstance(used, int) else None,
-                    user=proc.user(process.pid),
-                    command=proc.command(process.pid),
-                    started_at=proc.started_at(process.pid),
-                )
-            )
+        processes.extend(compute_processes(nvml, handle, uuid, proc))
         split.append(read_instances(nvml, handle, gpus[-1], proc))
     processes.sort(key=lambda p: (p.gpu_uuid, p.pid))
     shown, placed = with_instances(gpus, processes, split)

@@ -10,27 +10,15 @@ instance. `FakeMigNvml` (in `nvml.py`) adds the MIG calls to `FakeNvml` for test
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from services.monitor.mig import idle_instances, mig_index
+from services.monitor.nvml_calls import compute_processes, optional, text
 from services.monitor.probe import GpuReading, ProcessReading
 
 if TYPE_CHECKING:
     from services.monitor.nvml import ProcInfo
-
-T = TypeVar("T")
-
-
-def _optional(nvml: Any, function: Callable[..., T], *args: Any) -> T | None:
-    try:
-        return function(*args)
-    except nvml.NVMLError:
-        return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def read_instances(
@@ -39,42 +27,30 @@ def read_instances(
     """The MIG instances of the GPU at `handle` and their processes; nothing when it is not in
     MIG mode (or the bindings or the driver cannot say)."""
     get_mode = getattr(nvml, "nvmlDeviceGetMigMode", None)  # bindings older than MIG: none
-    mode = None if get_mode is None else _optional(nvml, get_mode, handle)
+    mode = None if get_mode is None else optional(nvml, get_mode, handle)
     if not mode or mode[0] != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
         return [], []
-    count = _optional(nvml, nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+    count = optional(nvml, nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
     instances: list[GpuReading] = []
     processes: list[ProcessReading] = []
     for number in range(count):
-        mig = _optional(nvml, nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, number)
+        mig = optional(nvml, nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, number)
         if mig is None:
             continue
-        uuid = _text(nvml.nvmlDeviceGetUUID(mig))
-        name = _optional(nvml, nvml.nvmlDeviceGetName, mig)
-        memory = _optional(nvml, nvml.nvmlDeviceGetMemoryInfo, mig)
+        uuid = text(nvml.nvmlDeviceGetUUID(mig))
+        name = optional(nvml, nvml.nvmlDeviceGetName, mig)
+        memory = optional(nvml, nvml.nvmlDeviceGetMemoryInfo, mig)
         instances.append(
             GpuReading(
                 uuid=uuid,
                 index=mig_index(parent.index, len(instances)),
-                name=_text(name) if name is not None else f"{parent.name or 'GPU'} MIG",
+                name=text(name) if name is not None else f"{parent.name or 'GPU'} MIG",
                 memory_used_mib=memory.used / 2**20 if memory else None,
                 memory_total_mib=memory.total / 2**20 if memory else None,
                 mig_parent_uuid=parent.uuid,
             )
         )
-        running = _optional(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, mig)
-        for process in running or ():
-            used = getattr(process, "usedGpuMemory", None)
-            processes.append(
-                ProcessReading(
-                    pid=int(process.pid),
-                    gpu_uuid=uuid,
-                    used_memory_mib=used / 2**20 if isinstance(used, int) else None,
-                    user=proc.user(process.pid),
-                    command=proc.command(process.pid),
-                    started_at=proc.started_at(process.pid),
-                )
-            )
+        processes.extend(compute_processes(nvml, mig, uuid, proc))
     return instances, processes
 
 
