@@ -38,7 +38,11 @@ def lock_id(key: str) -> int:
 
 async def _lock(conn: AsyncConnection, keys: Sequence[str]) -> None:
     if conn.dialect.name != "postgresql":
-        return  # SQLite: Store.write() already runs one writer at a time
+        # SQLite: Store.write() runs one writer at a time, but its BEGIN IMMEDIATE goes with
+        # the first statement: run one now, so that the write lock (which another process's
+        # engine may hold) is ours before the caller reads the clock.
+        await conn.execute(text("SELECT 1"))
+        return
     for lock in sorted({lock_id(key) for key in keys}):
         await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock})
 

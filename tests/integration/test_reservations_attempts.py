@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import insert, text, update
@@ -142,3 +143,33 @@ async def test_a_take_that_waited_for_the_key_counts_from_when_it_got_it(pg_url:
         assert 0 < refused["retry_after_s"] <= 60
     finally:
         await engine.dispose()
+
+
+async def test_a_take_that_waited_for_another_engines_write_counts_from_when_it_got_it(
+    tmp_path: Path,
+) -> None:
+    """SQLite: another replica's engine holds the write lock and counts an attempt while a take
+    waits for it; the take's refusal says to wait at most the window."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'reservations.db'}"
+    holding, taking = db.create_engine(url), db.create_engine(url)
+    try:
+        await db.upgrade(holding, "reservations")
+        holder = Store(holding)
+        async with holder.write() as conn:
+            await conn.execute(text("SELECT 1"))  # the write lock is the holder's from here
+            waiting = asyncio.create_task(
+                AttemptCalls(Store(taking)).take({"limits": [key("feed:bob", 1, 60)]})
+            )
+            await asyncio.sleep(0.3)  # the take has begun and waits for the lock
+            assert not waiting.done()
+            await conn.execute(
+                insert(attempts_table).values(
+                    key="feed:bob", at_ms=now_ms(), until_ms=now_ms() + 60_000
+                )
+            )
+        refused = await waiting
+        assert refused["marks"] == []
+        assert 0 < refused["retry_after_s"] <= 60
+    finally:
+        await holding.dispose()
+        await taking.dispose()
