@@ -16,6 +16,7 @@ from services.monitor.nvml_topology import read_topology
 from services.monitor.probe import (
     TOPOLOGY_EVERY_S,
     GpuStatus,
+    HealthMemo,
     HostReading,
     ProbeOutputError,
     parse_loadavg,
@@ -49,12 +50,13 @@ class SshReader(HostReader):
         self.topology_every_s = topology_every_s
         self._topology_due = 0.0  # monotonic time of the next topology read
         self._gpu_set: frozenset[str] | None = None
+        self._health = HealthMemo()
 
     async def read(self, timeout: float) -> HostReading:
         topology = time.monotonic() >= self._topology_due
         result = await self.shell.run(probe_command(topology), timeout)
         try:
-            reading = parse_probe_output(result.stdout)
+            reading = parse_probe_output(result.stdout, self._health)
         except ProbeOutputError as err:
             detail = (result.stderr.strip().splitlines() or [str(err)])[-1][:200]
             raise HostUnreachable(

@@ -26,7 +26,7 @@ from services.monitor.gpu_health import (
     parse_health_section,
     row_signals,
 )
-from services.monitor.probe import PROBE_COMMAND, HostReading, parse_probe_output
+from services.monitor.probe import PROBE_COMMAND, HealthMemo, HostReading, parse_probe_output
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia_smi"
 T0 = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -49,6 +49,19 @@ def test_the_probe_reads_health_in_the_same_command() -> None:
     # the main query is untouched: a field an old driver refuses never breaks it
     main = next(line for line in PROBE_COMMAND.splitlines() if "--query-gpu=uuid," in line)
     assert "remapped_rows" not in main
+
+
+def test_a_hosts_memo_reads_an_unchanged_health_section_once() -> None:
+    memo = HealthMemo()
+    before = (RECORDED / "health_v100_before.txt").read_text()
+    lost = (RECORDED / "health_v100_lost.txt").read_text()
+    first = parse_probe_output(before, memo)
+    again = parse_probe_output(before, memo)
+    assert again.health is first.health  # the same section: the reading kept
+    assert first.health == parse_probe_output(before).health
+    changed = parse_probe_output(lost, memo)
+    assert changed.health == parse_probe_output(lost).health != first.health
+    assert parse_probe_output(before, memo).health == first.health  # and back
 
 
 def test_h200_at_rest_is_healthy() -> None:
