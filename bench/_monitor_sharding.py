@@ -104,12 +104,17 @@ class Samples:
         at = datetime.fromisoformat(envelope.data["sampled_at"]).timestamp()
         self.arrivals.append((time.time(), envelope.data["host"], at))
 
-    def fresh_after(self, hosts: set[str], since: float) -> float | None:
-        """When (arrival, Unix time) the last of `hosts` had a sample taken after `since`."""
+    def first_after(self, hosts: set[str], since: float) -> dict[str, float]:
+        """host -> when (arrival, Unix time) its first sample taken after `since` came."""
         first: dict[str, float] = {}
         for arrived, host, at in self.arrivals:
             if host in hosts and at > since and host not in first:
                 first[host] = arrived
+        return first
+
+    def fresh_after(self, hosts: set[str], since: float) -> float | None:
+        """When (arrival, Unix time) the last of `hosts` had a sample taken after `since`."""
+        first = self.first_after(hosts, since)
         return max(first.values()) if len(first) == len(hosts) else None
 
     def slot_faults(self, since: float, until: float) -> tuple[int, int]:
@@ -264,9 +269,19 @@ async def measure_monitor_sharding(
         os.kill(b.pid, signal.SIGKILL)
         children.remove(b)
         b.process.wait()
-        fresh_at = await _until(
-            lambda: samples.fresh_after(lost, killed_at), "the killed replica's hosts", 120, sim, a
-        )
+        print(f"    before the kill: {_progress(figures)}", file=sys.stderr, flush=True)
+        try:
+            fresh_at = await _until(
+                lambda: samples.fresh_after(lost, killed_at),
+                "the killed replica's hosts",
+                120,
+                sim,
+                a,
+            )
+        except RuntimeError:
+            stale = sorted(lost - set(samples.first_after(lost, killed_at)))
+            print(f"    {len(stale)} of {len(lost)} still stale: {stale[:10]}", file=sys.stderr)
+            raise
         figures["monitor_failover_s"] = fresh_at - killed_at
         figures["failover_hosts"] = len(lost)
 
@@ -285,6 +300,12 @@ async def measure_monitor_sharding(
             await bus.close()
         for child in reversed(children):
             child.stop()
+
+
+def _progress(figures: dict[str, Any]) -> str:
+    keys = ("p99_sample_age_ms", "p50_sample_age_ms", "missed_ticks", "failures",
+            "monitor_cpu_percent", "load_1m")  # fmt: skip
+    return " ".join(f"{k}={figures[k]}" for k in keys if k in figures)
 
 
 # --- run alone --------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from services.shared.remote.ssh import HostUnreachable
 log = logging.getLogger("warden.monitor")
 
 Publish = Callable[[str, dict[str, Any]], Awaitable[Any]]
+PublishAll = Callable[[list[Event]], Awaitable[Any]]  # in order; may await confirms together
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -99,6 +100,7 @@ class Monitor:
         labels: Mapping[str, Sequence[str]] | None = None,
         health_rules: HealthRules | None = None,
         health_store: HealthKeeper | None = None,
+        publish_all: PublishAll | None = None,
     ) -> None:
         self.readers = {reader.name: reader for reader in readers}
         self.health_rules = health_rules or HealthRules()
@@ -106,6 +108,7 @@ class Monitor:
         self.health_store = health_store  # where it is kept across restarts (health_store.py)
         self.kept_health = None if health_store is None else KeptHealth(health_store)
         self.publish = publish
+        self.publish_all = publish_all
         self.interval_s = interval_s
         self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
         self.writer = writer
@@ -369,14 +372,17 @@ class Monitor:
         return events
 
     async def _publish_all(self, events: list[Event]) -> None:
-        for event_type, data in events:
-            try:
-                await self.publish(event_type, data)
-            except WardenError as err:
-                if not self._publish_failing:
-                    self._publish_failing = True
-                    log.warning("publishing monitor events failed: %s", err.message)
-                return
+        try:
+            if self.publish_all is not None and len(events) > 1:
+                await self.publish_all(events)
+            else:
+                for event_type, data in events:
+                    await self.publish(event_type, data)
+        except WardenError as err:
+            if not self._publish_failing:
+                self._publish_failing = True
+                log.warning("publishing monitor events failed: %s", err.message)
+            return
         if self._publish_failing:
             self._publish_failing = False
             log.info("publishing monitor events works again")

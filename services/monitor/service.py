@@ -24,6 +24,7 @@ from services.monitor.peer_probe import vanished
 from services.monitor.readers import HostReader, LocalNvmlReader, SshReader
 from services.monitor.replica_rpc import Peers, replica_methods, rpc_name
 from services.monitor.sharding import Sharding
+from services.monitor.state import Event
 from services.monitor.tsdb.base import MetricsStore
 from services.monitor.tsdb.influx import InfluxMetricsStore
 from services.monitor.tsdb.sqlite import SqlMetricsStore
@@ -93,6 +94,9 @@ async def start(ctx: ServiceContext) -> Teardown:
         async def publish(event_type: str, data: dict[str, Any]) -> None:
             await ctx.bus.emit(event_type, data, source="monitor")
 
+        async def publish_all(events: list[Event]) -> None:
+            await ctx.bus.emit_all(events, source="monitor")
+
         # The inventory: [[hosts]] seeds the database, which then owns the list.
         host_store = HostStore(engine)
         stored = await host_store.seed(ctx.settings.hosts)
@@ -114,6 +118,7 @@ async def start(ctx: ServiceContext) -> Teardown:
                 ctx.settings.health.healthy_for_s,
             ),
             health_store=HealthStore(engine),
+            publish_all=publish_all,
         )
         replicas, view = ctx.replicas, FleetView()
         peers = Peers(ctx.bus, replicas)

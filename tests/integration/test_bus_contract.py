@@ -265,6 +265,39 @@ async def test_fan_out_every_queue_gets_every_event(bus_factory: BusFactory) -> 
     assert second.ids() == sent
 
 
+async def test_emit_all_keeps_the_order_while_many_polls_emit_at_once(bus: Bus) -> None:
+    """A monitor's polls each emit their events together (a GPU found, then the sample),
+    fifty at a time: every consumer gets each poll's events in the order given."""
+    recorder = Recorder()
+    await bus.subscribe("monitor", "#", "order.all", recorder)
+
+    def poll(i: int) -> list[tuple[str, dict[str, Any]]]:
+        host = f"gpu-{i:02}"
+        return [
+            ("gpu.discovered", discovered(host)),
+            ("host.recovered", recovered(host)),
+            ("processes.observed", observed(host)),
+        ]
+
+    sent = await asyncio.gather(*(bus.emit_all(poll(i), source="monitor") for i in range(50)))
+    assert [[e.type for e in poll_sent] for poll_sent in sent] == [
+        ["gpu.discovered", "host.recovered", "processes.observed"]
+    ] * 50
+    await until(lambda: len(recorder.handled) >= 150, "150 events")
+    for i, poll_sent in enumerate(sent):
+        host = f"gpu-{i:02}"
+        of_host = [e.id for e in recorder.handled if e.data["host"] == host]
+        assert of_host == [e.id for e in poll_sent]
+    with pytest.raises(ContractError):  # one invalid event: none of them is published
+        await bus.emit_all(
+            [("gpu.discovered", discovered("gpu-99")), ("host.unreachable", {"host": "x"})],
+            source="monitor",
+        )
+    await bus.emit("host.recovered", recovered("gpu-last"), source="monitor")
+    await until(lambda: recorder.handled[-1].data["host"] == "gpu-last", "the last event")
+    assert not any(e.data["host"] == "gpu-99" for e in recorder.handled)
+
+
 async def test_competing_consumers_share_one_queue(bus_factory: BusFactory) -> None:
     publisher = await bus_factory()
     replica_a, replica_b = await bus_factory(), await bus_factory()

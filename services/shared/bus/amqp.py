@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import aio_pika
@@ -55,7 +55,7 @@ from services.shared.bus.base import (
 )
 from services.shared.bus.connecting import redact, start_failure
 from services.shared.bus.deliveries import fast_consume
-from services.shared.contracts import Envelope, parse_envelope
+from services.shared.contracts import Envelope, make_envelope, parse_envelope
 from services.shared.errors import (
     ContractError,
     InvalidRequest,
@@ -207,6 +207,25 @@ class AmqpBus(Bus):
 
     async def publish_raw(self, source: str, routing_key: str, body: bytes) -> None:
         await self._publish(source, routing_key, body, None)
+
+    async def emit_all(
+        self, events: Sequence[tuple[str, Mapping[str, Any]]], *, source: str
+    ) -> list[Envelope]:
+        """One confirm wait for all of `events` rather than one after another: a monitor's
+        first poll of a host (a `gpu.discovered` per GPU, then its sample) took a round trip
+        through a busy loop and the broker per event. They stay in order on the channel: each
+        publish, started in turn, queues its frames before the next (or waits for the
+        channel's lock, which is first come, first served)."""
+        envelopes = [make_envelope(type_name, data, source=source) for type_name, data in events]
+        for name in {envelope.source for envelope in envelopes}:
+            self._require_connection()
+            await self._publish_exchange(name)  # declared once, before the publishes start
+        sent = [asyncio.ensure_future(self.publish(envelope)) for envelope in envelopes]
+        results = await asyncio.gather(*sent, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return envelopes
 
     async def _publish(
         self, source: str, routing_key: str, body: bytes, message_id: str | None

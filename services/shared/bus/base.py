@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
@@ -195,3 +195,14 @@ class Bus(ABC):
         envelope = make_envelope(type_name, data, source=source)
         await self.publish(envelope)
         return envelope
+
+    async def emit_all(
+        self, events: Sequence[tuple[str, Mapping[str, Any]]], *, source: str
+    ) -> list[Envelope]:
+        """Validate all of `events`, then publish them in this order (a failure stops at its
+        event). A bus that can (AMQP) has them all on the way at once and waits for their
+        confirms together."""
+        envelopes = [make_envelope(type_name, data, source=source) for type_name, data in events]
+        for envelope in envelopes:
+            await self.publish(envelope)
+        return envelopes

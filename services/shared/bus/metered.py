@@ -12,7 +12,7 @@ It also knows the durable queues its service consumes, whose depths are read at 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 from services.shared.bus.base import (
@@ -99,6 +99,14 @@ class MeteredBus(Bus):
         envelope = await self.inner.emit(type_name, data, source=source)
         self._published(type_name).inc()
         return envelope
+
+    async def emit_all(
+        self, events: Sequence[tuple[str, Mapping[str, Any]]], *, source: str
+    ) -> list[Envelope]:
+        envelopes = await self.inner.emit_all(events, source=source)
+        for envelope in envelopes:
+            self._published(envelope.type).inc()
+        return envelopes
 
     async def publish_raw(self, source: str, routing_key: str, body: bytes) -> None:
         await self.inner.publish_raw(source, routing_key, body)
