@@ -21,7 +21,8 @@ Usage::
 4. Failover: this process subscribes to `host.sampled`, kills one replica with SIGKILL and
    waits until every host that replica polled (rendezvous hashing over the two ids:
    `services/monitor/shards.py`) has a sample taken after the kill. `monitor_failover_s` is the
-   kill to the arrival here of the last of those samples.
+   kill to the arrival here of the last of those samples. The figures measured so far are
+   printed before the kill; when the hosts are not all fresh within 120 s, how many are not.
 5. Rejoin: the killed replica is started again; once the hosts are split again, the samples of
    the next intervals are placed in each host's tick slots: two in one slot is a double poll, a
    slot skipped is a gap. Counted, with the seconds from the start to the split.

@@ -55,7 +55,7 @@ from services.shared.bus.base import (
 )
 from services.shared.bus.connecting import redact, start_failure
 from services.shared.bus.deliveries import fast_consume
-from services.shared.contracts import Envelope, make_envelope, parse_envelope
+from services.shared.contracts import Envelope, parse_envelope
 from services.shared.errors import (
     ContractError,
     InvalidRequest,
@@ -208,24 +208,16 @@ class AmqpBus(Bus):
     async def publish_raw(self, source: str, routing_key: str, body: bytes) -> None:
         await self._publish(source, routing_key, body, None)
 
-    async def emit_all(
-        self, events: Sequence[tuple[str, Mapping[str, Any]]], *, source: str
-    ) -> list[Envelope]:
-        """One confirm wait for all of `events` rather than one after another: a monitor's
-        first poll of a host (a `gpu.discovered` per GPU, then its sample) took a round trip
-        through a busy loop and the broker per event. They stay in order on the channel: each
-        publish, started in turn, queues its frames before the next (or waits for the
-        channel's lock, which is first come, first served)."""
-        envelopes = [make_envelope(type_name, data, source=source) for type_name, data in events]
+    async def publish_all(self, envelopes: Sequence[Envelope]) -> None:
+        """In order: each publish, started in turn, queues its frames (or waits for the
+        channel's first-come-first-served lock) before the next starts."""
+        self._require_connection()
         for name in {envelope.source for envelope in envelopes}:
-            self._require_connection()
-            await self._publish_exchange(name)  # declared once, before the publishes start
+            await self._publish_exchange(name)  # declared before the publishes start
         sent = [asyncio.ensure_future(self.publish(envelope)) for envelope in envelopes]
-        results = await asyncio.gather(*sent, return_exceptions=True)
-        for result in results:
+        for result in await asyncio.gather(*sent, return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
-        return envelopes
 
     async def _publish(
         self, source: str, routing_key: str, body: bytes, message_id: str | None
@@ -240,9 +232,8 @@ class AmqpBus(Bus):
             message_type=routing_key,
         )
         try:
-            # aio-pika's Exchange.publish minus its Message object, which cost a fifth of the
-            # publisher's CPU (bench/bus_throughput.py). Not mandatory: an event nobody
-            # subscribes to is dropped by the broker, not bounced back to us.
+            # aio-pika's Exchange.publish minus its Message object (a fifth of the publisher's
+            # CPU). Not mandatory: an event nobody subscribes to is dropped, not bounced back.
             channel = cast(aiormq.Channel, await self._publish_channel.get_underlay_channel())
             await channel.basic_publish(
                 body,

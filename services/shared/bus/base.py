@@ -199,10 +199,14 @@ class Bus(ABC):
     async def emit_all(
         self, events: Sequence[tuple[str, Mapping[str, Any]]], *, source: str
     ) -> list[Envelope]:
-        """Validate all of `events`, then publish them in this order (a failure stops at its
-        event). A bus that can (AMQP) has them all on the way at once and waits for their
-        confirms together."""
+        """Validate all of `events`, then `publish_all` them."""
         envelopes = [make_envelope(type_name, data, source=source) for type_name, data in events]
+        await self.publish_all(envelopes)
+        return envelopes
+
+    async def publish_all(self, envelopes: Sequence[Envelope]) -> None:
+        """Publish `envelopes` in this order (a failure stops at its envelope). A bus that can
+        (AMQP) has them all on the way at once and waits for their confirms together: one
+        round trip for a monitor poll's events, not one each."""
         for envelope in envelopes:
             await self.publish(envelope)
-        return envelopes
