@@ -88,9 +88,12 @@ demo: install frontend ## a 4-host simulated fleet over SSH with a lived-in week
 # vhost, database, ports and sshd, so they do not meet. PYTEST_WORKERS=0 runs them in one.
 PYTEST_WORKERS ?= 2
 
-test: install frontend ## the suite: Python (in PYTEST_WORKERS processes, 2 by default) but the fault and deploy tests, then the web UI's unit and browser tests
+test: install frontend ## the suite: Python (in PYTEST_WORKERS processes, 2 by default) but the fault and deploy tests, then the web UI's unit tests
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not faults and not deploy"
-	$(MAKE) --no-print-directory test-ui
+	cd frontend && npm test
+
+test-browser: install frontend ## the web UI end to end: the real services, Debian's Chromium at 1440 and 390 px (minutes)
+	cd frontend && npm run test:e2e
 
 test-ui: install frontend ## the web UI: Vitest unit tests, then end-to-end in Debian's Chromium
 	cd frontend && npm test && npm run test:e2e
