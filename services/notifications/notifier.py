@@ -19,6 +19,7 @@ from services.notifications.delivery.smtp import SmtpSender
 from services.notifications.delivery.webhook import WebhookPoster
 from services.notifications.limits import RateLimiter
 from services.shared.config import SmtpSettings, WebhookTarget
+from services.shared.failures import describe_failure, outage
 from services.shared.storage.outbox import add_event
 from services.shared.storage.store import Store, iso_ms, now_ms
 
@@ -114,7 +115,10 @@ class Notifier:
                 target = WebhookTarget(url=chat_url, format=chat_format, name="chat")
                 outcome = await self.webhooks.post(target, channels.chat(chat_format, note))
         except Exception as err:  # recorded; one channel failing never costs the others
-            log.exception("notification on %s failed", channel)
+            if outage(err):  # a server away for a while (its database): one line, no trace
+                log.warning("notification on %s failed: %s", channel, describe_failure(err))
+            else:
+                log.exception("notification on %s failed", channel)
             outcome = ActionOutcome(channel, False, f"failed: {type(err).__name__}")
         result = "sent" if outcome.ok else "failed"
         # The detail names the server's answer, never the chat URL (the sender scrubs it).

@@ -26,8 +26,10 @@ def database_unreachable(err: BaseException) -> bool:
     if isinstance(state, str) and state.startswith("57P"):
         return True
     if isinstance(err, sa.DBAPIError):
-        return err.connection_invalidated or isinstance(
-            err, sa.OperationalError | sa.InterfaceError
+        return (
+            err.connection_invalidated
+            or isinstance(err, sa.OperationalError | sa.InterfaceError)
+            or _protocol_broken(err)
         )
     if isinstance(err, sa.TimeoutError):  # no connection from the pool in time
         return True
@@ -35,6 +37,20 @@ def database_unreachable(err: BaseException) -> bool:
     return isinstance(err, ConnectionError | TimeoutError) or (
         type(err).__module__.startswith("asyncpg") and "Connection" in type(err).__name__
     )
+
+
+def _protocol_broken(err: BaseException) -> bool:
+    """asyncpg's "cannot switch to state ...; another operation is in progress": a pooled
+    connection whose server went away in the middle of an operation (seen as PostgreSQL
+    restarts), not a fault of the statement."""
+    inner: BaseException | None = err
+    while inner is not None:
+        if type(inner).__module__.startswith("asyncpg") and type(inner).__name__ == (
+            "InternalClientError"
+        ):
+            return True
+        inner = inner.__cause__
+    return False
 
 
 def outage(err: BaseException) -> bool:

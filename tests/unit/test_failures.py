@@ -47,6 +47,20 @@ def test_rpc_error_means_an_action_and_names_no_internals(err: Exception, kind: 
     assert error.details == {"service": "reservations", "method": "create_reservation"}
 
 
+def test_a_connection_broken_mid_operation_by_a_restart_is_the_database_away() -> None:
+    import asyncpg
+
+    driver = asyncpg.exceptions._base.InternalClientError(
+        "cannot switch to state 15; another operation (2) is in progress"
+    )
+    adapted = RuntimeError("the dialect's copy of it")
+    adapted.__cause__ = driver
+    err = sa.InternalError("SELECT channel, value FROM violations_delivery_settings", {}, adapted)
+    err.__cause__ = adapted
+    assert database_unreachable(err) and outage(err)
+    assert not database_unreachable(sa.InternalError("SELECT 1", {}, ValueError("a bug")))
+
+
 def test_describe_failure_is_a_few_words() -> None:
     assert describe_failure(refused()) == "the database is unreachable"
     assert describe_failure(KeyError(INTERNALS)) == "KeyError"

@@ -5,6 +5,7 @@ recording senders: dedupe by key, preferences off, rate limit recorded as limite
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.gateway.auth import Caller
@@ -438,6 +440,25 @@ async def test_a_failed_mail_is_retried(store: Store) -> None:
     mail.fail = 5
     answer = await _notifier(store, mail, FakeHooks()).notify(_args())
     assert answer["channels"]["email"] == "failed"
+
+
+async def test_a_database_away_fails_the_mail_in_one_log_line(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its settings or the address unreadable while PostgreSQL restarts: a warning, no trace."""
+    notifier = _notifier(store, FakeMail(), FakeHooks())
+
+    async def restarting(user: str) -> str | None:
+        cause = ConnectionResetError("the database system is shutting down")
+        raise sa_exc.OperationalError("SELECT email", {}, cause)
+
+    notifier.address_of = restarting
+    with caplog.at_level(logging.WARNING, logger="warden.notifications"):
+        answer = await notifier.notify(_args())
+    assert answer["channels"]["email"] == "failed"
+    failed = [r for r in caplog.records if "notification on email failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is None
+    assert failed[0].getMessage().endswith("the database is unreachable")
 
 
 def test_the_live_stream_shows_a_notification_only_to_its_user_not_even_admins() -> None:
