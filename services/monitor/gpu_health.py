@@ -29,6 +29,7 @@ reads clean, and a failed one only after it has read healthy for `healthy_for` w
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -131,8 +132,20 @@ def _column(name: str) -> str:
 
 
 def _number(text: str) -> float | None:
+    """A finite number, or None (`inf` and `nan` are no count of anything)."""
     try:
-        return float(text.strip())
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _read_bus_id(text: str) -> str | None:
+    """A row's bus id, or None when it is not read or is no bus id."""
+    if text.lower() in _NOT_READ or text.startswith("["):
+        return None
+    try:
+        return bus_id(text)
     except ValueError:
         return None
 
@@ -200,7 +213,7 @@ def parse_health_section(lines: Sequence[str]) -> HealthReading:
         gpus.append(
             GpuHealthReading(
                 uuid=None if uuid.lower() in _NOT_READ or uuid.startswith("[") else uuid,
-                bus_id=None if bus.lower() in _NOT_READ or bus.startswith("[") else bus_id(bus),
+                bus_id=_read_bus_id(bus),
                 signals=row_signals(row),
             )
         )

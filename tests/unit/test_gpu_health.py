@@ -134,6 +134,20 @@ def test_row_signals_ignore_not_reported_values() -> None:
     assert row_signals(row) == ()
 
 
+def test_numbers_and_bus_ids_that_are_none_are_not_read() -> None:
+    row = {
+        "ecc.errors.uncorrected.volatile.total": "inf",
+        "pcie.link.width.current": "nan",
+        "pcie.link.width.max": "16",
+    }
+    assert row_signals(row) == ()
+    section = ["pci.bus_id, uuid", "GPU-x:3b:00.0, GPU-1", "0000:3b:00.0, GPU-2"]
+    assert [(g.uuid, g.bus_id) for g in parse_health_section(section).gpus] == [
+        ("GPU-1", None),
+        ("GPU-2", "0000:3b:00.0"),
+    ]
+
+
 # --- rules and state machine ------------------------------------------------------------------
 
 RULES = HealthRules(healthy_for=timedelta(minutes=10))
