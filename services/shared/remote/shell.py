@@ -44,3 +44,11 @@ class HostShell(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Drop the connection (a later `run` connects again)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open now (none to open: False)."""
+        return False
+
+    async def connect(self, timeout: float) -> None:  # noqa: B027 (most shells open nothing)
+        """Open the connection before the first command; HostUnreachable when it cannot be."""

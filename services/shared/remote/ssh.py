@@ -249,6 +249,10 @@ class SshHostShell(HostShell):
 
     async def _connection_within(self, deadline: float) -> asyncssh.SSHClientConnection:
         async with self._connecting:
+            if self._connection is not None and self._connection.is_closed():
+                # Closed while idle (keep-alives unanswered, the host restarted): a new one,
+                # rather than a command that fails on the old one.
+                self._connection = None
             if self._connection is None:
                 async with self._handshake_turn(deadline):
                     async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
@@ -271,14 +275,29 @@ class SshHostShell(HostShell):
         finally:
             self._handshakes.release()
 
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None and not self._connection.is_closed()
+
+    async def connect(self, timeout: float) -> None:
+        async with self._failing_as_unreachable():
+            await self._connection_within(time.monotonic() + timeout)
+
     async def run(self, command: str, timeout: float) -> CommandResult:
         deadline = time.monotonic() + timeout
-        try:
+        async with self._failing_as_unreachable():
             connection = await self._connection_within(deadline)
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 # Bytes, decoded here: output may cut a UTF-8 character (a log's tail) or hold
                 # bytes that are no text; asyncssh's strict decoding would drop the connection.
                 done = await connection.run(command, check=False, encoding=None)
+        return CommandResult(done.exit_status, _text(done.stdout), _text(done.stderr))
+
+    @contextlib.asynccontextmanager
+    async def _failing_as_unreachable(self) -> AsyncIterator[None]:
+        """What fails on the way to the host, as HostUnreachable with a reason to act on."""
+        try:
+            yield
         except _NoTurn as err:
             # Not tried: nothing is known of the host. `waiting` tells a caller (the monitor)
             # that this is no failure of the host's.
@@ -295,7 +314,6 @@ class SshHostShell(HostShell):
             else:
                 details["reason"] = describe_ssh_error(err, self.name)
             raise HostUnreachable(f"{self.name}: {details['reason']}", details) from err
-        return CommandResult(done.exit_status, _text(done.stdout), _text(done.stderr))
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
