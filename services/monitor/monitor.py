@@ -101,6 +101,7 @@ class Monitor:
         health_rules: HealthRules | None = None,
         health_store: HealthKeeper | None = None,
         publish_all: PublishAll | None = None,
+        release: Callable[[HostReader], Awaitable[None]] | None = None,
     ) -> None:
         self.readers = {reader.name: reader for reader in readers}
         self.health_rules = health_rules or HealthRules()
@@ -109,6 +110,8 @@ class Monitor:
         self.kept_health = None if health_store is None else KeptHealth(health_store)
         self.publish = publish
         self.publish_all = publish_all
+        # Where the reader of a host no longer polled goes (the standby keeps some); else closed.
+        self.release = release
         self.interval_s = interval_s
         self.poll_deadline_s = min(poll_deadline_s, interval_s * 0.95)
         self.writer = writer
@@ -172,7 +175,8 @@ class Monitor:
 
     async def remove(self, *names: str) -> None:
         """Stop watching hosts: their loops end (all at once: hosts handed to another replica
-        are not polled here a moment longer), their connections close, their state goes."""
+        are not polled here a moment longer), their readers are released (`release`: their
+        connections close, or stay as standby ones), their state goes."""
         tasks = [task for name in names if (task := self._tasks.pop(name, None)) is not None]
         for task in tasks:
             task.cancel()
@@ -187,7 +191,8 @@ class Monitor:
             self._until.pop(name, None)
             if reader is not None:
                 readers.append(reader)
-        await asyncio.gather(*(reader.close() for reader in readers), return_exceptions=True)
+        release = self.release or (lambda reader: reader.close())
+        await asyncio.gather(*(release(reader) for reader in readers), return_exceptions=True)
         if len(readers) == 1:
             log.info("no longer monitoring %s", readers[0].name)
         elif readers:

@@ -19,7 +19,8 @@ from services.shared.bus.amqp import rpc_queue_name
 from services.shared.cluster.replicas import Replicas
 
 SERVICE = "monitor"
-LATE_AFTER = 1.5  # heartbeats
+# Heartbeats: a little over one, so that only a peer really late costs a question to the broker.
+LATE_AFTER = 1.1
 
 
 async def vanished(bus: Bus, replicas: Replicas, own_rpc: str) -> list[str]:

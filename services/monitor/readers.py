@@ -25,11 +25,13 @@ from services.monitor.probe import (
     parse_proc_stat_line,
     probe_command,
 )
+from services.shared.config import HostConfig
 from services.shared.remote.ssh import HostShell, HostUnreachable
 
 
 class HostReader(ABC):
     name: str
+    config: HostConfig | None = None  # the inventory's entry it reads (set by who made it)
 
     @abstractmethod
     async def read(self, timeout: float) -> HostReading:
@@ -37,6 +39,14 @@ class HostReader(ABC):
 
     async def close(self) -> None:  # noqa: B027 (most readers hold nothing)
         """Release what the reader holds (connections)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether its connection is open, so that a read needs no handshake."""
+        return False
+
+    async def connect(self, timeout: float) -> None:  # noqa: B027 (most readers hold nothing)
+        """Open its connection ahead of the first read; HostUnreachable when it cannot."""
 
 
 class SshReader(HostReader):
@@ -77,6 +87,13 @@ class SshReader(HostReader):
 
     async def close(self) -> None:
         await self.shell.close()
+
+    @property
+    def connected(self) -> bool:
+        return self.shell.connected
+
+    async def connect(self, timeout: float) -> None:
+        await self.shell.connect(timeout)
 
 
 class LocalNvmlReader(HostReader):

@@ -24,6 +24,7 @@ from services.monitor.peer_probe import vanished
 from services.monitor.readers import HostReader, LocalNvmlReader, SshReader
 from services.monitor.replica_rpc import Peers, replica_methods, rpc_name
 from services.monitor.sharding import Sharding
+from services.monitor.standby import Standby
 from services.monitor.state import Event
 from services.monitor.tsdb.base import MetricsStore
 from services.monitor.tsdb.influx import InfluxMetricsStore
@@ -37,6 +38,9 @@ from services.shared.runtime import ServiceContext, open_database, start_service
 log = logging.getLogger("warden.monitor")
 
 PRUNE_EVERY_S = 600.0
+# Standby connections open at this share of `handshakes_per_s` at most: they can wait, polls
+# cannot.
+STANDBY_SHARE = 1 / 10
 RELOAD_EVERY_S = 30.0  # the inventory read again: heals a host.* event this replica missed
 
 
@@ -45,9 +49,13 @@ def reader_factory(settings: Settings, nvml: Any | None) -> Callable[[HostConfig
     handshakes = asyncio.Semaphore(settings.monitor.max_handshakes)
 
     def reader_for(host: HostConfig) -> HostReader:
+        reader: HostReader
         if host.probe == "nvml":
-            return LocalNvmlReader(host.name, nvml)
-        return SshReader(SshHostShell(host, options, handshakes=handshakes))
+            reader = LocalNvmlReader(host.name, nvml)
+        else:
+            reader = SshReader(SshHostShell(host, options, handshakes=handshakes))
+        reader.config = host
+        return reader
 
     return reader_for
 
@@ -105,6 +113,13 @@ async def start(ctx: ServiceContext) -> Teardown:
         inventory = {host.name: host for host in active(stored, local)}
         reader_for = reader_factory(ctx.settings, nvml)
         settings = ctx.settings.monitor
+        standby = Standby(
+            reader_for,
+            per_s=settings.handshakes_per_s * STANDBY_SHARE,
+            connect_timeout_s=ctx.settings.ssh.connect_timeout_s,
+            enabled=settings.standby_connections,
+        )
+        stack.push_async_callback(standby.close)  # after the monitor's stop, which closes its own
         # Hosts are added by the sharding, once this replica knows which are its own.
         monitor = Monitor(
             [],
@@ -119,6 +134,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             ),
             health_store=HealthStore(engine),
             publish_all=publish_all,
+            release=standby.keep,
         )
         replicas, view = ctx.replicas, FleetView()
         peers = Peers(ctx.bus, replicas)
@@ -140,6 +156,7 @@ async def start(ctx: ServiceContext) -> Teardown:
             ask_peers=ask_peers,
             handshakes_per_s=ctx.settings.monitor.handshakes_per_s,
             probe=lambda: vanished(ctx.bus, replicas, own_rpc),
+            standby=standby,
         )
         replicas.role = sharding.role
         replicas.details = lambda: {**sharding.details(), "rpc": own_rpc}

@@ -17,7 +17,9 @@ heartbeat is late and the broker no longer has its RPC queue (its connection clo
 process; `peer_probe.py`); the others then poll its hosts at once, as they are already stale,
 and go on at their ticks. The first polls of the
 hosts a replica gains (at its start, at a takeover) are spread to `[monitor] handshakes_per_s`:
-each opens an SSH connection (`shards.spread_first_polls`).
+each opens an SSH connection (`shards.spread_first_polls`), unless the standby connection this
+replica kept to it is open (`standby.py`: to the hosts it would take over; such a first poll is
+not spread).
 
 This machine read through NVML (a `local` host) is always polled by its own replica.
 """
@@ -36,7 +38,8 @@ from services.monitor.fleet_view import FleetView
 from services.monitor.hosts.inventory import LOCAL, InventoryHost, diff_hosts
 from services.monitor.monitor import Monitor
 from services.monitor.readers import HostReader
-from services.monitor.shards import owner, spread_first_polls
+from services.monitor.shards import owner, runner_up, spread_first_polls
+from services.monitor.standby import Standby
 from services.shared.cluster.background import cancel_and_wait
 from services.shared.cluster.replicas import Replicas
 from services.shared.config import HostConfig
@@ -66,6 +69,7 @@ class Sharding:
         ask_peers: AskPeers | None = None,
         handshakes_per_s: float = HANDSHAKES_PER_S,
         probe: Probe | None = None,
+        standby: Standby | None = None,
     ) -> None:
         self.monitor = monitor
         self.reader_for = reader_for
@@ -77,6 +81,7 @@ class Sharding:
         self.ask_peers = ask_peers
         self.handshakes_per_s = handshakes_per_s
         self.probe = probe
+        self.standby = standby
         self._vanished: set[str] = set()  # peers `probe` found dead, until the next sync
         self.ready = False
         self.stopped_at: float | None = None  # wall clock, once handed over
@@ -100,6 +105,11 @@ class Sharding:
 
     def details(self) -> dict[str, Any]:
         found: dict[str, Any] = {"hosts": len(self.running)}
+        if self.standby is not None and self.standby.hosts:
+            found["standby"] = {
+                "hosts": len(self.standby.hosts),
+                "connected": self.standby.connected(),
+            }
         if self.active_from is not None:
             found["active_from"] = self.active_from
         if self.stopped_at is not None:
@@ -131,6 +141,18 @@ class Sharding:
             for name, host in self.inventory.items()
             if host.source == LOCAL or owner(name, owners) == self.me
         ]
+
+    def standby_hosts(self, owners: list[str]) -> dict[str, HostConfig]:
+        """The hosts this replica would gain if the replica polling them left."""
+        if not self.ready or len(owners) < 2:
+            return {}
+        return {
+            name: host.host
+            for name, host in self.inventory.items()
+            if host.source != LOCAL
+            and owner(name, owners) != self.me
+            and runner_up(name, owners) == self.me
+        }
 
     # --- running -----------------------------------------------------------------------------
 
@@ -241,6 +263,11 @@ class Sharding:
                 found[replica] = stopped_at + offset
         return found
 
+    async def _reader(self, host: HostConfig) -> HostReader:
+        """The standby's reader for a host gained (its connection maybe open), else a new one."""
+        kept = None if self.standby is None else await self.standby.take(host)
+        return kept if kept is not None else self.reader_for(host)
+
     async def sync(self, *, now: Collection[str] = ()) -> None:
         """Poll exactly this replica's hosts: start the ones it gained, stop the ones it lost.
 
@@ -265,15 +292,6 @@ class Sharding:
             # Hosts that go to a replica that joins: polled here until it starts.
             starts = self._starts(owners)
             handed_off: dict[float, list[str]] = {}
-            for name in diff.removed:
-                self.running.pop(name, None)
-                gainer = owner(name, owners) if name in self.inventory else None
-                if gainer in starts and starts[gainer] > moment:
-                    handed_off.setdefault(starts[gainer], []).append(name)
-            for at, names in handed_off.items():
-                self.monitor.hand_off(names, at)
-            leaving = {n for names in handed_off.values() for n in names}
-            await self.monitor.remove(*(n for n in diff.removed if n not in leaving))
             orphans = {h.name for h in diff.added if before and owner(h.name, before) in died}
             handed = self._handed_over(before, owners)
             start = max(moment, starts.get(self.me, 0))
@@ -284,11 +302,33 @@ class Sharding:
                 for host in diff.added
                 if host.name not in now  # added or changed through the inventory: at once
             }
-            first_ticks = spread_first_polls(due, self.handshakes_per_s)
+            readers = {host.name: await self._reader(host) for host in diff.added}
+            # Only a first poll that opens its connection is spread.
+            connected = {n: due[n] for n, r in readers.items() if r.connected and n in due}
+            first_ticks = spread_first_polls(
+                {name: at for name, at in due.items() if name not in connected},
+                self.handshakes_per_s,
+            )
+            first_ticks.update(connected)
+            if self.standby is not None:  # before the removals: their connections may stay
+                await self.standby.update(
+                    self.standby_hosts(owners),
+                    # Once the first polls are done: they cost more at once than standbys.
+                    not_before=max(first_ticks.values(), default=moment) + self.monitor.interval_s,
+                )
+            for name in diff.removed:
+                self.running.pop(name, None)
+                gainer = owner(name, owners) if name in self.inventory else None
+                if gainer in starts and starts[gainer] > moment:
+                    handed_off.setdefault(starts[gainer], []).append(name)
+            for at, names in handed_off.items():
+                self.monitor.hand_off(names, at)
+            leaving = {n for names in handed_off.values() for n in names}
+            await self.monitor.remove(*(n for n in diff.removed if n not in leaving))
             for host in diff.added:
                 state = self.view.seed(host.name)
                 await self.monitor.add(
-                    self.reader_for(host),
+                    readers[host.name],
                     host.labels,
                     first_tick=first_ticks.get(host.name),
                     state=state,

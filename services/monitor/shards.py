@@ -11,7 +11,9 @@ by the new owner at its next tick — neither early (a double poll) nor late (a 
 
 A host's first poll on a replica opens its SSH connection, a handshake that costs far more CPU
 than a poll: the first polls of the hosts a replica gains at once (at its start, at a takeover)
-are spread so that it starts no more than so many a second (`spread_first_polls`).
+are spread so that it starts no more than so many a second (`spread_first_polls`). Each replica
+also keeps connections open to the hosts it would gain if their owner left (`runner_up`:
+`standby.py`), so that a takeover costs polls rather than handshakes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def owner(host: str, replicas: Sequence[str]) -> str | None:
         if weight > best_weight or (weight == best_weight and best is not None and replica < best):
             best, best_weight = replica, weight
     return best
+
+
+def runner_up(host: str, replicas: Sequence[str]) -> str | None:
+    """The replica that would poll `host` if its owner left (None with fewer than two)."""
+    first = owner(host, replicas)
+    return owner(host, [replica for replica in replicas if replica != first])
 
 
 def assign(hosts: Iterable[str], replicas: Sequence[str]) -> dict[str, set[str]]:

@@ -17,6 +17,7 @@ measures that).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import os
@@ -140,10 +141,20 @@ class Replicas:
                 process.wait(timeout=30)
 
 
+System = tuple[ServedFleet, Replicas, list[Envelope], AmqpBus]
+
+
 @pytest.fixture
-async def system(
-    tmp_path: Path, amqp_url: str, pg_url: str
-) -> AsyncIterator[tuple[ServedFleet, Replicas, list[Envelope], AmqpBus]]:
+async def system(tmp_path: Path, amqp_url: str, pg_url: str) -> AsyncIterator[System]:
+    # Without standby connections: the connection to a host tells which process polls it.
+    async with running_system(tmp_path, amqp_url, pg_url, standby=False) as found:
+        yield found
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    tmp_path: Path, amqp_url: str, pg_url: str, *, standby: bool
+) -> AsyncIterator[System]:
     async with served_fleet(SimFleet(HOSTS + ADDED, 2, seed=5, churn=False), tmp_path) as served:
         config = write_config(
             tmp_path / "warden.toml",
@@ -151,7 +162,11 @@ async def system(
             hosts=served.hosts()[:HOSTS],
             bus={"amqp_url": amqp_url},
             storage={"data_dir": str(tmp_path / "data"), "database_url": pg_url},
-            monitor={"local_nvml": "off", "interval_s": INTERVAL_S},
+            monitor={
+                "local_nvml": "off",
+                "interval_s": INTERVAL_S,
+                "standby_connections": standby,
+            },
             # As by default, a replica counts as dead after more than an interval and a
             # heartbeat: the survivor's first poll of a host is in a later tick slot than the
             # dead one's last.
@@ -236,9 +251,7 @@ def shares(served: ServedFleet, replicas: Replicas) -> dict[int, set[str]] | Non
     return found if all(found.values()) else None
 
 
-async def test_two_replicas_split_fail_over_and_rebalance(
-    system: tuple[ServedFleet, Replicas, list[Envelope], AmqpBus],
-) -> None:
+async def test_two_replicas_split_fail_over_and_rebalance(system: System) -> None:
     served, replicas, events, client = system
     all_hosts = set(replicas.hosts)
 
@@ -369,6 +382,53 @@ async def test_two_replicas_split_fail_over_and_rebalance(
     # Hosts moved four times; each GPU was announced once.
     discovered = [(e.data["host"], e.data["uuid"]) for e in events if e.type == "gpu.discovered"]
     assert len(discovered) == len(set(discovered)) == (HOSTS + ADDED) * 2
+
+
+async def test_a_takeover_polls_over_the_connections_the_survivor_kept_open(
+    tmp_path: Path, amqp_url: str, pg_url: str
+) -> None:
+    async with running_system(tmp_path, amqp_url, pg_url, standby=True) as system:
+        served, replicas, events, _ = system
+        all_hosts = set(replicas.hosts)
+
+        def report() -> str:
+            return f"held: {holders(served, replicas.pids(), all_hosts)}\n{replicas.logs()}"
+
+        first, second = replicas.start("a"), replicas.start("b")
+        # Each host polled by one replica, and connected from both: the other keeps a
+        # standby connection to it.
+        await until(
+            lambda: all(
+                len(served.server.client_ports(h)) == 2
+                and holders(served, [first, second], {h})[h] == {first, second}
+                for h in all_hosts
+            ),
+            "every host connected from both replicas",
+            DEADLINE_S,
+            report=report,
+        )
+        steady = datetime.now().timestamp()
+        await until(
+            lambda: sampled_after(events, steady) == all_hosts, "every host sampled", DEADLINE_S
+        )
+        ports = {h: set(served.server.client_ports(h)) for h in all_hosts}
+
+        killed_at = datetime.now().timestamp()
+        replicas.stop("b", signal.SIGKILL)
+        await until(
+            lambda: sampled_after(events, killed_at) == all_hosts,
+            "every host sampled after the kill",
+            DEADLINE_S,
+            report=report,
+        )
+        # The survivor polls them all over the connections it had: none opened since.
+        kept = {h: set(served.server.client_ports(h)) for h in all_hosts}
+        assert all(kept[h] and kept[h] < ports[h] for h in all_hosts), (ports, kept)
+        assert holders(served, replicas.pids(), all_hosts) == {h: {first} for h in all_hosts}
+        discovered = [
+            (e.data["host"], e.data["uuid"]) for e in events if e.type == "gpu.discovered"
+        ]
+        assert len(discovered) == len(set(discovered)) == HOSTS * 2
 
 
 async def test_replicas_starting_together_seed_the_inventory_once(pg_url: str) -> None:

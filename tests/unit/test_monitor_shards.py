@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.monitor.shards import assign, next_tick, owner, phase, spread_first_polls
+from services.monitor.shards import (
+    assign,
+    next_tick,
+    owner,
+    phase,
+    runner_up,
+    spread_first_polls,
+)
 
 HOSTS = [f"gpu{i:04d}" for i in range(2000)]
 REPLICAS = ["monitor@a:1-aaaaaa", "monitor@b:2-bbbbbb", "monitor@c:3-cccccc"]
@@ -24,6 +31,18 @@ def test_no_replica_no_owner_and_one_replica_owns_all() -> None:
     assert owner("gpu1", []) is None
     assert assign(HOSTS, []) == {}
     assert assign(HOSTS, REPLICAS[:1]) == {REPLICAS[0]: set(HOSTS)}
+
+
+def test_the_runner_up_is_who_owns_a_host_once_its_owner_left() -> None:
+    for host in HOSTS[:300]:
+        first = owner(host, REPLICAS)
+        left = [r for r in REPLICAS if r != first]
+        assert runner_up(host, REPLICAS) == owner(host, left) != first
+    assert runner_up("gpu1", REPLICAS[:1]) is None
+    assert runner_up("gpu1", []) is None
+    # With two replicas each is the runner-up of every host of the other.
+    pair = REPLICAS[:2]
+    assert all({owner(h, pair), runner_up(h, pair)} == set(pair) for h in HOSTS)
 
 
 def test_balance_over_two_and_three_replicas() -> None:

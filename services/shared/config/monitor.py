@@ -32,6 +32,13 @@ class MonitorSettings:
         min=1,
         max=100_000,
     )
+    standby_connections: bool = option(
+        True,
+        "With two monitor replicas or more, each keeps an SSH connection open to the hosts it "
+        "would take over if the replica polling them stopped, so that a takeover needs no "
+        "handshakes; false: none (each host then has one connection from Warden's monitor, "
+        "not two).",
+    )
     local_nvml: str = option(
         "auto",
         "Monitor this machine through NVML: auto (when it has an NVIDIA driver), on, off.",
