@@ -188,6 +188,18 @@ def cpu_seconds(pid: int | str = "self", thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of process `pid` in MiB (VmRSS), from /proc; nan when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime

@@ -13,15 +13,20 @@ Usage::
    (heartbeat 2 s, dead after 6 s). This process follows their heartbeats (`replica.heartbeat`:
    each says its id, role, hosts and its own RPC queue) and waits until both are `active` and
    their hosts add up to N.
-3. Warm-up (3 intervals: the first one has every SSH handshake; --quick: 1), each replica's
+3. Warm-up (3 intervals: the first one has every SSH handshake; --quick: 1), then until each
+   replica says (heartbeat `details.standby`) that its standby connections are open, to the
+   hosts it would take over (`standby_open_s`: from the replicas' start), each replica's
    stats reset, M intervals measured (4; --quick: 2), each replica's stats again. Sample age
    is the time from a host's tick to its events being published; the p99 given is the larger
    of the two replicas' p99s, which bounds the p99 over both. CPU of each replica, of the
-   simulator, of RabbitMQ and PostgreSQL (all their users) from /proc over that window.
+   simulator, of RabbitMQ and PostgreSQL (all their users) from /proc over that window; each
+   replica's resident memory at its end.
 4. Failover: this process subscribes to `host.sampled`, kills one replica with SIGKILL and
    waits until every host that replica polled (rendezvous hashing over the two ids:
    `services/monitor/shards.py`) has a sample taken after the kill. `monitor_failover_s` is the
-   kill to the arrival here of the last of those samples. The figures measured so far are
+   kill to the arrival here of the last of those samples; `failover_taken_over_s` the kill to
+   the survivor's log line that it took them over, `failover_half_fresh_s` and
+   `failover_p90_fresh_s` to the arrival of half and 90 % of them. The figures measured so far are
    printed before the kill; when the hosts are not all fresh within 120 s, how many are not.
 5. Rejoin: the killed replica is started again; once the hosts are split again, the samples of
    the next intervals are placed in each host's tick slots: two in one slot is a double poll, a
@@ -47,7 +52,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -222,6 +227,13 @@ async def measure_monitor_sharding(
             total = sum(d["details"].get("hosts", 0) for d in found.values())
             return found if len(found) == len(pair) and total == hosts else None
 
+        def standby_open(*pair: common.Child) -> bool:
+            found = beats.active({c.pid for c in pair}).values()
+            standby = [d["details"].get("standby", {}) for d in found]
+            return len(standby) == len(pair) and all(
+                s.get("connected") == s.get("hosts") for s in standby
+            )
+
         t0 = time.monotonic()
         a, b = start("a"), start("b")
         shares = await _until(lambda: split(a, b), "two active replicas", 120, sim, a, b)
@@ -229,6 +241,9 @@ async def measure_monitor_sharding(
         figures["hosts_per_replica"] = sorted(d["details"]["hosts"] for d in shares.values())
 
         await asyncio.sleep(warmup * interval_s)
+        # Steady state: each replica's standby connections open (`[monitor] standby_connections`).
+        await _until(lambda: standby_open(a, b), "the standby connections", 180, sim, a, b)
+        figures["standby_open_s"] = time.monotonic() - t0
         rpcs = {pid: data["details"]["rpc"] for pid, data in shares.items()}
         for rpc in rpcs.values():
             await bus.call(rpc, "stats", {"reset": True}, timeout=30)
@@ -252,6 +267,7 @@ async def measure_monitor_sharding(
             missed_ticks=sum(s["missed_ticks"] for s in stats),
             failures=sum(s["failures"] for s in stats),
             monitor_cpu_percent=[round(cpu[a.name]), round(cpu[b.name])],
+            monitor_rss_mib=[round(common.rss_mib(a.pid)), round(common.rss_mib(b.pid))],
             sim_cpu_percent=round(cpu[sim.name]),
             rabbitmq_cpu_percent=round(servers["rabbitmq"]),
             postgresql_cpu_percent=round(servers["postgresql"]),
@@ -285,6 +301,7 @@ async def measure_monitor_sharding(
             raise
         figures["monitor_failover_s"] = fresh_at - killed_at
         figures["failover_hosts"] = len(lost)
+        figures.update(_failover_parts(a.output(), samples.first_after(lost, killed_at), killed_at))
 
         # Rejoin: b again; the hosts split again, then slots checked for a few intervals.
         rejoined_at = time.time()
@@ -301,6 +318,35 @@ async def measure_monitor_sharding(
             await bus.close()
         for child in reversed(children):
             child.stop()
+
+
+def _failover_parts(survivor_log: str, first: dict[str, float], killed_at: float) -> dict:
+    """Where a failover's time went: the kill to the survivor taking the hosts over (its log's
+    "gone silent" rebalance), and to half and 90 % of the hosts fresh again."""
+    taken = [
+        at
+        for line in survivor_log.splitlines()
+        if "of a replica gone silent" in line
+        and (at := _log_time(line)) is not None
+        and at >= killed_at
+    ]
+    after = sorted(at - killed_at for at in first.values())
+    found: dict[str, Any] = {}
+    if taken:
+        found["failover_taken_over_s"] = min(taken) - killed_at
+    if after:
+        found["failover_half_fresh_s"] = after[len(after) // 2]
+        found["failover_p90_fresh_s"] = after[int(len(after) * 0.9)]
+    return found
+
+
+def _log_time(line: str) -> float | None:
+    """The Unix time a text log line begins with (`2026-11-28T03:26:52.410721Z ...`)."""
+    try:
+        stamp = datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+    return stamp.replace(tzinfo=UTC).timestamp()
 
 
 def _progress(figures: dict[str, Any]) -> str:

@@ -63,14 +63,6 @@ TARGET_P99_MS = 1_000.0
 # --- processes ----------------------------------------------------------------------------------
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # --- one fleet size -------------------------------------------------------------------------------
 
 
@@ -211,7 +203,7 @@ async def run_size(
         seconds = time.monotonic() - started
         mon_cpu1, sim_cpu1 = common.cpu_seconds(monitor.pid), common.cpu_seconds(sim.pid)
         loop_cpu1 = common.cpu_seconds(monitor.pid, monitor.pid)
-        rss = rss_mib(monitor.pid)
+        rss = common.rss_mib(monitor.pid)
         sim.check_alive()
         monitor.check_alive()
         if verbose:
