@@ -39,7 +39,7 @@ class Standby:
         self.enabled = enabled
         self.hosts: dict[str, HostConfig] = {}  # the standby hosts, as the inventory has them
         self.readers: dict[str, HostReader] = {}  # theirs, opened or being opened
-        self._pending: dict[str, None] = {}  # standby hosts with no reader yet, in order
+        self._pending: dict[str, None] = {}  # standby hosts whose connection is to open, in order
         self._not_before = 0.0  # monotonic: no connection is opened before
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
