@@ -8,13 +8,15 @@ rendezvous hashing, `shards.runner_up`): a takeover then costs the polls only. T
 connections are opened an interval after the replica's own first polls, one at a time and at
 most `per_s` a second, so that they take a small share of the CPU the polls need; a host this
 replica hands to another keeps its connection here when this replica is its runner-up. One
-that cannot be opened, or closes later (the host restarted), is opened by the host's first
-poll, as without a standby. `[monitor] standby_connections = false` keeps none.
+that cannot be opened, or closes later (the host restarted), is tried again every `recheck_s`
+(a minute), and until then a takeover's first poll opens it, as without a standby.
+`[monitor] standby_connections = false` keeps none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -27,13 +29,21 @@ from services.shared.remote.shell import HostUnreachable
 log = logging.getLogger("warden.monitor")
 
 ReaderFor = Callable[[HostConfig], HostReader]
+RECHECK_S = 60.0  # standby connections not open (closed, or could not be opened) tried again
 
 
 class Standby:
     def __init__(
-        self, reader_for: ReaderFor, *, per_s: float, connect_timeout_s: float, enabled: bool = True
+        self,
+        reader_for: ReaderFor,
+        *,
+        per_s: float,
+        connect_timeout_s: float,
+        enabled: bool = True,
+        recheck_s: float = RECHECK_S,
     ) -> None:
         self.reader_for = reader_for
+        self.recheck_s = recheck_s
         self.per_s = per_s
         self.connect_timeout_s = connect_timeout_s
         self.enabled = enabled
@@ -102,7 +112,10 @@ class Standby:
         while True:
             if not self._pending:
                 self._wake.clear()
-                await self._wake.wait()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.recheck_s):
+                        await self._wake.wait()
+                self._pending = {name: None for name in self.hosts if self._to_open(name)}
                 continue
             wait = self._not_before - time.monotonic()
             if wait > 0:

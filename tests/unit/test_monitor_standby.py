@@ -175,6 +175,22 @@ async def test_one_that_cannot_be_opened_is_left_to_the_first_poll() -> None:
         await standby.close()
 
 
+async def test_one_the_host_closed_or_refused_is_tried_again_at_the_next_recheck() -> None:
+    made = Made(fail=frozenset({"b"}))
+    standby = Standby(made, per_s=1000, connect_timeout_s=5, recheck_s=0.2)
+    try:
+        await standby.update(hosts("a", "b"))
+        await until(lambda: standby.connected() == 1, "a open")
+        [a], [b] = made.readers["a"], made.readers["b"]
+        first_a = a.opened_at
+        a.is_open = False  # the host closed it (a reboot)
+        b.fail = False  # the host that refused is back
+        await until(lambda: standby.connected() == 2, "both open again")
+        assert a.opened_at != first_a and made.readers == {"a": [a], "b": [b]}  # same readers
+    finally:
+        await standby.close()
+
+
 async def test_switched_off_it_keeps_nothing() -> None:
     made = Made()
     standby = Standby(made, per_s=1000, connect_timeout_s=5, enabled=False)
