@@ -49,7 +49,6 @@ class Standby:
         self.enabled = enabled
         self.hosts: dict[str, HostConfig] = {}  # the standby hosts, as the inventory has them
         self.readers: dict[str, HostReader] = {}  # theirs, opened or being opened
-        self._pending: dict[str, None] = {}  # standby hosts whose connection is to open, in order
         self._not_before = 0.0  # monotonic: no connection is opened before
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -65,12 +64,10 @@ class Standby:
             if wanted.get(name) != self.readers[name].config
         ]
         self.hosts = wanted
-        self._pending = {name: None for name in wanted if self._to_open(name)}
         self._not_before = not_before
-        if self._pending:
-            if self._task is None:
-                self._task = asyncio.create_task(self._open_pending(), name="standby connections")
-            self._wake.set()
+        if wanted and self._task is None:
+            self._task = asyncio.create_task(self._open_pending(), name="standby connections")
+        self._wake.set()
         await self._close(dropped)
 
     async def take(self, host: HostConfig) -> HostReader | None:
@@ -78,7 +75,6 @@ class Standby:
         configured); its `connected` says whether the first poll needs a handshake (one being
         opened goes on opening, and the first poll waits for it)."""
         reader = self.readers.pop(host.name, None)
-        self._pending.pop(host.name, None)
         if reader is not None and reader.config != host:
             await self._close([reader])
             return None
@@ -90,11 +86,7 @@ class Standby:
         name = reader.name
         if name in self.hosts and reader.config == self.hosts[name] and name not in self.readers:
             self.readers[name] = reader
-            if not self._to_open(name):
-                self._pending.pop(name, None)
-            elif name not in self._pending:  # never polled, or its connection closed
-                self._pending[name] = None
-                self._wake.set()
+            self._wake.set()  # opened if it is not (never polled, or its connection closed)
             return
         await reader.close()
 
@@ -102,38 +94,32 @@ class Standby:
         task, self._task = self._task, None
         await cancel_and_wait(task)
         readers, self.readers = list(self.readers.values()), {}
-        self.hosts, self._pending = {}, {}
+        self.hosts = {}
         await self._close(readers)
 
     def connected(self) -> int:
         return sum(1 for reader in self.readers.values() if reader.connected)
 
     async def _open_pending(self) -> None:
+        """A pass over what is to open, then a wait for a change (`_wake`) or the recheck: one
+        that failed is not tried again before either."""
         while True:
-            if not self._pending:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.recheck_s):
-                        await self._wake.wait()
-                self._pending = {name: None for name in self.hosts if self._to_open(name)}
-                continue
-            wait = self._not_before - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue
-            name = next(iter(self._pending))
-            del self._pending[name]
-            reader = self.readers.get(name)
-            if reader is None:
-                reader = self.readers[name] = self.reader_for(self.hosts[name])
-            elif not self._to_open(name):
-                continue
-            began = time.monotonic()
-            task = self._opening[reader] = asyncio.create_task(
-                self._open(reader), name=f"standby {name}"
-            )
-            await asyncio.wait([task])  # one at a time, at most `per_s` a second
-            await asyncio.sleep(max(1.0 / self.per_s - (time.monotonic() - began), 0.0))
+            self._wake.clear()  # a change during the pass: another pass at once
+            for name in [name for name in self.hosts if self._to_open(name)]:
+                await asyncio.sleep(max(self._not_before - time.monotonic(), 0.0))
+                if name not in self.hosts or not self._to_open(name):
+                    continue  # taken, dropped, or opened since the pass began
+                reader = self.readers.get(name) or self.reader_for(self.hosts[name])
+                self.readers[name] = reader
+                began = time.monotonic()
+                task = self._opening[reader] = asyncio.create_task(
+                    self._open(reader), name=f"standby {name}"
+                )
+                await asyncio.wait([task])  # one at a time, at most `per_s` a second
+                await asyncio.sleep(max(1.0 / self.per_s - (time.monotonic() - began), 0.0))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.recheck_s):
+                    await self._wake.wait()
 
     def _to_open(self, name: str) -> bool:
         """Whether a standby host still needs its connection opened."""

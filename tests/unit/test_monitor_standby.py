@@ -29,6 +29,7 @@ class Reader(HostReader):
         self.gate = gate
         self.fail = fail
         self.opened_at: float | None = None
+        self.opens = 0
         self.is_open = False
         self.closed = 0
 
@@ -41,6 +42,7 @@ class Reader(HostReader):
 
     async def connect(self, timeout: float) -> None:
         self.opened_at = time.monotonic()
+        self.opens += 1
         Reader.in_flight += 1
         Reader.most_in_flight = max(Reader.most_in_flight, Reader.in_flight)
         try:
@@ -171,6 +173,8 @@ async def test_one_that_cannot_be_opened_is_left_to_the_first_poll() -> None:
         taken = await standby.take(wanted["a"])
         assert taken is made.readers["a"][0] and not taken.connected
         assert len(made.readers["a"]) == 1  # not tried again and again
+        await asyncio.sleep(0.1)
+        assert taken.opens == 1  # nor before the recheck
     finally:
         await standby.close()
 
