@@ -26,8 +26,8 @@ Usage::
    `services/monitor/shards.py`) has a sample taken after the kill. `monitor_failover_s` is the
    kill to the arrival here of the last of those samples; `failover_taken_over_s` the kill to
    the survivor's log line that it took them over, `failover_half_fresh_s` and
-   `failover_p90_fresh_s` to the arrival of half and 90 % of them. The figures measured so far are
-   printed before the kill; when the hosts are not all fresh within 120 s, how many are not.
+   `failover_p90_fresh_s` to the arrival of half and 90 % of them. The figures measured so far
+   are printed before the kill; when the hosts are not all fresh within 120 s, how many are not.
 5. Rejoin: the killed replica is started again; once the hosts are split again, the samples of
    the next intervals are placed in each host's tick slots: two in one slot is a double poll, a
    slot skipped is a gap. Counted, with the seconds from the start to the split.
@@ -330,13 +330,13 @@ def _failover_parts(survivor_log: str, first: dict[str, float], killed_at: float
         and (at := _log_time(line)) is not None
         and at >= killed_at
     ]
-    after = sorted(at - killed_at for at in first.values())
+    after = [at - killed_at for at in first.values()]
     found: dict[str, Any] = {}
     if taken:
         found["failover_taken_over_s"] = min(taken) - killed_at
     if after:
-        found["failover_half_fresh_s"] = after[len(after) // 2]
-        found["failover_p90_fresh_s"] = after[int(len(after) * 0.9)]
+        found["failover_half_fresh_s"] = common.percentile(after, 50)
+        found["failover_p90_fresh_s"] = common.percentile(after, 90)
     return found
 
 
